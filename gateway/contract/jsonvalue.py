@@ -1,0 +1,205 @@
+"""JsonValue rules and RFC 8785 canonical JSON (engine.md §0 and §2).
+
+Every number in the core is an IEEE 754 binary64 `float`: `normalize_json` turns ints into
+floats (so `rfc8785` never raises `IntegerDomainError` for 2**53 and above) and `-0` into `0`.
+Strings and keys must be well-formed Unicode: a lone surrogate, which `json.loads` happily
+makes from `"\\ud800"`, is refused. Nothing here raises anything but `JsonValueError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Final, TypeAlias
+
+import rfc8785
+
+JsonValue: TypeAlias = (
+    None | bool | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
+)
+"""A JSON value as the core holds it: numbers are floats, arrays are tuples or lists,
+objects are mappings with string keys."""
+
+DATA_VALUE_MAX_DEPTH: Final = 16
+"""Deepest a data part's value may nest (engine.md §2): 0 for a scalar, `[]` is 1."""
+
+PARSE_MAX_DEPTH: Final = 64
+"""Deepest JSON the core parses from untrusted text before refusing it.
+
+Python's own `json` module recurses; refusing deeper input first keeps a hostile
+document from exhausting the stack."""
+
+
+class JsonValueError(ValueError):
+    """A value is not a JsonValue, or text is not the JSON we accept. `detail` says why."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def is_well_formed_text(text: str) -> bool:
+    """True when `text` has no lone surrogate (it encodes as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def normalize_json(value: object, *, max_depth: int = PARSE_MAX_DEPTH) -> JsonValue:
+    """Return `value` as a JsonValue: ints as floats, `-0` as `0`, arrays as tuples.
+
+    Raises `JsonValueError` for a non-finite number, a lone surrogate, a non-string key, a
+    value of another Python type, or nesting deeper than `max_depth`.
+    """
+    return _normalize(value, max_depth, "")
+
+
+def _normalize(value: object, budget: int, path: str) -> JsonValue:
+    # bool before numbers: `True` is an `int` in Python, never a number in JSON.
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        number = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
+        if not math.isfinite(number):
+            raise JsonValueError(f"{_at(path)}numbers must be finite")
+        return number + 0.0  # -0.0 + 0.0 == 0.0: JCS writes both as 0
+    if isinstance(value, str):
+        if not is_well_formed_text(value):
+            raise JsonValueError(f"{_at(path)}text must be well-formed Unicode")
+        return value
+    if budget <= 0:
+        raise JsonValueError(f"{_at(path)}nesting is too deep")
+    if isinstance(value, list | tuple):
+        return tuple(
+            _normalize(item, budget - 1, f"{path}[{index}]") for index, item in enumerate(value)
+        )
+    if isinstance(value, Mapping):
+        result: dict[str, JsonValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JsonValueError(f"{_at(path)}object keys must be strings")
+            if not is_well_formed_text(key):
+                raise JsonValueError(f"{_at(path)}object keys must be well-formed Unicode")
+            result[key] = _normalize(item, budget - 1, f"{path}.{key}" if path else key)
+        return result
+    raise JsonValueError(f"{_at(path)}{type(value).__name__} is not a JSON value")
+
+
+def _at(path: str) -> str:
+    return f"{path}: " if path else ""
+
+
+def depth(value: JsonValue) -> int:
+    """JSON nesting depth: 0 for a scalar, 1 + the deepest child for an array or object."""
+    if isinstance(value, str) or not isinstance(value, Sequence | Mapping):
+        return 0
+    children = value.values() if isinstance(value, Mapping) else value
+    return 1 + max((depth(child) for child in children), default=0)
+
+
+def canonical_json(value: JsonValue) -> bytes:
+    """RFC 8785 (JCS) bytes of a JsonValue.
+
+    The value should come from `normalize_json`; ints are still accepted and written as
+    their float. Raises `JsonValueError` for anything JCS cannot encode.
+    """
+    try:
+        return bytes(rfc8785.dumps(_for_jcs(value)))
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError, TypeError) as error:
+        raise JsonValueError(f"not canonicalizable JSON: {error}") from None
+
+
+def canonical_text(value: JsonValue) -> str:
+    """`canonical_json` as text, for messages and error details."""
+    return canonical_json(value).decode("utf-8")
+
+
+def _for_jcs(value: JsonValue) -> object:
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        return float(value) + 0.0
+    if isinstance(value, Mapping):
+        return {key: _for_jcs(item) for key, item in value.items()}
+    return [_for_jcs(item) for item in value]
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for key, item in pairs:
+        if key in result:
+            raise JsonValueError(f"duplicate key {json.dumps(key)}")
+        result[key] = item
+    return result
+
+
+def _reject_constant(name: str) -> object:
+    raise JsonValueError(f"{name} is not JSON")
+
+
+def _nesting_ok(text: str, limit: int) -> bool:
+    # A cheap upper bound on nesting that ignores brackets inside strings only roughly:
+    # counting every bracket can only over-estimate, so deep-but-valid input inside
+    # strings is refused at worst, never hostile input accepted.
+    level = 0
+    for char in text:
+        if char in "[{":
+            level += 1
+            if level > limit:
+                return False
+        elif char in "]}":
+            level -= 1
+    return True
+
+
+def load_untrusted_json(
+    text: str | bytes, *, duplicate_keys: str = "reject", max_depth: int = PARSE_MAX_DEPTH
+) -> object:
+    """Parse untrusted RFC 8259 JSON into plain Python values, numbers as floats.
+
+    Refuses a BOM, `NaN`/`Infinity` literals and nesting past `max_depth`. Duplicate keys
+    are refused (`duplicate_keys="reject"`, protocol bytes) or keep their last value
+    (`"last"`, a model's message text). An overflowing number reads as infinite; the
+    caller decides (`normalize_json` refuses it).
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise JsonValueError("JSON text must be UTF-8") from None
+    if text.startswith("\ufeff"):
+        raise JsonValueError("JSON text must not start with a byte order mark")
+    if not _nesting_ok(text, max_depth):
+        raise JsonValueError("nesting is too deep")
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicate_keys if duplicate_keys == "reject" else dict,
+            parse_constant=_reject_constant,
+            parse_int=float,
+        )
+    except JsonValueError:
+        raise
+    except (ValueError, RecursionError) as error:
+        raise JsonValueError(f"not JSON: {error}") from None
+
+
+def parse_json(text: str | bytes, *, max_depth: int = PARSE_MAX_DEPTH) -> JsonValue:
+    """Parse untrusted JSON into a normalized JsonValue, refusing duplicate keys,
+    non-finite numbers and lone surrogates as well as what `load_untrusted_json` refuses."""
+    return normalize_json(load_untrusted_json(text, max_depth=max_depth), max_depth=max_depth)
+
+
+def parse_canonical_json(data: bytes, *, max_depth: int = PARSE_MAX_DEPTH) -> JsonValue:
+    """Parse received protocol bytes that MUST be exactly the JCS of what they decode to.
+
+    This rejects whitespace, key disorder, BOMs and every other non-canonical spelling
+    (engine.md §0), so one object has one byte form everywhere.
+    """
+    value = parse_json(data, max_depth=max_depth)
+    if canonical_json(value) != data:
+        raise JsonValueError("JSON bytes are not canonical (RFC 8785)")
+    return value
