@@ -8,7 +8,7 @@ declares its `StatusCode` (our mirror of gRPC's codes) and `gateway/rpc/` maps i
     ├── SendError                 send failed: <detail, else the reason's text>
     ├── CollectiveError           members-unreachable, schema-invalid, answer-invalid, request-*
     ├── FirewallSendError         send refused by the local firewall (<refusal>): <instruction>
-    ├── IdempotencyConflict       the same key with different input (gateway extension)
+    ├── IdempotencyConflictError       the same key with different input (gateway extension)
     ├── MessageTextError          <operation> not sent: <detail>
     ├── ListenError               listen failed: <reason>
     ├── DeliveryAcknowledgeError  delivery acknowledgment failed: <reason>
@@ -425,7 +425,7 @@ def collective_failure_message(failure: CollectiveFailure) -> str:
 class CollectiveError(HarnessError):
     """A collective operation or answer was refused; `id` names the operation."""
 
-    def __init__(self, id: str, failure: CollectiveFailure) -> None:  # noqa: A002 - contract name
+    def __init__(self, id: str, failure: CollectiveFailure) -> None:
         super().__init__(collective_failure_kind(failure).value)
         self.id = id
         self.failure = failure
@@ -518,7 +518,7 @@ class FirewallSendError(HarnessError):
 # --- Idempotency (gateway extension) ---------------------------------------------------
 
 
-class IdempotencyConflict(HarnessError):
+class IdempotencyConflictError(HarnessError):
     """The idempotency key already binds a different input; nothing ran (architecture §3.9)."""
 
     def __init__(self, key: str) -> None:

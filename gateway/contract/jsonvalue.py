@@ -15,9 +15,7 @@ from typing import Final, TypeAlias
 
 import rfc8785
 
-JsonValue: TypeAlias = (
-    None | bool | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
-)
+JsonValue: TypeAlias = bool | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
 """A JSON value as the core holds it: numbers are floats, arrays are tuples or lists,
 objects are mappings with string keys."""
 
@@ -107,7 +105,7 @@ def canonical_json(value: JsonValue) -> bytes:
     their float. Raises `JsonValueError` for anything JCS cannot encode.
     """
     try:
-        return bytes(rfc8785.dumps(_for_jcs(value)))
+        return bytes(rfc8785.dumps(_for_jcs(value)))  # type: ignore[arg-type]
     except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError, TypeError) as error:
         raise JsonValueError(f"not canonicalizable JSON: {error}") from None
 

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gateway.contract.jsonvalue import (
+    JsonValueError,
+    canonical_json,
+    depth,
+    load_untrusted_json,
+    normalize_json,
+    parse_canonical_json,
+    parse_json,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1.0, b"1"),
+        (1e20, b"100000000000000000000"),
+        (1e21, b"1e+21"),
+        (5e-7, b"5e-7"),
+        (0.1 + 0.2, b"0.30000000000000004"),
+        (float(2**53), b"9007199254740992"),
+        (2**53 + 1, b"9007199254740992"),  # an int past 2**53 is its binary64 float
+        (-0.0, b"0"),
+        (True, b"true"),
+        (False, b"false"),
+        (None, b"null"),
+        ("\u007f\u2028/", '"\u007f\u2028/"'.encode()),
+        ("\b\t\n\f\r\x00\x1f", b'"\\b\\t\\n\\f\\r\\u0000\\u001f"'),
+        ('"\\', b'"\\"\\\\"'),
+    ],
+)
+def test_canonical_json_writes_the_jcs_pitfalls_as_rfc_8785_does(value, expected):
+    assert canonical_json(normalize_json(value)) == expected
+
+
+def test_keys_sort_by_utf16_code_units_not_code_points():
+    value = {"\ufb33": 1, "\U0001f600": 2}
+    assert canonical_json(normalize_json(value)) == '{"\U0001f600":2,"\ufb33":1}'.encode()
+    assert sorted(value) == ["\ufb33", "\U0001f600"]  # Python's code-point order differs
+
+
+def test_a_boolean_never_becomes_a_number():
+    assert normalize_json(True) is True
+    assert normalize_json([True, 1]) == (True, 1.0)
+    assert canonical_json(normalize_json({"a": True, "b": 1})) == b'{"a":true,"b":1}'
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 10**400])
+def test_non_finite_numbers_are_refused(value):
+    with pytest.raises(JsonValueError):
+        normalize_json(value)
+
+
+@pytest.mark.parametrize("value", ["\ud800", {"\udfff": 1}, ["ok", "\ud83d"]])
+def test_lone_surrogates_are_refused(value):
+    with pytest.raises(JsonValueError):
+        normalize_json(value)
+
+
+def test_other_python_types_and_non_string_keys_are_refused():
+    for value in [object(), {1: "a"}, b"bytes", {1.5}]:
+        with pytest.raises(JsonValueError):
+            normalize_json(value)
+
+
+def test_depth_counts_scalars_as_zero_and_empty_containers_as_one():
+    assert depth(normalize_json(3)) == 0
+    assert depth(normalize_json([])) == 1
+    assert depth(normalize_json({})) == 1
+    assert depth(normalize_json([[1], {"a": [[]]}])) == 4
+
+
+def test_parse_json_refuses_duplicate_keys_bom_and_constants():
+    assert parse_json('{"a": 1}') == {"a": 1.0}
+    for text in ['{"a":1,"a":2}', "\ufeff{}", "NaN", "[Infinity]", "-Infinity", "{", "1e400"]:
+        with pytest.raises(JsonValueError):
+            parse_json(text)
+
+
+def test_untrusted_json_can_keep_the_last_duplicate_key():
+    assert load_untrusted_json('{"a":1,"a":2}', duplicate_keys="last") == {"a": 2.0}
+
+
+def test_hostile_nesting_is_refused_without_recursing():
+    with pytest.raises(JsonValueError):
+        parse_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_protocol_bytes_must_be_exactly_canonical():
+    assert parse_canonical_json(b'{"a":1,"b":[true]}') == {"a": 1.0, "b": (True,)}
+    for data in [b'{"b":1,"a":2}', b'{"a": 1}', b'{"a":1.0}', b"\xef\xbb\xbf{}", b"\xff"]:
+        with pytest.raises(JsonValueError):
+            parse_canonical_json(data)
