@@ -1,0 +1,288 @@
+"""Settings: one frozen object from defaults, then `HARNESS_*` variables, then flags.
+
+operations.md §7: each source wins over the one before, and no other module reads the
+environment. Durations take `ms`/`s`/`m`/`h` (a bare number is seconds), sizes
+`KiB`/`MiB` (a bare number is bytes). `load_settings` reports every error at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+DEFAULT_LISTEN: Final = "127.0.0.1:7770"
+DEFAULT_METRICS_LISTEN: Final = "127.0.0.1:9770"
+
+
+def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/harness-gateway`, else `~/.local/state/harness-gateway`."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_STATE_HOME") or str(
+        Path(env.get("HOME", "~")).expanduser() / ".local/state"
+    )
+    return Path(base) / "harness-gateway"
+
+
+LogFormat = Literal["json", "text", "auto"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Every setting of a gateway process, with the embedded defaults."""
+
+    listen: str = DEFAULT_LISTEN
+    """gRPC listen address (`HOST:PORT`; port 0 takes a free port)."""
+    metrics_listen: str | None = DEFAULT_METRICS_LISTEN
+    """Prometheus `/metrics` address; None (`off`) disables it."""
+    data_dir: Path = field(default_factory=default_data_dir)
+    """Where the store, the lock and the generated admin token live."""
+    router: str | None = None
+    """A Router to join (`grpc://HOST:PORT`); None runs the in-process ring."""
+    registry: str | None = None
+    """A Registry to join (`grpc://HOST:PORT`); None runs it in-process."""
+    serve_router: bool = False
+    """Expose the embedded Router to other daemons."""
+    serve_registry: bool = False
+    """Expose the embedded Registry to other daemons."""
+    reflection: bool | None = None
+    """gRPC server reflection; None means on in the embedded mode, else off."""
+    stream_window: int = 256
+    """Unacknowledged deliveries a `Messages` stream may hold; the rest wait in the store."""
+    commit_delay: float = 0.002
+    """Seconds the store writer waits to gather writes into one commit."""
+    commit_max_batch: int = 512
+    """Most writes in one group commit."""
+    send_certify_timeout: float = 30.0
+    """Seconds a send waits for certification after its drain (1-600)."""
+    router_attach_timeout: float = 45.0
+    """Seconds a send waits for the Router subscription before `network-unavailable`."""
+    shutdown_delay: float = 0.0
+    """Seconds to keep serving after health turns NOT_SERVING at shutdown."""
+    shutdown_grace: float = 30.0
+    """Seconds in-flight calls get to finish at shutdown."""
+    history_export_dir: Path | None = None
+    """Directory of the optional history export (one JSON-lines file per agent)."""
+    keepalive_time: float = 30.0
+    """Seconds between server keepalive pings."""
+    keepalive_timeout: float = 10.0
+    """Seconds to wait for a ping acknowledgement."""
+    keepalive_min_client_interval: float = 10.0
+    """Fastest client ping interval accepted, in seconds."""
+    max_connection_idle: float = 900.0
+    """Seconds before an idle connection is closed."""
+    max_connection_age: float = 1800.0
+    """Seconds before a connection is asked to go away (gRPC adds ±10% jitter)."""
+    max_connection_age_grace: float = 70.0
+    """Seconds a going-away connection keeps its calls."""
+    max_receive_bytes: int = 1 << 20
+    """Largest message the server receives."""
+    max_concurrent_rpcs: int | None = None
+    """Concurrent RPC cap; None is off."""
+    admin_token_file: Path | None = None
+    """File holding the operator token; None generates `<data-dir>/admin-token` (embedded)."""
+    peer_token_file: Path | None = None
+    """File holding the daemon-to-daemon token."""
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    health_listen: str | None = None
+    """Plaintext health-only listener, for kubelet probes when TLS is on."""
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+    log_content: bool = False
+    """Log message text, questions and answers (a developer's machine only)."""
+    uvloop: bool = True
+
+    @property
+    def embedded(self) -> bool:
+        """True when Router and Registry both run in-process."""
+        return self.router is None and self.registry is None
+
+    @property
+    def reflection_enabled(self) -> bool:
+        """Reflection as configured, defaulting by mode."""
+        return self.embedded if self.reflection is None else self.reflection
+
+    @property
+    def mode(self) -> str:
+        """The `mode` label of `harness_build_info`."""
+        return "embedded" if self.embedded else "joined"
+
+
+class SettingsError(ValueError):
+    """Settings could not be loaded; `errors` lists every problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
+_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SIZE = re.compile(r"(\d+)(KiB|MiB|GiB)?")
+_SIZE_UNITS: Final = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, None: 1}
+_TRUE: Final = {"1", "true", "yes", "on"}
+_FALSE: Final = {"0", "false", "no", "off"}
+
+
+def parse_duration(text: str) -> float:
+    """`250ms`, `2s`, `15m`, `1h`, or a bare number of seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"expected a duration such as 250ms, 30s, 15m or 1h, got {text!r}")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_size(text: str) -> int:
+    """`512KiB`, `1MiB`, or a bare number of bytes."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"expected a size such as 1MiB or 65536, got {text!r}")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+def parse_bool(text: str) -> bool:
+    """true/false, yes/no, on/off, 1/0."""
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _optional_address(text: str) -> str | None:
+    return None if text.strip().lower() == "off" else _address(text)
+
+
+def _address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def _log_format(text: str) -> str:
+    if text not in ("json", "text", "auto"):
+        raise ValueError(f"expected json, text or auto, got {text!r}")
+    return text
+
+
+def _log_level(text: str) -> str:
+    if text.lower() not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"expected debug, info, warning or error, got {text!r}")
+    return text.lower()
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+_PARSERS: Final[dict[str, Callable[[str], object]]] = {
+    "listen": _address,
+    "metrics_listen": _optional_address,
+    "data_dir": Path,
+    "router": str,
+    "registry": str,
+    "serve_router": parse_bool,
+    "serve_registry": parse_bool,
+    "reflection": parse_bool,
+    "stream_window": _positive_int,
+    "commit_delay": parse_duration,
+    "commit_max_batch": _positive_int,
+    "send_certify_timeout": parse_duration,
+    "router_attach_timeout": parse_duration,
+    "shutdown_delay": parse_duration,
+    "shutdown_grace": parse_duration,
+    "history_export_dir": Path,
+    "keepalive_time": parse_duration,
+    "keepalive_timeout": parse_duration,
+    "keepalive_min_client_interval": parse_duration,
+    "max_connection_idle": parse_duration,
+    "max_connection_age": parse_duration,
+    "max_connection_age_grace": parse_duration,
+    "max_receive_bytes": parse_size,
+    "max_concurrent_rpcs": _positive_int,
+    "admin_token_file": Path,
+    "peer_token_file": Path,
+    "tls_cert_file": Path,
+    "tls_key_file": Path,
+    "tls_client_ca_file": Path,
+    "health_listen": _address,
+    "log_format": _log_format,
+    "log_level": _log_level,
+    "log_content": parse_bool,
+    "uvloop": parse_bool,
+}
+"""Setting name → parser of its text form. The variable is `HARNESS_` + the upper name."""
+
+ENV_PREFIX: Final = "HARNESS_"
+
+
+def env_name(setting: str) -> str:
+    """The `HARNESS_*` variable of a setting."""
+    return ENV_PREFIX + setting.upper()
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None, flags: Mapping[str, object] | None = None
+) -> Settings:
+    """Defaults, then `HARNESS_*` from `env`, then `flags` (already typed or text).
+
+    Raises `SettingsError` listing every invalid value.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, object] = {}
+    errors: list[str] = []
+    data_dir_env = {key: env[key] for key in ("XDG_STATE_HOME", "HOME") if key in env}
+    values["data_dir"] = default_data_dir(data_dir_env)
+    for name, parser in _PARSERS.items():
+        variable = env_name(name)
+        if variable in env and env[variable] != "":
+            try:
+                values[name] = parser(env[variable])
+            except ValueError as error:
+                errors.append(f"{variable}: {error}")
+    for name, raw in (flags or {}).items():
+        if raw is None:
+            continue
+        if name not in _PARSERS:
+            errors.append(f"--{name.replace('_', '-')}: unknown setting")
+            continue
+        try:
+            values[name] = _PARSERS[name](raw) if isinstance(raw, str) else raw
+        except ValueError as error:
+            errors.append(f"--{name.replace('_', '-')}: {error}")
+    errors.extend(_check_ranges(values))
+    if errors:
+        raise SettingsError(errors)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _check_ranges(values: Mapping[str, object]) -> list[str]:
+    errors = []
+    timeout = values.get("send_certify_timeout")
+    if isinstance(timeout, float) and not 1.0 <= timeout <= 600.0:
+        errors.append("send_certify_timeout: must be between 1s and 600s")
+    return errors
+
+
+SECRET_FIELDS: Final = frozenset({"admin_token_file", "peer_token_file"})
+"""Settings that name secrets; their paths are shown, never their contents."""
+
+
+def describe(settings: Settings) -> dict[str, object]:
+    """The effective settings as plain values, for `check-config` (no secret is read)."""
+    return {
+        item.name: (str(value) if isinstance(value, Path) else value)
+        for item in dataclasses.fields(settings)
+        for value in [getattr(settings, item.name)]
+    }
