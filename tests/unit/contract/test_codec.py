@@ -27,6 +27,7 @@ from gateway.contract.errors import (
     CollectiveError,
     FirewallRefusal,
     FirewallSendError,
+    HarnessError,
     MembersUnreachable,
     RequestExpired,
     SchemaInvalid,
@@ -45,7 +46,7 @@ from gateway.contract.guidance import (
     UncertainInstruction,
     Withheld,
 )
-from gateway.contract.jsonvalue import canonical_json
+from gateway.contract.jsonvalue import JsonValue, canonical_json
 from gateway.contract.values import (
     Accept,
     Answered,
@@ -57,6 +58,7 @@ from gateway.contract.values import (
     Declined,
     DirectMessage,
     GroupMessage,
+    InboundItem,
     Invalid,
     MemberResult,
     MessageInput,
@@ -65,10 +67,14 @@ from gateway.contract.values import (
     NoAnswer,
     OperationFailedItem,
     ResponseInput,
+    SendInput,
     SendResult,
 )
 
-SCHEMA = {"type": "object", "properties": {"slot": {"type": "string", "enum": ("mon", "tue")}}}
+SCHEMA: dict[str, JsonValue] = {
+    "type": "object",
+    "properties": {"slot": {"type": "string", "enum": ("mon", "tue")}},
+}
 GUIDANCE = CheckedGuidance(
     check_id="chk_AAAAAAAAAAAAAAAAAAAAAA",
     subjects=(GuidanceSubject(id="out", sender="agent:a", recipients=("agent:b",), text="hi"),),
@@ -89,7 +95,7 @@ GUIDANCE = CheckedGuidance(
     ),
 )
 
-INPUTS = [
+INPUTS: list[SendInput] = [
     MessageInput(to="agent:bob", text="hi"),
     MessageInput(to="agent:bob", text="hi", collective=MulticastOperation()),
     MessageInput(
@@ -116,7 +122,7 @@ def test_an_omitted_collective_and_an_explicit_multicast_bind_different_bytes():
     )
 
 
-ITEMS = [
+ITEMS: list[InboundItem] = [
     MulticastItem(
         message=DirectMessage(
             post_id="pst_x", address="agent:a", sender="agent:a", content=multicast_content("x")
@@ -185,7 +191,7 @@ def test_guidance_and_results_round_trip():
     assert send_result_to_json(SendResult()) == {}
 
 
-ERRORS = [
+ERRORS: list[HarnessError] = [
     SendError(SendErrorReason.DELIVERY_PENDING),
     SendError(SendErrorReason.UNKNOWN_AGENT, "agent:x is not registered with the gateway"),
     CollectiveError("col_x", RequestExpired()),
