@@ -29,6 +29,8 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/buf lint proto
+	$(BIN)/buf format --exit-code --diff proto
 
 typecheck: $(STAMP)
 	$(BIN)/mypy gateway clients/python/src tests
