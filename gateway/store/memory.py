@@ -1,0 +1,370 @@
+"""`MemoryStore`: the `Store` seam in memory, for unit tests that open no file.
+
+It keeps the same rows and enforces the same uniqueness as the SQLite tables, and the
+store contract suite (`tests/unit/store/test_store_contract.py`) runs against both, so the
+fake cannot drift from the real thing. `apply` is atomic: writes are applied to a copy that
+replaces the state only when every write succeeded.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import assert_never
+
+from gateway.store.errors import StoreClosed, StoreError
+from gateway.store.records import (
+    AcknowledgeItem,
+    AgentSnapshot,
+    ConversationRow,
+    DeleteStaged,
+    DeliveryRow,
+    DeliveryState,
+    EvidenceRow,
+    IdentityRow,
+    InboxRow,
+    InboxState,
+    IntentRow,
+    IntentState,
+    LockRow,
+    OutboxRow,
+    OutboxState,
+    PutConversation,
+    PutCursor,
+    PutDelivery,
+    PutEvidence,
+    PutIdentity,
+    PutInboxItem,
+    PutIntent,
+    PutLock,
+    PutOutbox,
+    PutReanchor,
+    PutRecord,
+    PutStaged,
+    PutToken,
+    ReanchorRow,
+    RecordRow,
+    ResetConversation,
+    RevokeTokens,
+    SetDeliveryState,
+    SetOutboxState,
+    StagedRow,
+    Write,
+)
+
+
+class ConstraintViolation(StoreError):
+    """A write broke a uniqueness rule the SQLite schema also enforces."""
+
+
+@dataclass
+class _Agent:
+    conversations: dict[str, ConversationRow] = field(default_factory=dict)
+    intents: dict[str, IntentRow] = field(default_factory=dict)
+    locks: dict[tuple[str, str], LockRow] = field(default_factory=dict)
+    staged: dict[str, StagedRow] = field(default_factory=dict)
+    evidence: dict[tuple[str, str, str], EvidenceRow] = field(default_factory=dict)
+    records: dict[str, RecordRow] = field(default_factory=dict)
+    reanchors: dict[tuple[str, str, str], ReanchorRow] = field(default_factory=dict)
+    outbox: dict[int, OutboxRow] = field(default_factory=dict)
+    deliveries: dict[str, DeliveryRow] = field(default_factory=dict)
+    inbox: dict[int, InboxRow] = field(default_factory=dict)
+
+
+@dataclass
+class _State:
+    identities: dict[str, IdentityRow] = field(default_factory=dict)
+    tokens: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    cursors: dict[str, bytes] = field(default_factory=dict)
+    agents: dict[str, _Agent] = field(default_factory=dict)
+
+    def agent(self, agent_id: str) -> _Agent:
+        return self.agents.setdefault(agent_id, _Agent())
+
+
+class MemoryStore:
+    """An in-memory `Store`."""
+
+    def __init__(self) -> None:
+        self._state = _State()
+        self._closed = False
+
+    async def apply(self, writes: Sequence[Write]) -> None:
+        """Apply every write or none."""
+        self._check_open()
+        state = copy.deepcopy(self._state)
+        for write in writes:
+            _apply(state, write)
+        self._state = state
+
+    async def identities(self) -> list[IdentityRow]:
+        self._check_open()
+        return list(self._state.identities.values())
+
+    async def token(self, token_digest: str) -> tuple[str, bool] | None:
+        self._check_open()
+        return self._state.tokens.get(token_digest)
+
+    async def cursor(self, subscription: str) -> bytes | None:
+        self._check_open()
+        return self._state.cursors.get(subscription)
+
+    async def snapshot(self, agent_id: str) -> AgentSnapshot:
+        self._check_open()
+        agent = self._state.agent(agent_id)
+        return AgentSnapshot(
+            conversations=tuple(agent.conversations[key] for key in sorted(agent.conversations)),
+            open_intents=tuple(
+                sorted(
+                    (row for row in agent.intents.values() if row.state is IntentState.OPEN),
+                    key=lambda row: row.bind_seq,
+                )
+            ),
+            locks=tuple(agent.locks.values()),
+            staged=tuple(agent.staged.values()),
+            evidence=tuple(agent.evidence.values()),
+            reanchors=tuple(agent.reanchors.values()),
+            pending_outbox=tuple(
+                agent.outbox[key]
+                for key in sorted(agent.outbox)
+                if agent.outbox[key].state is OutboxState.PENDING
+            ),
+            pending_deliveries=tuple(
+                sorted(
+                    (
+                        row
+                        for row in agent.deliveries.values()
+                        if row.state is DeliveryState.PENDING
+                    ),
+                    key=lambda row: row.commit_seq,
+                )
+            ),
+            max_bind_seq=max((row.bind_seq for row in agent.intents.values()), default=0),
+            max_commit_seq=max((row.commit_seq for row in agent.records.values()), default=0),
+            max_inbox_seq=max(agent.inbox, default=0),
+            max_outbox_row=max(agent.outbox, default=0),
+            unread=sum(1 for row in agent.inbox.values() if row.state is InboxState.UNREAD),
+        )
+
+    async def unread(self, agent_id: str, after_seq: int, limit: int) -> list[InboxRow]:
+        self._check_open()
+        inbox = self._state.agent(agent_id).inbox
+        rows = [
+            inbox[seq]
+            for seq in sorted(inbox)
+            if seq > after_seq and inbox[seq].state is InboxState.UNREAD
+        ]
+        return rows[:limit]
+
+    async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
+        self._check_open()
+        return next(
+            (row for row in self._state.agent(agent_id).inbox.values() if row.token == token),
+            None,
+        )
+
+    async def oldest_unread(self, agent_id: str) -> float | None:
+        self._check_open()
+        return min(
+            (
+                row.created_at
+                for row in self._state.agent(agent_id).inbox.values()
+                if row.state is InboxState.UNREAD
+            ),
+            default=None,
+        )
+
+    async def conversations(self, agent_id: str) -> list[ConversationRow]:
+        self._check_open()
+        conversations = self._state.agent(agent_id).conversations
+        return [conversations[key] for key in sorted(conversations)]
+
+    async def records(
+        self, agent_id: str, conversation_id: str, after_depth: int, limit: int
+    ) -> list[RecordRow]:
+        self._check_open()
+        rows = sorted(
+            (
+                row
+                for row in self._state.agent(agent_id).records.values()
+                if row.conversation_id == conversation_id and row.depth > after_depth
+            ),
+            key=lambda row: row.depth,
+        )
+        return rows[:limit]
+
+    async def record(self, agent_id: str, record_hash: str) -> RecordRow | None:
+        self._check_open()
+        return self._state.agent(agent_id).records.get(record_hash)
+
+    async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
+        self._check_open()
+        return self._state.agent(agent_id).intents.get(post_id)
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("store", "closed")
+
+
+def _apply(state: _State, write: Write) -> None:
+    match write:
+        case PutIdentity():
+            if write.agent_id in state.identities or any(
+                row.agent_name == write.agent_name for row in state.identities.values()
+            ):
+                raise ConstraintViolation("identity exists")
+            state.identities[write.agent_id] = IdentityRow(
+                agent_id=write.agent_id,
+                agent_name=write.agent_name,
+                signed_card=write.signed_card,
+                seed=write.seed,
+                created_at=write.created_at,
+            )
+        case PutToken():
+            if write.token_digest in state.tokens:
+                raise ConstraintViolation("token exists")
+            state.tokens[write.token_digest] = (write.agent_id, False)
+        case RevokeTokens():
+            for digest, (agent_id, _) in list(state.tokens.items()):
+                if agent_id == write.agent_id:
+                    state.tokens[digest] = (agent_id, True)
+        case PutCursor():
+            state.cursors[write.subscription] = write.cursor
+        case PutConversation():
+            state.agent(write.agent_id).conversations[write.conversation_id] = ConversationRow(
+                conversation_id=write.conversation_id,
+                descriptor=write.descriptor,
+                membership_hash=write.membership_hash,
+                anchor=write.anchor,
+                anchor_hash=write.anchor_hash,
+                head=write.head,
+                depth=write.depth,
+            )
+        case PutIntent():
+            agent = state.agent(write.agent_id)
+            if any(
+                row.bind_seq == write.bind_seq and row.post_id != write.post_id
+                for row in agent.intents.values()
+            ):
+                raise ConstraintViolation("bind sequence reused")
+            agent.intents[write.post_id] = IntentRow(
+                post_id=write.post_id,
+                conversation_id=write.conversation_id,
+                bind_seq=write.bind_seq,
+                intent=write.intent,
+                state=write.state,
+                record_hash=write.record_hash,
+                bound_at=write.bound_at,
+            )
+        case PutLock():
+            state.agent(write.agent_id).locks[(write.conversation_id, write.predecessor)] = LockRow(
+                conversation_id=write.conversation_id,
+                predecessor=write.predecessor,
+                action_hash=write.action_hash,
+                action=write.action,
+            )
+        case PutStaged():
+            state.agent(write.agent_id).staged[write.record_hash] = StagedRow(
+                record_hash=write.record_hash,
+                conversation_id=write.conversation_id,
+                predecessor=write.predecessor,
+                record=write.record,
+            )
+        case DeleteStaged():
+            state.agent(write.agent_id).staged.pop(write.record_hash, None)
+        case PutEvidence():
+            state.agent(write.agent_id).evidence.setdefault(
+                (write.subject, write.signer, write.kind.value),
+                EvidenceRow(
+                    conversation_id=write.conversation_id,
+                    subject=write.subject,
+                    signer=write.signer,
+                    kind=write.kind,
+                    statement=write.statement,
+                ),
+            )
+        case PutRecord():
+            agent = state.agent(write.agent_id)
+            if write.record_hash in agent.records or any(
+                row.conversation_id == write.conversation_id and row.depth == write.depth
+                for row in agent.records.values()
+            ):
+                raise ConstraintViolation("record exists")
+            agent.records[write.record_hash] = RecordRow(
+                record_hash=write.record_hash,
+                conversation_id=write.conversation_id,
+                depth=write.depth,
+                author=write.author,
+                post_id=write.post_id,
+                record=write.record,
+                commit_seq=write.commit_seq,
+            )
+        case PutReanchor():
+            state.agent(write.agent_id).reanchors[
+                (write.conversation_id, write.previous_anchor_hash, write.instance_id)
+            ] = ReanchorRow(
+                conversation_id=write.conversation_id,
+                previous_anchor_hash=write.previous_anchor_hash,
+                instance_id=write.instance_id,
+                body=write.body,
+                anchor_hash=write.anchor_hash,
+                completed=write.completed,
+            )
+        case ResetConversation():
+            agent = state.agent(write.agent_id)
+            cid = write.conversation_id
+            agent.locks = {k: v for k, v in agent.locks.items() if v.conversation_id != cid}
+            agent.staged = {k: v for k, v in agent.staged.items() if v.conversation_id != cid}
+            agent.evidence = {k: v for k, v in agent.evidence.items() if v.conversation_id != cid}
+        case PutOutbox():
+            state.agent(write.agent_id).outbox[write.row_id] = OutboxRow(
+                row_id=write.row_id,
+                conversation_id=write.conversation_id,
+                post_id=write.post_id,
+                message_id=write.message_id,
+                envelope=write.envelope,
+                state=write.state,
+            )
+        case SetOutboxState():
+            outbox = state.agent(write.agent_id).outbox
+            if write.row_id in outbox:
+                outbox[write.row_id] = replace(outbox[write.row_id], state=write.state)
+        case PutDelivery():
+            deliveries = state.agent(write.agent_id).deliveries
+            if write.token in deliveries:
+                raise ConstraintViolation("delivery exists")
+            deliveries[write.token] = DeliveryRow(
+                token=write.token,
+                record_hash=write.record_hash,
+                commit_seq=write.commit_seq,
+                projection=write.projection,
+                state=write.state,
+            )
+        case SetDeliveryState():
+            deliveries = state.agent(write.agent_id).deliveries
+            if write.token in deliveries:
+                deliveries[write.token] = replace(deliveries[write.token], state=write.state)
+        case PutInboxItem():
+            inbox = state.agent(write.agent_id).inbox
+            if write.seq in inbox or any(row.token == write.token for row in inbox.values()):
+                raise ConstraintViolation("inbox item exists")
+            inbox[write.seq] = InboxRow(
+                seq=write.seq,
+                token=write.token,
+                item=write.item,
+                guidance=write.guidance,
+                state=InboxState.UNREAD,
+                replacement_token=None,
+                created_at=write.created_at,
+            )
+        case AcknowledgeItem():
+            inbox = state.agent(write.agent_id).inbox
+            for seq, row in inbox.items():
+                if row.token == write.token and row.state is InboxState.UNREAD:
+                    inbox[seq] = replace(row, state=InboxState.ACKNOWLEDGED)
+        case _:
+            assert_never(write)

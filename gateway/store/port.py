@@ -1,0 +1,82 @@
+"""The `Store` seam: what the engine and the endpoints need from durable storage.
+
+SQLite implements it now (`SqliteStore`); PostgreSQL will implement the same Protocol.
+Writes are typed (`gateway.store.records.Write`) and every `apply` call is atomic; reads
+return typed rows. Nothing here speaks SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from gateway.store.records import (
+    AgentSnapshot,
+    ConversationRow,
+    IdentityRow,
+    InboxRow,
+    IntentRow,
+    RecordRow,
+    Write,
+)
+
+
+class Store(Protocol):
+    """One durable store for every hosted agent; every row is keyed by agent first."""
+
+    async def apply(self, writes: Sequence[Write]) -> None:
+        """Commit `writes` atomically, in order (grouped with other callers' writes).
+
+        Raises `CommitAmbiguous` when the commit may or may not have happened, and a
+        `StoreError` when it surely did not."""
+        ...
+
+    async def identities(self) -> list[IdentityRow]:
+        """Every hosted agent's committed identity."""
+        ...
+
+    async def token(self, token_digest: str) -> tuple[str, bool] | None:
+        """(AgentId, revoked) for an API token digest, or None."""
+        ...
+
+    async def cursor(self, subscription: str) -> bytes | None:
+        """The stored Router cursor of a subscription."""
+        ...
+
+    async def snapshot(self, agent_id: str) -> AgentSnapshot:
+        """Everything one agent rebuilds from at start."""
+        ...
+
+    async def unread(self, agent_id: str, after_seq: int, limit: int) -> list[InboxRow]:
+        """Unread inbox items after `after_seq`, in inbox order, at most `limit`."""
+        ...
+
+    async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
+        """One inbox item of this agent by token."""
+        ...
+
+    async def oldest_unread(self, agent_id: str) -> float | None:
+        """Creation time (epoch seconds) of the agent's oldest unread item."""
+        ...
+
+    async def conversations(self, agent_id: str) -> list[ConversationRow]:
+        """Every conversation the agent stores."""
+        ...
+
+    async def records(
+        self, agent_id: str, conversation_id: str, after_depth: int, limit: int
+    ) -> list[RecordRow]:
+        """Certified records of a conversation after `after_depth`, in chain order."""
+        ...
+
+    async def record(self, agent_id: str, record_hash: str) -> RecordRow | None:
+        """One certified record by hash."""
+        ...
+
+    async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
+        """One post intent by PostId."""
+        ...
+
+    async def close(self) -> None:
+        """Flush and close; idempotent."""
+        ...

@@ -1,0 +1,447 @@
+"""The store's vocabulary: typed writes the engine and the endpoints submit, and typed rows
+they read back (engine.md §8).
+
+Canonical objects are kept as their JCS bytes, so the store never needs to understand the
+protocol: it keys rows by agent first, then by the identifiers the spec names. A list of
+writes passed to `Store.apply` commits atomically, in order. Sequence numbers (bind order,
+commit order, inbox order, outbox rows) are assigned by the caller, which owns the agent's
+counters after rehydration; the store only enforces uniqueness.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TypeAlias
+
+
+class IntentState(enum.StrEnum):
+    """A bound post intent's state."""
+
+    OPEN = "open"
+    """Bound, not yet certified: it is proposed until it certifies or is refused."""
+    COMPLETED = "completed"
+    """Certified; `record_hash` names its record."""
+    REFUSED = "refused"
+    """The author's own policy refused it; it is never proposed again."""
+
+
+class OutboxState(enum.StrEnum):
+    """An outbound envelope's state."""
+
+    PENDING = "pending"
+    """Queued; sent (again) until the Router accepts it."""
+    ACCEPTED = "accepted"
+    """The Router accepted it."""
+    DISCARDED = "discarded"
+    """No longer worth sending (stale after recovery, or refused as our defect)."""
+
+
+class InboxState(enum.StrEnum):
+    """An inbox item's state."""
+
+    UNREAD = "unread"
+    """Offered on every new stream until acknowledged."""
+    ACKNOWLEDGED = "acknowledged"
+    """Retired; the row stays as a tombstone so the token is never reused."""
+    REPLACED = "replaced"
+    """Replaced at a restart by another item under `replacement_token`."""
+
+
+class DeliveryState(enum.StrEnum):
+    """A pending delivery's state (a promoted remote-authored record)."""
+
+    PENDING = "pending"
+    """Not classified yet."""
+    CLASSIFIED = "classified"
+    """Turned into an inbox item under the same token."""
+    CONSUMED = "consumed"
+    """Consumed and acknowledged by the endpoint itself, never delivered."""
+
+
+class EvidenceKind(enum.StrEnum):
+    """Which certificate a stored statement belongs to."""
+
+    ACTION = "action"
+    DURABILITY = "durability"
+    REANCHOR = "reanchor"
+
+
+# --- writes ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutIdentity:
+    """A hosted agent's committed identity: its signed card and Ed25519 seed."""
+
+    agent_id: str
+    agent_name: str
+    signed_card: bytes
+    seed: bytes
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutToken:
+    """An API token, stored only as its digest."""
+
+    token_digest: str
+    agent_id: str
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RevokeTokens:
+    """Revoke every token of an agent (rotation revokes, then puts the new one)."""
+
+    agent_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutCursor:
+    """The Router subscription's cursor, after a fully processed batch."""
+
+    subscription: str
+    cursor: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutConversation:
+    """A conversation's foundation, anchor and head (the whole row, upserted)."""
+
+    agent_id: str
+    conversation_id: str
+    descriptor: bytes
+    membership_hash: str
+    anchor: bytes
+    anchor_hash: str
+    head: str | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutIntent:
+    """A post intent (upserted: binding puts it `open`, promotion `completed`)."""
+
+    agent_id: str
+    post_id: str
+    conversation_id: str
+    bind_seq: int
+    intent: bytes
+    state: IntentState
+    record_hash: str | None
+    bound_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutLock:
+    """The durable proposal lock for (conversation, predecessor); `""` is GENESIS."""
+
+    agent_id: str
+    conversation_id: str
+    predecessor: str
+    action_hash: str
+    action: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutStaged:
+    """An action-certified record staged before this member's durability vote."""
+
+    agent_id: str
+    record_hash: str
+    conversation_id: str
+    predecessor: str
+    record: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteStaged:
+    """Remove a staged record (it was promoted)."""
+
+    agent_id: str
+    record_hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutEvidence:
+    """A signed statement about a subject (ActionHash, RecordHash or AnchorHash)."""
+
+    agent_id: str
+    conversation_id: str
+    subject: str
+    signer: str
+    kind: EvidenceKind
+    statement: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutRecord:
+    """A certified record, promoted; `commit_seq` orders records across conversations."""
+
+    agent_id: str
+    record_hash: str
+    conversation_id: str
+    depth: int
+    author: str
+    post_id: str
+    record: bytes
+    commit_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutReanchor:
+    """A re-anchor candidate this member voted for, or its completion."""
+
+    agent_id: str
+    conversation_id: str
+    previous_anchor_hash: str
+    instance_id: str
+    body: bytes
+    anchor_hash: str
+    completed: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResetConversation:
+    """The empty-conversation genesis swap: drop locks, staged records and evidence."""
+
+    agent_id: str
+    conversation_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutOutbox:
+    """An outbound signed envelope (upserted by row id; a re-wrap replaces its bytes)."""
+
+    agent_id: str
+    row_id: int
+    conversation_id: str
+    post_id: str | None
+    message_id: str
+    envelope: bytes
+    state: OutboxState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetOutboxState:
+    """Mark an outbox row accepted or discarded."""
+
+    agent_id: str
+    row_id: int
+    state: OutboxState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutDelivery:
+    """A pending delivery created with a promotion (remote author)."""
+
+    agent_id: str
+    token: str
+    record_hash: str
+    commit_seq: int
+    projection: bytes
+    state: DeliveryState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetDeliveryState:
+    """Classification's outcome for one delivery."""
+
+    agent_id: str
+    token: str
+    state: DeliveryState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutInboxItem:
+    """An item made durable under its token before anyone sees it."""
+
+    agent_id: str
+    seq: int
+    token: str
+    item: bytes
+    guidance: bytes | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcknowledgeItem:
+    """Retire an unread item (acknowledging an acknowledged one changes nothing)."""
+
+    agent_id: str
+    token: str
+
+
+Write: TypeAlias = (
+    PutIdentity
+    | PutToken
+    | RevokeTokens
+    | PutCursor
+    | PutConversation
+    | PutIntent
+    | PutLock
+    | PutStaged
+    | DeleteStaged
+    | PutEvidence
+    | PutRecord
+    | PutReanchor
+    | ResetConversation
+    | PutOutbox
+    | SetOutboxState
+    | PutDelivery
+    | SetDeliveryState
+    | PutInboxItem
+    | AcknowledgeItem
+)
+
+
+# --- rows ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdentityRow:
+    """A hosted agent's identity."""
+
+    agent_id: str
+    agent_name: str
+    signed_card: bytes
+    seed: bytes
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationRow:
+    """A conversation as one member stores it."""
+
+    conversation_id: str
+    descriptor: bytes
+    membership_hash: str
+    anchor: bytes
+    anchor_hash: str
+    head: str | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntentRow:
+    """A post intent."""
+
+    post_id: str
+    conversation_id: str
+    bind_seq: int
+    intent: bytes
+    state: IntentState
+    record_hash: str | None
+    bound_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LockRow:
+    """A proposal lock."""
+
+    conversation_id: str
+    predecessor: str
+    action_hash: str
+    action: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagedRow:
+    """A staged record."""
+
+    record_hash: str
+    conversation_id: str
+    predecessor: str
+    record: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceRow:
+    """A stored statement."""
+
+    conversation_id: str
+    subject: str
+    signer: str
+    kind: EvidenceKind
+    statement: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordRow:
+    """A certified record."""
+
+    record_hash: str
+    conversation_id: str
+    depth: int
+    author: str
+    post_id: str
+    record: bytes
+    commit_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReanchorRow:
+    """A re-anchor candidate or completion."""
+
+    conversation_id: str
+    previous_anchor_hash: str
+    instance_id: str
+    body: bytes
+    anchor_hash: str
+    completed: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboxRow:
+    """An outbound envelope."""
+
+    row_id: int
+    conversation_id: str
+    post_id: str | None
+    message_id: str
+    envelope: bytes
+    state: OutboxState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeliveryRow:
+    """A pending delivery."""
+
+    token: str
+    record_hash: str
+    commit_seq: int
+    projection: bytes
+    state: DeliveryState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboxRow:
+    """An inbox item."""
+
+    seq: int
+    token: str
+    item: bytes
+    guidance: bytes | None
+    state: InboxState
+    replacement_token: str | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSnapshot:
+    """Everything an agent's engine and endpoint rebuild from at start (engine.md §8)."""
+
+    conversations: tuple[ConversationRow, ...]
+    open_intents: tuple[IntentRow, ...]
+    locks: tuple[LockRow, ...]
+    staged: tuple[StagedRow, ...]
+    evidence: tuple[EvidenceRow, ...]
+    reanchors: tuple[ReanchorRow, ...]
+    pending_outbox: tuple[OutboxRow, ...]
+    pending_deliveries: tuple[DeliveryRow, ...]
+    max_bind_seq: int
+    max_commit_seq: int
+    max_inbox_seq: int
+    max_outbox_row: int
+    unread: int

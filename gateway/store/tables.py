@@ -1,0 +1,650 @@
+"""The gateway's tables in SQLite, and the SQL behind each typed write and read.
+
+engine.md §8 fixes the tables; every row is keyed by AgentId first. Writes arrive as the
+closed `Write` union of `gateway.store.records` and are applied in order inside one
+transaction (a unit of the group-commit writer), so each call to `Store.apply` is atomic.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Final, assert_never
+
+from gateway.store.records import (
+    AcknowledgeItem,
+    AgentSnapshot,
+    ConversationRow,
+    DeleteStaged,
+    DeliveryRow,
+    DeliveryState,
+    EvidenceKind,
+    EvidenceRow,
+    IdentityRow,
+    InboxRow,
+    InboxState,
+    IntentRow,
+    IntentState,
+    LockRow,
+    OutboxRow,
+    OutboxState,
+    PutConversation,
+    PutCursor,
+    PutDelivery,
+    PutEvidence,
+    PutIdentity,
+    PutInboxItem,
+    PutIntent,
+    PutLock,
+    PutOutbox,
+    PutReanchor,
+    PutRecord,
+    PutStaged,
+    PutToken,
+    ReanchorRow,
+    RecordRow,
+    ResetConversation,
+    RevokeTokens,
+    SetDeliveryState,
+    SetOutboxState,
+    StagedRow,
+    Write,
+)
+
+SCHEMA_VERSION: Final = 1
+"""Bumped with every change to `DDL`; an unknown version fails closed at start."""
+
+DDL: Final = (
+    """CREATE TABLE identities (
+        agent_id TEXT PRIMARY KEY,
+        agent_name TEXT NOT NULL UNIQUE,
+        signed_card BLOB NOT NULL,
+        seed BLOB NOT NULL,
+        created_at TEXT NOT NULL)""",
+    """CREATE TABLE agent_tokens (
+        token_digest TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL REFERENCES identities(agent_id),
+        revoked INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL)""",
+    "CREATE INDEX agent_tokens_by_agent ON agent_tokens(agent_id)",
+    """CREATE TABLE router_cursor (
+        subscription TEXT PRIMARY KEY,
+        cursor BLOB NOT NULL)""",
+    """CREATE TABLE conversations (
+        agent_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        descriptor BLOB NOT NULL,
+        membership_hash TEXT NOT NULL,
+        anchor BLOB NOT NULL,
+        anchor_hash TEXT NOT NULL,
+        head TEXT,
+        depth INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, conversation_id))""",
+    """CREATE TABLE post_intents (
+        agent_id TEXT NOT NULL,
+        post_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        bind_seq INTEGER NOT NULL,
+        intent BLOB NOT NULL,
+        state TEXT NOT NULL,
+        record_hash TEXT,
+        bound_at REAL NOT NULL,
+        PRIMARY KEY (agent_id, post_id),
+        UNIQUE (agent_id, bind_seq))""",
+    "CREATE INDEX post_intents_open ON post_intents(agent_id, state)",
+    """CREATE TABLE proposal_locks (
+        agent_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        predecessor TEXT NOT NULL,
+        action_hash TEXT NOT NULL,
+        action BLOB NOT NULL,
+        PRIMARY KEY (agent_id, conversation_id, predecessor))""",
+    """CREATE TABLE staged_records (
+        agent_id TEXT NOT NULL,
+        record_hash TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        predecessor TEXT NOT NULL,
+        record BLOB NOT NULL,
+        PRIMARY KEY (agent_id, record_hash))""",
+    """CREATE TABLE evidence (
+        agent_id TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        signer TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        statement BLOB NOT NULL,
+        PRIMARY KEY (agent_id, subject, signer, kind))""",
+    "CREATE INDEX evidence_by_conversation ON evidence(agent_id, conversation_id)",
+    """CREATE TABLE certified_records (
+        agent_id TEXT NOT NULL,
+        record_hash TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        depth INTEGER NOT NULL,
+        author TEXT NOT NULL,
+        post_id TEXT NOT NULL,
+        record BLOB NOT NULL,
+        commit_seq INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, record_hash),
+        UNIQUE (agent_id, conversation_id, depth))""",
+    """CREATE TABLE reanchors (
+        agent_id TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
+        previous_anchor_hash TEXT NOT NULL,
+        instance_id TEXT NOT NULL,
+        body BLOB NOT NULL,
+        anchor_hash TEXT NOT NULL,
+        completed BLOB,
+        PRIMARY KEY (agent_id, conversation_id, previous_anchor_hash, instance_id))""",
+    """CREATE TABLE outbox (
+        agent_id TEXT NOT NULL,
+        row_id INTEGER NOT NULL,
+        conversation_id TEXT NOT NULL,
+        post_id TEXT,
+        message_id TEXT NOT NULL,
+        envelope BLOB NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (agent_id, row_id))""",
+    "CREATE INDEX outbox_pending ON outbox(agent_id, state)",
+    """CREATE TABLE pending_deliveries (
+        agent_id TEXT NOT NULL,
+        token TEXT NOT NULL,
+        record_hash TEXT NOT NULL,
+        commit_seq INTEGER NOT NULL,
+        projection BLOB NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (agent_id, token))""",
+    "CREATE INDEX pending_deliveries_pending ON pending_deliveries(agent_id, state, commit_seq)",
+    """CREATE TABLE inbox (
+        agent_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        token TEXT NOT NULL,
+        item BLOB NOT NULL,
+        guidance BLOB,
+        state TEXT NOT NULL,
+        replacement_token TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (agent_id, seq),
+        UNIQUE (agent_id, token))""",
+    "CREATE INDEX inbox_unread ON inbox(agent_id, state, seq)",
+    """CREATE TABLE sends (
+        agent_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        request BLOB NOT NULL,
+        state TEXT NOT NULL,
+        outcome BLOB,
+        run_id TEXT NOT NULL,
+        PRIMARY KEY (agent_id, key))""",
+)
+"""Schema version 1."""
+
+
+def apply_writes(connection: sqlite3.Connection, writes: Sequence[Write]) -> None:
+    """Apply writes in order on a connection inside the caller's transaction."""
+    for write in writes:
+        _apply(connection, write)
+
+
+def _apply(db: sqlite3.Connection, write: Write) -> None:
+    match write:
+        case PutIdentity():
+            db.execute(
+                "INSERT INTO identities VALUES (?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.agent_name,
+                    write.signed_card,
+                    write.seed,
+                    write.created_at,
+                ),
+            )
+        case PutToken():
+            db.execute(
+                "INSERT INTO agent_tokens (token_digest, agent_id, created_at) VALUES (?, ?, ?)",
+                (write.token_digest, write.agent_id, write.created_at),
+            )
+        case RevokeTokens():
+            db.execute("UPDATE agent_tokens SET revoked = 1 WHERE agent_id = ?", (write.agent_id,))
+        case PutCursor():
+            db.execute(
+                "INSERT INTO router_cursor VALUES (?, ?) "
+                "ON CONFLICT (subscription) DO UPDATE SET cursor = excluded.cursor",
+                (write.subscription, write.cursor),
+            )
+        case PutConversation():
+            db.execute(
+                "INSERT OR REPLACE INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.conversation_id,
+                    write.descriptor,
+                    write.membership_hash,
+                    write.anchor,
+                    write.anchor_hash,
+                    write.head,
+                    write.depth,
+                ),
+            )
+        case PutIntent():
+            db.execute(
+                "INSERT OR REPLACE INTO post_intents VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.post_id,
+                    write.conversation_id,
+                    write.bind_seq,
+                    write.intent,
+                    write.state.value,
+                    write.record_hash,
+                    write.bound_at,
+                ),
+            )
+        case PutLock():
+            db.execute(
+                "INSERT OR REPLACE INTO proposal_locks VALUES (?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.conversation_id,
+                    write.predecessor,
+                    write.action_hash,
+                    write.action,
+                ),
+            )
+        case PutStaged():
+            db.execute(
+                "INSERT OR REPLACE INTO staged_records VALUES (?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.record_hash,
+                    write.conversation_id,
+                    write.predecessor,
+                    write.record,
+                ),
+            )
+        case DeleteStaged():
+            db.execute(
+                "DELETE FROM staged_records WHERE agent_id = ? AND record_hash = ?",
+                (write.agent_id, write.record_hash),
+            )
+        case PutEvidence():
+            db.execute(
+                "INSERT OR IGNORE INTO evidence VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.subject,
+                    write.signer,
+                    write.kind.value,
+                    write.conversation_id,
+                    write.statement,
+                ),
+            )
+        case PutRecord():
+            db.execute(
+                "INSERT INTO certified_records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.record_hash,
+                    write.conversation_id,
+                    write.depth,
+                    write.author,
+                    write.post_id,
+                    write.record,
+                    write.commit_seq,
+                ),
+            )
+        case PutReanchor():
+            db.execute(
+                "INSERT OR REPLACE INTO reanchors VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.conversation_id,
+                    write.previous_anchor_hash,
+                    write.instance_id,
+                    write.body,
+                    write.anchor_hash,
+                    write.completed,
+                ),
+            )
+        case ResetConversation():
+            for table in ("proposal_locks", "staged_records", "evidence"):
+                db.execute(
+                    f"DELETE FROM {table} WHERE agent_id = ? AND conversation_id = ?",  # noqa: S608 - fixed table names
+                    (write.agent_id, write.conversation_id),
+                )
+        case PutOutbox():
+            db.execute(
+                "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.row_id,
+                    write.conversation_id,
+                    write.post_id,
+                    write.message_id,
+                    write.envelope,
+                    write.state.value,
+                ),
+            )
+        case SetOutboxState():
+            db.execute(
+                "UPDATE outbox SET state = ? WHERE agent_id = ? AND row_id = ?",
+                (write.state.value, write.agent_id, write.row_id),
+            )
+        case PutDelivery():
+            db.execute(
+                "INSERT INTO pending_deliveries VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.token,
+                    write.record_hash,
+                    write.commit_seq,
+                    write.projection,
+                    write.state.value,
+                ),
+            )
+        case SetDeliveryState():
+            db.execute(
+                "UPDATE pending_deliveries SET state = ? WHERE agent_id = ? AND token = ?",
+                (write.state.value, write.agent_id, write.token),
+            )
+        case PutInboxItem():
+            db.execute(
+                "INSERT INTO inbox (agent_id, seq, token, item, guidance, state, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    write.agent_id,
+                    write.seq,
+                    write.token,
+                    write.item,
+                    write.guidance,
+                    InboxState.UNREAD.value,
+                    write.created_at,
+                ),
+            )
+        case AcknowledgeItem():
+            db.execute(
+                "UPDATE inbox SET state = ? WHERE agent_id = ? AND token = ? AND state = ?",
+                (
+                    InboxState.ACKNOWLEDGED.value,
+                    write.agent_id,
+                    write.token,
+                    InboxState.UNREAD.value,
+                ),
+            )
+        case _:
+            assert_never(write)
+
+
+# --- reads -----------------------------------------------------------------------------
+
+
+def read_identities(db: sqlite3.Connection) -> list[IdentityRow]:
+    """Every hosted agent's identity, in registration order."""
+    rows = db.execute(
+        "SELECT agent_id, agent_name, signed_card, seed, created_at FROM identities ORDER BY rowid"
+    ).fetchall()
+    return [
+        IdentityRow(
+            agent_id=row[0], agent_name=row[1], signed_card=row[2], seed=row[3], created_at=row[4]
+        )
+        for row in rows
+    ]
+
+
+def read_token(db: sqlite3.Connection, token_digest: str) -> tuple[str, bool] | None:
+    """(agent_id, revoked) of a token digest, or None."""
+    row = db.execute(
+        "SELECT agent_id, revoked FROM agent_tokens WHERE token_digest = ?", (token_digest,)
+    ).fetchone()
+    return None if row is None else (row[0], bool(row[1]))
+
+
+def read_cursor(db: sqlite3.Connection, subscription: str) -> bytes | None:
+    """The stored cursor of a Router subscription."""
+    row = db.execute(
+        "SELECT cursor FROM router_cursor WHERE subscription = ?", (subscription,)
+    ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def _max(db: sqlite3.Connection, sql: str, agent_id: str) -> int:
+    row = db.execute(sql, (agent_id,)).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def read_snapshot(db: sqlite3.Connection, agent_id: str) -> AgentSnapshot:
+    """Everything one agent rebuilds from at start."""
+    key = (agent_id,)
+    return AgentSnapshot(
+        conversations=tuple(read_conversations(db, agent_id)),
+        open_intents=tuple(
+            IntentRow(
+                post_id=row[0],
+                conversation_id=row[1],
+                bind_seq=row[2],
+                intent=row[3],
+                state=IntentState(row[4]),
+                record_hash=row[5],
+                bound_at=row[6],
+            )
+            for row in db.execute(
+                "SELECT post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at "
+                "FROM post_intents WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq",
+                key,
+            )
+        ),
+        locks=tuple(
+            LockRow(conversation_id=row[0], predecessor=row[1], action_hash=row[2], action=row[3])
+            for row in db.execute(
+                "SELECT conversation_id, predecessor, action_hash, action FROM proposal_locks "
+                "WHERE agent_id = ?",
+                key,
+            )
+        ),
+        staged=tuple(
+            StagedRow(record_hash=row[0], conversation_id=row[1], predecessor=row[2], record=row[3])
+            for row in db.execute(
+                "SELECT record_hash, conversation_id, predecessor, record FROM staged_records "
+                "WHERE agent_id = ?",
+                key,
+            )
+        ),
+        evidence=tuple(
+            EvidenceRow(
+                conversation_id=row[0],
+                subject=row[1],
+                signer=row[2],
+                kind=EvidenceKind(row[3]),
+                statement=row[4],
+            )
+            for row in db.execute(
+                "SELECT conversation_id, subject, signer, kind, statement FROM evidence "
+                "WHERE agent_id = ?",
+                key,
+            )
+        ),
+        reanchors=tuple(
+            ReanchorRow(
+                conversation_id=row[0],
+                previous_anchor_hash=row[1],
+                instance_id=row[2],
+                body=row[3],
+                anchor_hash=row[4],
+                completed=row[5],
+            )
+            for row in db.execute(
+                "SELECT conversation_id, previous_anchor_hash, instance_id, body, anchor_hash, "
+                "completed FROM reanchors WHERE agent_id = ?",
+                key,
+            )
+        ),
+        pending_outbox=tuple(
+            OutboxRow(
+                row_id=row[0],
+                conversation_id=row[1],
+                post_id=row[2],
+                message_id=row[3],
+                envelope=row[4],
+                state=OutboxState(row[5]),
+            )
+            for row in db.execute(
+                "SELECT row_id, conversation_id, post_id, message_id, envelope, state FROM outbox "
+                "WHERE agent_id = ? AND state = 'pending' ORDER BY row_id",
+                key,
+            )
+        ),
+        pending_deliveries=tuple(
+            DeliveryRow(
+                token=row[0],
+                record_hash=row[1],
+                commit_seq=row[2],
+                projection=row[3],
+                state=DeliveryState(row[4]),
+            )
+            for row in db.execute(
+                "SELECT token, record_hash, commit_seq, projection, state FROM pending_deliveries "
+                "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq",
+                key,
+            )
+        ),
+        max_bind_seq=_max(
+            db, "SELECT MAX(bind_seq) FROM post_intents WHERE agent_id = ?", agent_id
+        ),
+        max_commit_seq=_max(
+            db, "SELECT MAX(commit_seq) FROM certified_records WHERE agent_id = ?", agent_id
+        ),
+        max_inbox_seq=_max(db, "SELECT MAX(seq) FROM inbox WHERE agent_id = ?", agent_id),
+        max_outbox_row=_max(db, "SELECT MAX(row_id) FROM outbox WHERE agent_id = ?", agent_id),
+        unread=_max(
+            db, "SELECT COUNT(*) FROM inbox WHERE agent_id = ? AND state = 'unread'", agent_id
+        ),
+    )
+
+
+def _inbox_row(row: Sequence[object]) -> InboxRow:
+    return InboxRow(
+        seq=int(row[0]),  # type: ignore[call-overload]
+        token=str(row[1]),
+        item=bytes(row[2]),  # type: ignore[call-overload]
+        guidance=None if row[3] is None else bytes(row[3]),  # type: ignore[call-overload]
+        state=InboxState(str(row[4])),
+        replacement_token=None if row[5] is None else str(row[5]),
+        created_at=float(row[6]),  # type: ignore[arg-type]
+    )
+
+
+_INBOX_COLUMNS: Final = "seq, token, item, guidance, state, replacement_token, created_at"
+
+
+def read_unread(
+    db: sqlite3.Connection, agent_id: str, after_seq: int, limit: int
+) -> list[InboxRow]:
+    """Unread inbox items after `after_seq`, in inbox order."""
+    return [
+        _inbox_row(row)
+        for row in db.execute(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE agent_id = ? AND state = 'unread' "  # noqa: S608 - fixed columns
+            "AND seq > ? ORDER BY seq LIMIT ?",
+            (agent_id, after_seq, limit),
+        )
+    ]
+
+
+def read_inbox_by_token(db: sqlite3.Connection, agent_id: str, token: str) -> InboxRow | None:
+    """One inbox item by its token, for this agent only."""
+    row = db.execute(
+        f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE agent_id = ? AND token = ?",  # noqa: S608 - fixed columns
+        (agent_id, token),
+    ).fetchone()
+    return None if row is None else _inbox_row(row)
+
+
+def read_oldest_unread(db: sqlite3.Connection, agent_id: str) -> float | None:
+    """Creation time of the oldest unread item."""
+    row = db.execute(
+        "SELECT MIN(created_at) FROM inbox WHERE agent_id = ? AND state = 'unread'", (agent_id,)
+    ).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def read_records(
+    db: sqlite3.Connection, agent_id: str, conversation_id: str, after_depth: int, limit: int
+) -> list[RecordRow]:
+    """Certified records of a conversation after a depth, in chain order."""
+    return [
+        RecordRow(
+            record_hash=row[0],
+            conversation_id=row[1],
+            depth=row[2],
+            author=row[3],
+            post_id=row[4],
+            record=row[5],
+            commit_seq=row[6],
+        )
+        for row in db.execute(
+            "SELECT record_hash, conversation_id, depth, author, post_id, record, commit_seq "
+            "FROM certified_records WHERE agent_id = ? AND conversation_id = ? AND depth > ? "
+            "ORDER BY depth LIMIT ?",
+            (agent_id, conversation_id, after_depth, limit),
+        )
+    ]
+
+
+def read_record_by_hash(
+    db: sqlite3.Connection, agent_id: str, record_hash: str
+) -> RecordRow | None:
+    """One certified record by its hash."""
+    row = db.execute(
+        "SELECT record_hash, conversation_id, depth, author, post_id, record, commit_seq "
+        "FROM certified_records WHERE agent_id = ? AND record_hash = ?",
+        (agent_id, record_hash),
+    ).fetchone()
+    if row is None:
+        return None
+    return RecordRow(
+        record_hash=row[0],
+        conversation_id=row[1],
+        depth=row[2],
+        author=row[3],
+        post_id=row[4],
+        record=row[5],
+        commit_seq=row[6],
+    )
+
+
+def read_intent(db: sqlite3.Connection, agent_id: str, post_id: str) -> IntentRow | None:
+    """One post intent by PostId."""
+    row = db.execute(
+        "SELECT post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at "
+        "FROM post_intents WHERE agent_id = ? AND post_id = ?",
+        (agent_id, post_id),
+    ).fetchone()
+    if row is None:
+        return None
+    return IntentRow(
+        post_id=row[0],
+        conversation_id=row[1],
+        bind_seq=row[2],
+        intent=row[3],
+        state=IntentState(row[4]),
+        record_hash=row[5],
+        bound_at=row[6],
+    )
+
+
+def read_conversations(db: sqlite3.Connection, agent_id: str) -> list[ConversationRow]:
+    """Every conversation an agent stores, by ConversationId."""
+    return [
+        ConversationRow(
+            conversation_id=row[0],
+            descriptor=row[1],
+            membership_hash=row[2],
+            anchor=row[3],
+            anchor_hash=row[4],
+            head=row[5],
+            depth=row[6],
+        )
+        for row in db.execute(
+            "SELECT conversation_id, descriptor, membership_hash, anchor, anchor_hash, head, "
+            "depth FROM conversations WHERE agent_id = ? ORDER BY conversation_id",
+            (agent_id,),
+        )
+    ]
