@@ -1,0 +1,61 @@
+"""The store: one SQLite file per daemon, written through group commits (engine.md §8).
+
+What other packages may import is listed in `__all__`; the modules behind it are internal.
+
+- `DataDirLock`: exclusive ownership of the data directory for the process's lifetime.
+- `SqliteDatabase`: the store file, checked at open (`quick_check`, schema version), with a
+  `CommitWriter` for writes and reader connections for reads.
+- `CommitWriter`: group commit of write units; `StoreObserver` receives its measurements.
+- Errors: `StoreError` and its tree (see `gateway.store.errors`).
+
+The engine's typed tables (`Store`, `SqliteStore`, `MemoryStore`) sit on top of these.
+"""
+
+from __future__ import annotations
+
+from gateway.store.errors import (
+    CommitAmbiguous,
+    DataDirLocked,
+    SchemaVersionMismatch,
+    StoreClosed,
+    StoreCorrupt,
+    StoreError,
+    StoreFailed,
+)
+from gateway.store.lock import DataDirLock
+from gateway.store.observer import NullStoreObserver, StoreObserver
+from gateway.store.sqlite import (
+    PROTOCOL_VERSION,
+    DatabaseState,
+    Schema,
+    SqliteDatabase,
+    open_database,
+)
+from gateway.store.writer import (
+    CommitWriter,
+    CommitWriterSettings,
+    CommitWriterState,
+    FatalHandler,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CommitAmbiguous",
+    "CommitWriter",
+    "CommitWriterSettings",
+    "CommitWriterState",
+    "DataDirLock",
+    "DataDirLocked",
+    "DatabaseState",
+    "FatalHandler",
+    "NullStoreObserver",
+    "Schema",
+    "SchemaVersionMismatch",
+    "SqliteDatabase",
+    "StoreClosed",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreFailed",
+    "StoreObserver",
+    "open_database",
+]

@@ -1,0 +1,110 @@
+"""The store's own failures, each a typed `StoreError`.
+
+These never cross the RPC boundary as they are: the engine turns them into contract
+reasons (`persistence-failed`, `outcome-unknown`). What each one tells its caller about
+the write it concerns is the point of the tree:
+
+    StoreError                  base of every failure raised by `gateway.store`
+    ├── DataDirLocked           another process holds `<data-dir>/LOCK`; nothing was opened
+    ├── StoreClosed             refused: the store is closing or closed; nothing was written
+    ├── StoreFailed             refused or abandoned after a fatal store error; nothing written
+    ├── CommitAmbiguous         the group's COMMIT failed: the write may or may not be durable
+    ├── StoreCorrupt            `PRAGMA quick_check` failed or the file is not a database
+    └── SchemaVersionMismatch   the file's version is not this build's; the file is untouched
+
+A write unit's own exception (anything it raises itself) reaches its caller as it is,
+never wrapped: only that unit's writes were rolled back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class StoreError(Exception):
+    """Base of every failure raised by `gateway.store`."""
+
+
+class DataDirLocked(StoreError):
+    """Another open of `<data-dir>/LOCK` holds the exclusive lock (engine.md §8).
+
+    Usually another harness-gateway process; a second `DataDirLock.acquire` in the same
+    process conflicts too, since `flock` locks belong to an open file description.
+    """
+
+    directory: Path
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        super().__init__(f"another harness-gateway process holds the lock on {directory}")
+
+
+class StoreClosed(StoreError):
+    """The store refused a call because it is closing or closed; nothing was written.
+
+    `state` names the state that refused the call (house-style 9).
+    """
+
+    state: str
+
+    def __init__(self, what: str, state: str) -> None:
+        self.state = state
+        super().__init__(f"{what} is {state}")
+
+
+class StoreFailed(StoreError):
+    """A fatal store error stopped the writer; this write was not committed.
+
+    Raised for units refused after the writer failed, and for units of a group that a
+    fatal error abandoned before its COMMIT ran (their transaction was rolled back).
+    `__cause__` is the underlying error when there is one.
+    """
+
+
+class CommitAmbiguous(StoreError):
+    """The COMMIT of this write's group failed, or its transaction ended unexpectedly.
+
+    The write may or may not be durable: callers treat it as "may have committed"
+    (engine.md §8 "a failed COMMIT leaves the whole group in doubt"). `__cause__` is the
+    underlying error.
+    """
+
+
+class StoreCorrupt(StoreError):
+    """`PRAGMA quick_check` reported problems, or the file is not an SQLite database.
+
+    The file was not modified; `detail` is SQLite's own report (the first lines of it).
+    """
+
+    path: Path
+    detail: str
+
+    def __init__(self, path: Path, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(f"store file {path} failed its integrity check: {detail}")
+
+
+class SchemaVersionMismatch(StoreError):
+    """The file's `meta` names a version this build does not know; nothing was changed.
+
+    `key` is the `meta` key that differed (`schema_version` or `protocol_version`);
+    `found` is the file's value (None when the file has tables but no `meta` entry) and
+    `expected` this build's. The store fails closed: no migration, no write.
+    """
+
+    path: Path
+    key: str
+    found: str | None
+    expected: str
+
+    def __init__(self, path: Path, *, key: str, found: str | None, expected: str) -> None:
+        self.path = path
+        self.key = key
+        self.found = found
+        self.expected = expected
+        shown = f"no {key}" if found is None else f"{key} {found}"
+        super().__init__(
+            f"store file {path} has {shown} but this harness-gateway expects {expected}; "
+            "refusing to open it (the file was left untouched)"
+        )

@@ -1,0 +1,615 @@
+"""Group commit: one writer, one write connection, one thread (engine.md §8).
+
+`writer = await CommitWriter.start(connect)` opens the write connection on the writer's
+own thread; `await writer.submit(unit)` queues a *unit*, a sync function
+`unit(connection) -> T` that makes one atomic change. The commit loop takes every unit
+queued within `commit_delay` (at most `max_batch`), runs them in submission order on the
+writer thread, each in its own SAVEPOINT of one `BEGIN IMMEDIATE` transaction, COMMITs once
+(one sync for the group) and then answers every caller. Callers may rely on:
+
+- `submit` returns the unit's result only after its group's COMMIT succeeded: durable.
+- A unit sees the writes of the units before it in its group.
+- A unit that raises has its own writes rolled back to its savepoint; its exception reaches
+  its caller as it is (never wrapped) and the rest of the group still commits.
+- A failed COMMIT fails every unit that had returned with `CommitAmbiguous` ("may have
+  committed"); units that raised keep their own exception (their writes were rolled back).
+- An error not attributable to one unit (BEGIN or COMMIT failing, a savepoint that cannot
+  be rolled back, an SQLite I/O, disk-full or corruption error, a transaction that ended
+  before COMMIT) marks the writer FAILED and calls `on_fatal(cause)` once, after the
+  group's callers are answered: the composition root stops the daemon rather than let
+  memory and disk diverge. The group's units get `StoreFailed` (rolled back) or
+  `CommitAmbiguous` (if the transaction ended outside the writer's control); later
+  submits get `StoreFailed`.
+- The queue is bounded (`queue_capacity`): `submit` waits for room, it never grows memory.
+- Cancelling a `submit` whose unit is already queued does not withdraw the unit: it still
+  runs and may commit.
+- `close()` stops accepting (`StoreClosed`), commits everything already accepted, closes
+  the connection; it is idempotent.
+
+Units must return quickly (everyone in the group waits for the slowest), must not COMMIT,
+ROLLBACK or RELEASE what they did not open (the writer treats an ended transaction as
+fatal), and must not keep the connection after they return. The event loop never runs
+SQLite: the commit loop is the one task the writer owns, and all blocking work happens on
+its single thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future as ThreadFuture
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, Self, TypeAlias, TypeVar, assert_never, cast
+
+from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreError, StoreFailed
+from gateway.store.observer import NullStoreObserver, StoreObserver
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+COMMIT_DELAY: Final = 0.002
+"""Seconds the commit loop waits after taking a unit, gathering more into its group.
+
+engine.md §8 and operations.md §7 (`HARNESS_COMMIT_DELAY`): long enough for the writes of
+one burst to share a sync, short next to a sync on most disks."""
+
+COMMIT_MAX_BATCH: Final = 512
+"""Most units in one group commit (`HARNESS_COMMIT_MAX_BATCH`).
+
+Bounds how long one transaction holds the write lock and how much a failed COMMIT puts
+in doubt; at ~100 rows a transaction SQLite already reaches ~150,000 rows/s (§8)."""
+
+COMMIT_QUEUE_CAPACITY: Final = 4096
+"""Units that may wait for a commit before `submit` itself waits (house-style 13).
+
+Eight full groups: enough to absorb a burst while one group syncs, small enough that a
+stalled disk stops writers instead of growing memory."""
+
+WRITER_THREAD_NAME: Final = "harness-store-writer"
+"""Name prefix of the writer's one thread, for thread dumps."""
+
+FATAL_SQLITE_ERRORS: Final = frozenset(
+    {
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_READONLY,
+    }
+)
+"""Primary SQLite result codes that describe the disk or the process, not one unit.
+
+A unit that raises one of these fails its whole group and the writer (engine.md §8: I/O
+error, disk full, failed sync)."""
+
+_SAVEPOINT: Final = "harness_unit"
+"""The savepoint around each unit; released or rolled back before the next one opens."""
+
+FatalHandler: TypeAlias = Callable[[BaseException], None]
+"""Called once, on the event loop, when the writer becomes FAILED; given the cause."""
+
+
+class CommitWriterState(enum.Enum):
+    """Where a `CommitWriter` is in its life."""
+
+    RUNNING = "running"
+    """Accepting and committing units."""
+    CLOSING = "closing"
+    """`close()` was called: refusing new units, committing those already accepted."""
+    FAILED = "failed"
+    """A fatal store error happened: refusing every unit, queued ones included."""
+    CLOSED = "closed"
+    """The loop has ended and the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitWriterSettings:
+    """How the commit writer groups units; defaults are the module constants."""
+
+    commit_delay: float = COMMIT_DELAY
+    """Seconds to gather units after the first one of a group (0 gathers only those
+    already queued)."""
+    max_batch: int = COMMIT_MAX_BATCH
+    """Most units in one group."""
+    queue_capacity: int = COMMIT_QUEUE_CAPACITY
+    """Most units waiting for a commit; `submit` waits for room beyond it."""
+
+    def __post_init__(self) -> None:
+        if self.commit_delay < 0:
+            raise ValueError(f"commit_delay must be >= 0 seconds, got {self.commit_delay}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.queue_capacity < 1:
+            raise ValueError(f"queue_capacity must be >= 1, got {self.queue_capacity}")
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class _WriteRequest:
+    """One submitted unit and the future its caller awaits."""
+
+    unit: Callable[[sqlite3.Connection], object]
+    future: asyncio.Future[object]
+    submitted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Returned:
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    error: BaseException
+
+
+_Outcome: TypeAlias = _Returned | _Raised
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _GroupReport:
+    """What the writer thread did with one group, one outcome per unit in order."""
+
+    outcomes: Sequence[_Outcome]
+    seconds: float
+    committed: bool
+    fatal: BaseException | None
+
+
+class CommitWriter:
+    """Owns the write connection and commits submitted units in groups.
+
+    Obtain one with `await CommitWriter.start(connect)`; an async context manager whose
+    exit calls `close()`.
+    """
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        executor: ThreadPoolExecutor,
+        *,
+        settings: CommitWriterSettings,
+        observer: StoreObserver,
+        on_fatal: FatalHandler | None,
+    ) -> None:
+        """Wrap an open connection and its thread; use `CommitWriter.start` instead."""
+        self._connection = connection
+        self._executor = executor
+        self._settings = settings
+        self._observer = observer
+        self._on_fatal = on_fatal
+        self._state = CommitWriterState.RUNNING
+        self._failure: BaseException | None = None
+        # None is a wake-up: it gets the loop past `get()` to notice a state change.
+        self._queue: asyncio.Queue[_WriteRequest | None] = asyncio.Queue(
+            maxsize=settings.queue_capacity
+        )
+        # Submitters past the state check whose unit is not queued yet (waiting for room);
+        # the loop does not stop while any remain, so each of them is answered.
+        self._admitting = 0
+        self._group: list[_WriteRequest] = []
+        self._group_started = False
+        self._close_started = False
+        self._closed = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        settings: CommitWriterSettings | None = None,
+        observer: StoreObserver | None = None,
+        on_fatal: FatalHandler | None = None,
+    ) -> CommitWriter:
+        """Run `connect()` on a new writer thread and start the commit loop.
+
+        `connect` returns a connection in autocommit mode (`isolation_level=None`); it runs
+        on the writer thread, which alone uses the connection from then on, so the
+        connection needs no `check_same_thread=False`. Whatever `connect` raises propagates
+        and nothing is left running.
+        """
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WRITER_THREAD_NAME)
+        job = executor.submit(connect)
+        try:
+            connection = await asyncio.wrap_future(job)
+        except BaseException:
+            # If we were cancelled while `connect` still ran, close what it opens, on its thread.
+            executor.submit(close_opened_connection, job)
+            executor.shutdown(wait=False)
+            raise
+        writer = cls(
+            connection,
+            executor,
+            settings=settings or CommitWriterSettings(),
+            observer=observer or NullStoreObserver(),
+            on_fatal=on_fatal,
+        )
+        writer._loop_task = asyncio.get_running_loop().create_task(
+            writer._commit_loop(), name="harness-store-commit-loop"
+        )
+        return writer
+
+    @property
+    def state(self) -> CommitWriterState:
+        """The writer's current state."""
+        return self._state
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The cause that made the writer FAILED, kept after close; None if it never failed."""
+        return self._failure
+
+    @property
+    def queue_depth(self) -> int:
+        """Units waiting for the next group (the `harness_store_queue_depth` gauge)."""
+        return self._queue.qsize()
+
+    async def submit(self, unit: Callable[[sqlite3.Connection], T]) -> T:
+        """Queue `unit` and return its result once its group has committed.
+
+        Waits for room when the queue is full.
+
+        Raises:
+            StoreClosed: the writer is CLOSING or CLOSED; nothing was queued.
+            StoreFailed: the writer is FAILED, or a fatal error abandoned the unit's group;
+                it was not committed.
+            CommitAmbiguous: the group's COMMIT failed or its transaction ended early;
+                the unit's writes may or may not be durable.
+            Exception: whatever `unit` raised, as it is; its writes were rolled back.
+        """
+        self._check_accepting()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        request = _WriteRequest(unit=unit, future=future, submitted_at=loop.time())
+        self._admitting += 1
+        try:
+            await self._queue.put(request)
+        finally:
+            self._admitting -= 1
+            if self._admitting == 0 and self._state is not CommitWriterState.RUNNING:
+                self._wake()
+        self._notify(self._observer.on_queue_depth, self._queue.qsize())
+        return cast(T, await future)
+
+    async def close(self) -> None:
+        """Commit everything accepted, then close the connection and the thread.
+
+        Idempotent; a concurrent call waits for the first to finish. Units submitted after
+        this starts get `StoreClosed`.
+        """
+        if self._close_started:
+            await self._closed.wait()
+            return
+        self._close_started = True
+        if self._state is CommitWriterState.RUNNING:
+            self._state = CommitWriterState.CLOSING
+        self._wake()
+        try:
+            if self._loop_task is not None:
+                await self._loop_task
+        finally:
+            # The executor runs jobs in order, so the connection closes on its own thread
+            # after any group still running there (if the loop was cancelled mid-group).
+            try:
+                await asyncio.wrap_future(self._executor.submit(self._connection.close))
+            finally:
+                # The thread is idle now; it exits on its own, so the loop never joins it.
+                self._executor.shutdown(wait=False)
+                self._state = CommitWriterState.CLOSED
+                self._closed.set()
+                logger.debug("store writer closed")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _check_accepting(self) -> None:
+        match self._state:
+            case CommitWriterState.RUNNING:
+                return
+            case CommitWriterState.FAILED:
+                raise StoreFailed("the store writer is FAILED; no write is accepted") from (
+                    self._failure
+                )
+            case CommitWriterState.CLOSING | CommitWriterState.CLOSED:
+                raise StoreClosed("the store writer", self._state.name)
+            case _:
+                assert_never(self._state)
+
+    def _wake(self) -> None:
+        # A full queue means the loop has work and checks the state after it anyway.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(None)
+
+    def _drained(self) -> bool:
+        return (
+            self._state is not CommitWriterState.RUNNING
+            and self._queue.empty()
+            and self._admitting == 0
+        )
+
+    async def _commit_loop(self) -> None:
+        try:
+            while not self._drained():
+                request = await self._queue.get()
+                if request is None:
+                    continue
+                try:
+                    await self._collect_group(request)
+                    self._notify(self._observer.on_queue_depth, self._queue.qsize())
+                    if self._state is CommitWriterState.FAILED:
+                        self._refuse_group()
+                    else:
+                        await self._commit_group()
+                except Exception as error:  # a defect here must not leave callers waiting
+                    logger.exception("store commit loop failed")
+                    self._abort_group(error)
+                    self._fail(error)
+        except asyncio.CancelledError:
+            self._abort_group(None)
+            self._refuse_queued()
+            raise
+
+    async def _collect_group(self, first: _WriteRequest) -> None:
+        group = self._group = [first]
+        limit = self._settings.max_batch
+        if self._state is CommitWriterState.RUNNING and self._queue.qsize() < limit - 1:
+            await asyncio.sleep(self._settings.commit_delay)
+        while len(group) < limit:
+            try:
+                request = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            if request is not None:
+                group.append(request)
+
+    async def _commit_group(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._group_started = True
+        report = await loop.run_in_executor(
+            self._executor, _run_group, self._connection, [r.unit for r in self._group]
+        )
+        self._answer_group(report)
+
+    def _answer_group(self, report: _GroupReport) -> None:
+        group, self._group, self._group_started = self._group, [], False
+        now = asyncio.get_running_loop().time()
+        for request, outcome in zip(group, report.outcomes, strict=True):
+            match outcome:
+                case _Returned(value=value):
+                    if not request.future.done():
+                        request.future.set_result(value)
+                case _Raised(error=error):
+                    if not request.future.done():
+                        request.future.set_exception(error)
+                case _:
+                    assert_never(outcome)
+            self._notify(self._observer.on_write_done, now - request.submitted_at)
+        if report.committed:
+            self._notify(self._observer.on_commit, len(group), report.seconds)
+        else:
+            self._notify(self._observer.on_commit_failure)
+        if report.fatal is not None:
+            self._fail(report.fatal)
+
+    def _refuse_group(self) -> None:
+        group, self._group = self._group, []
+        for request in group:
+            if not request.future.done():
+                error = StoreFailed("the store writer is FAILED; this write was not run")
+                error.__cause__ = self._failure
+                request.future.set_exception(error)
+
+    def _abort_group(self, cause: BaseException | None) -> None:
+        """Answer the callers of the group in hand when the loop cannot finish it."""
+        group, started = self._group, self._group_started
+        self._group, self._group_started = [], False
+        for request in group:
+            if request.future.done():
+                continue
+            error: StoreError
+            if started:
+                # A group handed to the thread may still commit there.
+                error = CommitAmbiguous("the store writer stopped while this write's group ran")
+            elif cause is None:
+                error = StoreClosed("the store writer", "CLOSED")
+            else:
+                error = StoreFailed("the store writer failed before this write's group ran")
+            error.__cause__ = cause
+            request.future.set_exception(error)
+
+    def _refuse_queued(self) -> None:
+        """Answer every caller still queued when the loop is cancelled."""
+        while not self._queue.empty():
+            request = self._queue.get_nowait()
+            if request is not None and not request.future.done():
+                request.future.set_exception(StoreClosed("the store writer", "CLOSED"))
+
+    def _fail(self, cause: BaseException) -> None:
+        if self._state in (CommitWriterState.FAILED, CommitWriterState.CLOSED):
+            return
+        self._state = CommitWriterState.FAILED
+        self._failure = cause
+        logger.error(
+            "store writer failed; refusing further writes cause=%s",
+            type(cause).__name__,
+            exc_info=cause,
+        )
+        if self._on_fatal is not None:
+            try:
+                self._on_fatal(cause)
+            except Exception:  # the handler's defect must not kill the loop that answers callers
+                logger.exception("store on_fatal handler failed")
+
+    @staticmethod
+    def _notify(method: Callable[..., None], *args: object) -> None:
+        try:
+            method(*args)
+        except Exception:  # a metrics defect must never stop writes
+            logger.exception("store observer failed")
+
+
+def _run_group(
+    connection: sqlite3.Connection, units: Sequence[Callable[[sqlite3.Connection], object]]
+) -> _GroupReport:
+    """Run one group on the writer thread: BEGIN, a savepoint per unit, one COMMIT."""
+    started = time.perf_counter()
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as error:
+        return _abandon(connection, [], len(units), error, started, unit_ran=False)
+    outcomes: list[_Outcome] = []
+    for unit in units:
+        try:
+            connection.execute(f"SAVEPOINT {_SAVEPOINT}")
+        except sqlite3.Error as error:
+            return _abandon(connection, outcomes, len(units), error, started, unit_ran=False)
+        try:
+            value = unit(connection)
+        except Exception as error:
+            if not connection.in_transaction:
+                cause = _transaction_ended(error)
+                return _abandon(connection, outcomes, len(units), cause, started, unit_ran=True)
+            if _is_environmental(error):
+                return _abandon(connection, outcomes, len(units), error, started, unit_ran=True)
+            try:
+                connection.execute(f"ROLLBACK TO {_SAVEPOINT}")
+                connection.execute(f"RELEASE {_SAVEPOINT}")
+            except sqlite3.Error as rollback_error:
+                return _abandon(
+                    connection, outcomes, len(units), rollback_error, started, unit_ran=True
+                )
+            outcomes.append(_Raised(error))
+            continue
+        if not connection.in_transaction:
+            cause = _transaction_ended(None)
+            return _abandon(connection, outcomes, len(units), cause, started, unit_ran=True)
+        try:
+            connection.execute(f"RELEASE {_SAVEPOINT}")
+        except sqlite3.Error as error:
+            return _abandon(connection, outcomes, len(units), error, started, unit_ran=True)
+        outcomes.append(_Returned(value))
+    try:
+        connection.execute("COMMIT")
+    except sqlite3.Error as error:
+        _rollback_quietly(connection)
+        settled: list[_Outcome] = [
+            _Raised(_in_doubt(error)) if isinstance(outcome, _Returned) else outcome
+            for outcome in outcomes
+        ]
+        # A deferred constraint failing at COMMIT belongs to the group's units; anything
+        # else at COMMIT is the disk or the process (engine.md §8).
+        fatal = None if isinstance(error, sqlite3.IntegrityError) else error
+        return _GroupReport(
+            outcomes=settled,
+            seconds=time.perf_counter() - started,
+            committed=False,
+            fatal=fatal,
+        )
+    return _GroupReport(
+        outcomes=outcomes, seconds=time.perf_counter() - started, committed=True, fatal=None
+    )
+
+
+def _abandon(
+    connection: sqlite3.Connection,
+    finished: Sequence[_Outcome],
+    total: int,
+    cause: BaseException,
+    started: float,
+    *,
+    unit_ran: bool,
+) -> _GroupReport:
+    """Give up a group after a fatal error; `finished` are the units done before it."""
+    # Our own statements never end the transaction before COMMIT; if it has ended, a unit
+    # or SQLite ended it, and what the units before wrote may already be durable.
+    in_doubt = not connection.in_transaction
+    _rollback_quietly(connection)
+
+    def ran_failure() -> StoreError:
+        error: StoreError = (
+            _in_doubt(cause)
+            if in_doubt
+            else StoreFailed("a fatal store error abandoned this write's group; not committed")
+        )
+        error.__cause__ = cause
+        return error
+
+    outcomes: list[_Outcome] = [
+        _Raised(ran_failure()) if isinstance(outcome, _Returned) else outcome
+        for outcome in finished
+    ]
+    if unit_ran:
+        outcomes.append(_Raised(ran_failure()))
+    while len(outcomes) < total:
+        not_run = StoreFailed("a fatal store error abandoned this write's group before it ran")
+        not_run.__cause__ = cause
+        outcomes.append(_Raised(not_run))
+    return _GroupReport(
+        outcomes=outcomes,
+        seconds=time.perf_counter() - started,
+        committed=False,
+        fatal=cause,
+    )
+
+
+def _in_doubt(cause: BaseException) -> CommitAmbiguous:
+    error = CommitAmbiguous("the group commit failed; this write may or may not be durable")
+    error.__cause__ = cause
+    return error
+
+
+def _transaction_ended(error: BaseException | None) -> StoreError:
+    ended = StoreError(
+        "the group's transaction ended before its COMMIT "
+        "(a unit ended it, or SQLite rolled it back after an error)"
+    )
+    ended.__cause__ = error
+    return ended
+
+
+def _is_environmental(error: BaseException) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return (
+        isinstance(error, sqlite3.Error)
+        and isinstance(code, int)
+        and (code & 0xFF) in FATAL_SQLITE_ERRORS
+    )
+
+
+def _rollback_quietly(connection: sqlite3.Connection) -> None:
+    if not connection.in_transaction:
+        return
+    try:
+        connection.execute("ROLLBACK")
+    except sqlite3.Error:
+        # Already failing the group and the writer; an open transaction dies with the
+        # connection, and nothing of it was committed.
+        logger.warning("store rollback after a fatal error failed", exc_info=True)
+
+
+def close_opened_connection(job: ThreadFuture[sqlite3.Connection]) -> None:
+    """Close the connection a finished `connect` job produced, if it produced one.
+
+    Submitted to the same single-thread executor after a `connect` job whose caller gave
+    up, so it runs after that job, on the thread that owns the connection."""
+    if not job.cancelled() and job.exception() is None:
+        job.result().close()
