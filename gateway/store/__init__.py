@@ -8,13 +8,15 @@ What other packages may import is listed in `__all__`; the modules behind it are
 - `CommitWriter`: group commit of write units; `StoreObserver` receives its measurements.
 - Errors: `StoreError` and its tree (see `gateway.store.errors`).
 
-The engine's typed tables (`Store`, `SqliteStore`, `MemoryStore`) sit on top of these.
+- `Store`: the typed seam the engine and endpoints use (`SqliteStore` on the file,
+  `MemoryStore` in memory for unit tests), with its vocabulary in `gateway.store.records`.
 """
 
 from __future__ import annotations
 
 from gateway.store.errors import (
     CommitAmbiguous,
+    ConstraintViolation,
     DataDirLocked,
     SchemaVersionMismatch,
     StoreClosed,
@@ -23,7 +25,9 @@ from gateway.store.errors import (
     StoreFailed,
 )
 from gateway.store.lock import DataDirLock
+from gateway.store.memory import MemoryStore
 from gateway.store.observer import NullStoreObserver, StoreObserver
+from gateway.store.port import Store
 from gateway.store.sqlite import (
     PROTOCOL_VERSION,
     DatabaseState,
@@ -31,6 +35,7 @@ from gateway.store.sqlite import (
     SqliteDatabase,
     open_database,
 )
+from gateway.store.sqlite_store import SqliteStore
 from gateway.store.writer import (
     CommitWriter,
     CommitWriterSettings,
@@ -44,14 +49,18 @@ __all__ = [
     "CommitWriter",
     "CommitWriterSettings",
     "CommitWriterState",
+    "ConstraintViolation",
     "DataDirLock",
     "DataDirLocked",
     "DatabaseState",
     "FatalHandler",
+    "MemoryStore",
     "NullStoreObserver",
     "Schema",
     "SchemaVersionMismatch",
     "SqliteDatabase",
+    "SqliteStore",
+    "Store",
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",

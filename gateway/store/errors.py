@@ -9,6 +9,7 @@ the write it concerns is the point of the tree:
     ├── StoreClosed             refused: the store is closing or closed; nothing was written
     ├── StoreFailed             refused or abandoned after a fatal store error; nothing written
     ├── CommitAmbiguous         the group's COMMIT failed: the write may or may not be durable
+    ├── ConstraintViolation     a write broke a uniqueness rule; its batch was not applied
     ├── StoreCorrupt            `PRAGMA quick_check` failed or the file is not a database
     └── SchemaVersionMismatch   the file's version is not this build's; the file is untouched
 
@@ -58,6 +59,14 @@ class StoreFailed(StoreError):
     Raised for units refused after the writer failed, and for units of a group that a
     fatal error abandoned before its COMMIT ran (their transaction was rolled back).
     `__cause__` is the underlying error when there is one.
+    """
+
+
+class ConstraintViolation(StoreError):
+    """A write broke a uniqueness rule (a reused token, a second record at one depth).
+
+    The whole batch of that `Store.apply` call was rolled back; other callers' writes in the
+    same group commit are unaffected. It signals a defect in the caller, never a disk fault.
     """
 
 

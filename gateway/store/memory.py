@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
-from gateway.store.errors import StoreClosed, StoreError
+from gateway.store.errors import ConstraintViolation, StoreClosed
 from gateway.store.records import (
     AcknowledgeItem,
     AgentSnapshot,
@@ -52,10 +52,6 @@ from gateway.store.records import (
     StagedRow,
     Write,
 )
-
-
-class ConstraintViolation(StoreError):
-    """A write broke a uniqueness rule the SQLite schema also enforces."""
 
 
 @dataclass

@@ -178,10 +178,10 @@ DDL: Final = (
 """Schema version 1."""
 
 
-def apply_writes(connection: sqlite3.Connection, writes: Sequence[Write]) -> None:
+def apply_writes(db: sqlite3.Connection, writes: Sequence[Write]) -> None:
     """Apply writes in order on a connection inside the caller's transaction."""
     for write in writes:
-        _apply(connection, write)
+        _apply(db, write)
 
 
 def _apply(db: sqlite3.Connection, write: Write) -> None:

@@ -1,0 +1,137 @@
+"""`SqliteStore`: the `Store` seam on one SQLite file with group commit (engine.md §8)."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from gateway.store import tables
+from gateway.store.errors import ConstraintViolation
+from gateway.store.observer import StoreObserver
+from gateway.store.records import (
+    AgentSnapshot,
+    ConversationRow,
+    IdentityRow,
+    InboxRow,
+    IntentRow,
+    RecordRow,
+    Write,
+)
+from gateway.store.sqlite import Schema, SqliteDatabase
+from gateway.store.writer import CommitWriterSettings, FatalHandler
+
+SCHEMA: Final = Schema(version=tables.SCHEMA_VERSION, statements=tables.DDL)
+"""The gateway's tables at this build's version."""
+
+STORE_FILE: Final = "gateway.sqlite3"
+"""The store's file name inside the data directory."""
+
+
+class SqliteStore:
+    """A `Store` on one SQLite file; every row is keyed by agent."""
+
+    def __init__(self, database: SqliteDatabase) -> None:
+        self._db = database
+
+    @classmethod
+    async def open(
+        cls,
+        path: Path | str,
+        *,
+        writer_settings: CommitWriterSettings | None = None,
+        observer: StoreObserver | None = None,
+        on_fatal: FatalHandler | None = None,
+    ) -> SqliteStore:
+        """Open (or create) the store file; see `SqliteDatabase.open` for the errors."""
+        database = await SqliteDatabase.open(
+            path,
+            schema=SCHEMA,
+            writer_settings=writer_settings,
+            observer=observer,
+            on_fatal=on_fatal,
+        )
+        return cls(database)
+
+    async def apply(self, writes: Sequence[Write]) -> None:
+        """Commit `writes` atomically as one unit of a group commit."""
+        if not writes:
+            return
+        try:
+            await self._db.write(functools.partial(tables.apply_writes, writes=tuple(writes)))
+        except sqlite3.IntegrityError as error:
+            # The unit's savepoint was rolled back: nothing of this batch was applied.
+            raise ConstraintViolation(str(error)) from error
+
+    async def identities(self) -> list[IdentityRow]:
+        return await self._db.read(tables.read_identities)
+
+    async def token(self, token_digest: str) -> tuple[str, bool] | None:
+        return await self._db.read(functools.partial(tables.read_token, token_digest=token_digest))
+
+    async def cursor(self, subscription: str) -> bytes | None:
+        return await self._db.read(functools.partial(tables.read_cursor, subscription=subscription))
+
+    async def snapshot(self, agent_id: str) -> AgentSnapshot:
+        return await self._db.read(functools.partial(tables.read_snapshot, agent_id=agent_id))
+
+    async def unread(self, agent_id: str, after_seq: int, limit: int) -> list[InboxRow]:
+        return await self._db.read(
+            functools.partial(
+                tables.read_unread, agent_id=agent_id, after_seq=after_seq, limit=limit
+            )
+        )
+
+    async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
+        return await self._db.read(
+            functools.partial(tables.read_inbox_by_token, agent_id=agent_id, token=token)
+        )
+
+    async def oldest_unread(self, agent_id: str) -> float | None:
+        return await self._db.read(functools.partial(tables.read_oldest_unread, agent_id=agent_id))
+
+    async def conversations(self, agent_id: str) -> list[ConversationRow]:
+        return await self._db.read(functools.partial(tables.read_conversations, agent_id=agent_id))
+
+    async def records(
+        self, agent_id: str, conversation_id: str, after_depth: int, limit: int
+    ) -> list[RecordRow]:
+        return await self._db.read(
+            functools.partial(
+                tables.read_records,
+                agent_id=agent_id,
+                conversation_id=conversation_id,
+                after_depth=after_depth,
+                limit=limit,
+            )
+        )
+
+    async def record(self, agent_id: str, record_hash: str) -> RecordRow | None:
+        return await self._db.read(
+            functools.partial(
+                tables.read_record_by_hash, agent_id=agent_id, record_hash=record_hash
+            )
+        )
+
+    async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
+        return await self._db.read(
+            functools.partial(tables.read_intent, agent_id=agent_id, post_id=post_id)
+        )
+
+    async def close(self) -> None:
+        """Flush queued writes and close; idempotent."""
+        await self._db.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
