@@ -1,0 +1,248 @@
+"""What the gRPC layer calls: the gateway core's surface, in our own types.
+
+`gateway/rpc/` turns protobuf into these values and back, and translates the closed errors
+of `gateway.contract.errors` into statuses; everything below it implements these
+Protocols. Keeping the surface here lets the RPC layer be tested against a fake core.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
+
+from gateway.contract.errors import HarnessError
+from gateway.contract.values import (
+    Content,
+    FailureDelivery,
+    SendInput,
+    SendResult,
+)
+from gateway.endpoint.inbox import AcknowledgeResult, MessageStream
+
+
+class GatewayState(enum.StrEnum):
+    """A gateway's lifecycle (house style 9)."""
+
+    STARTING = "starting"
+    """Opening the store and the network."""
+    RECOVERING = "recovering"
+    """Rebuilding agents; calls are refused with UNAVAILABLE (`NOT_READY`)."""
+    SERVING = "serving"
+    """Taking calls."""
+    STOPPING = "stopping"
+    """Shutting down; new calls are refused with UNAVAILABLE (`SHUTTING_DOWN`)."""
+    STOPPED = "stopped"
+    """Everything is closed."""
+
+
+class NotServing(Exception):
+    """The gateway is not SERVING; `state` says whether it is starting or stopping."""
+
+    def __init__(self, state: GatewayState) -> None:
+        super().__init__(f"the gateway is {state.value}")
+        self.state = state
+
+
+class AuthFailure(enum.StrEnum):
+    """Why a token was refused (the `harness_auth_failures_total` reasons)."""
+
+    MISSING = "missing"
+    """No `authorization` metadata."""
+    MALFORMED = "malformed"
+    """Not `Bearer <token>`."""
+    UNKNOWN = "unknown"
+    """No such token."""
+    REVOKED = "revoked"
+    """The token was revoked or rotated."""
+    WRONG_ROLE = "wrong-role"
+    """An agent token on the management API, or the admin token on the agent API."""
+
+
+class ManagementError(Exception):
+    """A management call failed; `code` is the closed reason (`not-found`, `name-taken`,
+    `invalid-name`), mapped to NOT_FOUND, ALREADY_EXISTS and INVALID_ARGUMENT."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendAbsent:
+    """`ReadSend`: no send used this key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendPending:
+    """`ReadSend`: the keyed send is running."""
+
+    input: SendInput
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendIndeterminate:
+    """`ReadSend`: a restart cut the keyed send; it answers `outcome-unknown` for good."""
+
+    input: SendInput
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendReturned:
+    """`ReadSend`: the keyed send returned this outcome, which every retry gets."""
+
+    input: SendInput
+    outcome: SendResult | HarnessError
+
+
+SendState: TypeAlias = SendAbsent | SendPending | SendIndeterminate | SendReturned
+
+
+class Endpoint(Protocol):
+    """One hosted agent's HarnessEndpoint, as the token's agent."""
+
+    @property
+    def agent_name(self) -> str:
+        """The agent's name."""
+        ...
+
+    async def send(
+        self,
+        send_input: SendInput,
+        *,
+        failure_delivery: FailureDelivery = FailureDelivery.RESULT,
+        idempotency_key: str | None = None,
+        deadline: float | None = None,
+    ) -> SendResult:
+        """Run a send; `deadline` is the call's remaining seconds, if any.
+
+        Raises `SendError`, `CollectiveError`, `FirewallSendError` or
+        `IdempotencyConflictError`."""
+        ...
+
+    def open_stream(self, *, takeover: bool) -> MessageStream:
+        """Open the agent's one `Messages` stream; raises `ListenError`."""
+        ...
+
+    async def acknowledge(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:
+        """Retire deliveries, one result per token."""
+        ...
+
+    async def read_send(self, idempotency_key: str) -> SendState:
+        """The state of an idempotency key."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisteredAgent:
+    """A registration's answer; `token` is shown once."""
+
+    address: str
+    agent_id: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentStatus:
+    """What an operator sees about one agent (`harness agents show`)."""
+
+    address: str
+    agent_id: str
+    public_key: str
+    issued_at: str
+    hosted: bool
+    listening: bool
+    backlog: int
+    oldest_unacked_age: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationSummary:
+    """One conversation an agent stores."""
+
+    address: str
+    kind: str
+    """`direct` or `group`."""
+    members: tuple[str, ...]
+    head: str | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryRecord:
+    """One certified record of a conversation, as the management API reads it."""
+
+    record_hash: str
+    post_id: str
+    author: str
+    depth: int
+    content: Content
+    certified_record: bytes
+    """The record's exact JCS bytes, so a reader can verify every signature."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayStatus:
+    """`harness status`."""
+
+    version: str
+    mode: str
+    hosted_agents: int
+    router_state: str
+
+
+class GatewayCore(Protocol):
+    """The gateway as the gRPC services see it."""
+
+    @property
+    def state(self) -> GatewayState:
+        """The lifecycle state; calls are taken only while SERVING."""
+        ...
+
+    async def authenticate(self, token: str) -> Endpoint | AuthFailure:
+        """The endpoint an agent token names, or why it is refused."""
+        ...
+
+    def is_admin(self, token: str) -> bool:
+        """True for the operator token (compared in constant time)."""
+        ...
+
+    async def register_agent(self, name: str) -> RegisteredAgent:
+        """Mint the agent's key and card, host it here, and return a fresh token.
+
+        Raises `ManagementError` (`invalid-name`, `name-taken`)."""
+        ...
+
+    async def agent_status(self, name: str) -> AgentStatus:
+        """Raises `ManagementError` `not-found`."""
+        ...
+
+    async def list_agents(
+        self, *, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[AgentStatus], str | None]:
+        """Hosted agents by name after `after`, and the next page's `after`."""
+        ...
+
+    async def conversations(self, name: str) -> list[ConversationSummary]:
+        """Conversations one hosted agent stores; raises `ManagementError`."""
+        ...
+
+    async def history(
+        self, name: str, address: str, *, after_record_hash: str | None, limit: int
+    ) -> list[HistoryRecord]:
+        """Certified records of one of the agent's conversations, in chain order."""
+        ...
+
+    async def rotate_token(self, name: str) -> str:
+        """Revoke the agent's tokens, end its stream, and return a new token."""
+        ...
+
+    async def revoke_token(self, name: str) -> None:
+        """Revoke the agent's tokens and end its stream."""
+        ...
+
+    def status(self) -> GatewayStatus:
+        """Version, mode, hosted agents and Router state."""
+        ...
