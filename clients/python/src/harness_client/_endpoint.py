@@ -1,0 +1,347 @@
+"""`connect` and `Endpoint`: one agent's HarnessEndpoint over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any, Final, Self
+
+import grpc  # noqa: TID251 - the client library talks gRPC
+
+from harness_client._acks import _AckBatcher
+from harness_client._channel import (
+    DEFAULT_CONNECT_TIMEOUT,
+    ENDPOINT_SERVICE,
+    bearer_metadata,
+    open_channel,
+    wait_ready,
+    wait_serving,
+)
+from harness_client._convert import (
+    DecodeFailed,
+    acknowledge_error_from_proto,
+    failure_delivery_to_proto,
+    item_from_proto,
+    local_guidance_from_proto,
+    send_input_from_proto,
+    send_input_to_proto,
+    send_result_from_proto,
+    send_state_from_proto,
+)
+from harness_client._errors import (
+    AuthenticationError,
+    CollectiveError,
+    ConnectError,
+    ConnectErrorReason,
+    DeliveryAcknowledgeError,
+    DeliveryAcknowledgeErrorReason,
+    EndpointClosedError,
+    FirewallSendError,
+    HarnessClientError,
+    IdempotencyConflictError,
+    InvalidRequestError,
+    ListenError,
+    ListenErrorReason,
+    PermissionDeniedError,
+    SendError,
+    SendErrorReason,
+    TransportError,
+    decode_status,
+)
+from harness_client._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_client._items import FailureDelivery, InboundDelivery, SendInput, SendResult, SendState
+from harness_client._retry import Backoff, never_sent, should_retry_keyed_send
+from harness_client._stream import _StreamLoop
+
+SEND_TIMEOUT: Final = 60.0
+"""Seconds a `send` may take in all, retries of a keyed send included (operations.md §3)."""
+ACKNOWLEDGE_TIMEOUT: Final = 10.0
+"""Seconds one `Acknowledge` call may take."""
+READ_TIMEOUT: Final = 5.0
+"""Seconds a `ReadSend` or `ParseMessageText` call may take."""
+ACKNOWLEDGE_MAX_TOKENS: Final = 1_000
+"""Most tokens the gateway takes in one `Acknowledge` call."""
+
+_TYPED_SEND_FAILURES: Final = (
+    SendError,
+    CollectiveError,
+    FirewallSendError,
+    IdempotencyConflictError,
+    AuthenticationError,
+    PermissionDeniedError,
+    InvalidRequestError,
+)
+"""What `send` raises as decoded: the gateway's own typed answers."""
+
+
+class EndpointState(enum.StrEnum):
+    """An Endpoint's lifecycle (house style 9)."""
+
+    OPEN = "open"
+    """Connected and checked; calls are taken."""
+    CLOSED = "closed"
+    """Closed; every call raises `EndpointClosedError`."""
+
+
+async def connect(
+    target: str,
+    *,
+    token: str,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    credentials: grpc.ChannelCredentials | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> Endpoint:
+    """Acquire the HarnessEndpoint of the agent `token` names.
+
+    Waits for the channel, for `harness.v1.HarnessEndpointService` to be SERVING, and checks
+    the token, all within `connect_timeout` seconds. Raises `ConnectError`: `transport-failed` (no
+    channel, not serving, or the token refused; the cause is chained), `incompatible-daemon`
+    (no such service), `decode-failed`.
+
+    Args:
+        target: `HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT`.
+        token: the agent's API token (`hat_…`).
+        connect_timeout: seconds for the whole check.
+        credentials: TLS channel credentials; None is plaintext unless `grpcs://`.
+        options: extra channel arguments.
+    """
+    channel = open_channel(target, credentials=credentials, options=options)
+    deadline = time.monotonic() + connect_timeout
+    try:
+        await wait_ready(channel, connect_timeout)
+        await wait_serving(channel, ENDPOINT_SERVICE, max(0.0, deadline - time.monotonic()))
+        endpoint = Endpoint(channel, token)
+        await endpoint._check_token(max(0.0, deadline - time.monotonic()))
+    except BaseException:
+        await channel.close()
+        raise
+    return endpoint
+
+
+class Endpoint:
+    """One agent's HarnessEndpoint; an async context manager (`close()` on exit)."""
+
+    def __init__(self, channel: grpc.aio.Channel, token: str) -> None:
+        self._channel = channel
+        self._metadata = bearer_metadata(token)
+        self._stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
+        self._acks = _AckBatcher(self._acknowledge_batch)
+        self._state = EndpointState.OPEN
+
+    @property
+    def state(self) -> EndpointState:
+        """The lifecycle state."""
+        return self._state
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop acknowledging and close the channel; idempotent."""
+        if self._state is EndpointState.CLOSED:
+            return
+        self._state = EndpointState.CLOSED
+        await self._acks.close()
+        await self._channel.close()
+
+    def _check_open(self) -> None:
+        if self._state is EndpointState.CLOSED:
+            raise EndpointClosedError()
+
+    async def _check_token(self, seconds: float) -> None:
+        """One authenticated call with no effect: a refused token fails the connect."""
+        try:
+            await self._stub.ParseMessageText(
+                endpoint_pb2.ParseMessageTextRequest(to="agent:connect-check", text=""),
+                metadata=self._metadata,
+                timeout=seconds,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise ConnectError(ConnectErrorReason.TRANSPORT_FAILED) from decode_status(error)
+
+    # --- send ------------------------------------------------------------------------
+
+    async def send(
+        self,
+        send_input: SendInput,
+        *,
+        idempotency_key: str | None = None,
+        failure_delivery: FailureDelivery = FailureDelivery.RESULT,
+        deadline: float = SEND_TIMEOUT,
+    ) -> SendResult:
+        """Send; returns once the post is certified (a gather: once its posts settled).
+
+        Raises `SendError`, `CollectiveError`, `FirewallSendError`, or
+        `IdempotencyConflictError` for a key bound to another send. A keyed send lost in
+        transit is sent again under its key until `deadline` seconds passed; a keyless one fails
+        `outcome-unknown` when it may have reached the gateway, `network-unavailable` when
+        it cannot have."""
+        self._check_open()
+        request = endpoint_pb2.SendRequest(
+            input=send_input_to_proto(send_input),
+            failure_delivery=failure_delivery_to_proto(failure_delivery),
+        )
+        if idempotency_key is not None:
+            request.idempotency_key = idempotency_key
+        give_up_at = time.monotonic() + deadline
+        backoff = Backoff()
+        may_have_arrived = False
+        while True:
+            try:
+                response = await self._stub.Send(
+                    request,
+                    metadata=self._metadata,
+                    timeout=max(0.0, give_up_at - time.monotonic()),
+                )
+            except grpc.aio.AioRpcError as error:
+                failure = decode_status(error)
+                if isinstance(failure, _TYPED_SEND_FAILURES):
+                    raise failure from None
+                may_have_arrived = may_have_arrived or not never_sent(failure)
+                left = give_up_at - time.monotonic()
+                if idempotency_key is not None and should_retry_keyed_send(failure) and left > 0:
+                    await asyncio.sleep(min(backoff.next_delay(), left))
+                    continue
+                reason = (
+                    SendErrorReason.OUTCOME_UNKNOWN
+                    if may_have_arrived
+                    else SendErrorReason.NETWORK_UNAVAILABLE
+                )
+                raise SendError(reason) from failure
+            try:
+                return send_result_from_proto(response.result)
+            except DecodeFailed:
+                # The send succeeded, but this client cannot read what it returned.
+                raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
+
+    # --- messages --------------------------------------------------------------------
+
+    def messages(self, *, takeover: bool = False) -> AsyncIterator[InboundDelivery]:
+        """The agent's deliveries in inbox order, as an async iterator.
+
+        Reconnects on its own and skips replays of tokens it already yielded (each call
+        starts with an empty memory). Raises `ListenError`: `already-listening` when
+        another stream is open (unless `takeover`) or takes this one over,
+        `transport-failed` after 5 minutes without a stream, `decode-failed`."""
+        self._check_open()
+        loop = _StreamLoop(
+            open_call=self._open_messages,
+            decode=self._delivery,
+            takeover=takeover,
+            is_closed=lambda: self._state is EndpointState.CLOSED,
+        )
+        return loop.deliveries()
+
+    def _open_messages(
+        self, takeover: bool
+    ) -> grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse]:
+        return self._stub.Messages(
+            endpoint_pb2.MessagesRequest(takeover=takeover), metadata=self._metadata
+        )
+
+    def _delivery(self, response: endpoint_pb2.MessagesResponse) -> InboundDelivery:
+        delivery = response.delivery
+        try:
+            return InboundDelivery(
+                token=delivery.delivery_token,
+                item=item_from_proto(delivery.item),
+                guidance=(
+                    local_guidance_from_proto(delivery.guidance)
+                    if delivery.HasField("guidance")
+                    else None
+                ),
+                _acknowledge=self._acks.acknowledge,
+            )
+        except DecodeFailed:
+            raise ListenError(ListenErrorReason.DECODE_FAILED) from None
+
+    # --- acknowledgments -------------------------------------------------------------
+
+    async def acknowledge(
+        self, tokens: Sequence[str], *, deadline: float = ACKNOWLEDGE_TIMEOUT
+    ) -> list[DeliveryAcknowledgeError | None]:
+        """Acknowledge tokens directly, 1,000 per call; one result per token (None: retired).
+
+        Raises the decoded failure of a call (`AuthenticationError`, `TransportError`).
+        `delivery.acknowledge()` is the batched way for deliveries in hand."""
+        self._check_open()
+        results: list[DeliveryAcknowledgeError | None] = []
+        for start in range(0, len(tokens), ACKNOWLEDGE_MAX_TOKENS):
+            chunk = tokens[start : start + ACKNOWLEDGE_MAX_TOKENS]
+            try:
+                response = await self._stub.Acknowledge(
+                    endpoint_pb2.AcknowledgeRequest(delivery_tokens=chunk),
+                    metadata=self._metadata,
+                    timeout=deadline,
+                )
+            except grpc.aio.AioRpcError as error:
+                raise decode_status(error) from None
+            if len(response.results) != len(chunk):
+                raise TransportError(grpc.StatusCode.INTERNAL, "acknowledge results do not match")
+            try:
+                results.extend(acknowledge_error_from_proto(result) for result in response.results)
+            except DecodeFailed:
+                raise TransportError(
+                    grpc.StatusCode.INTERNAL, "acknowledge results do not decode"
+                ) from None
+        return results
+
+    async def _acknowledge_batch(
+        self, tokens: Sequence[str]
+    ) -> list[DeliveryAcknowledgeError | None]:
+        try:
+            return await self.acknowledge(tokens)
+        except HarnessClientError as error:
+            raise DeliveryAcknowledgeError(
+                DeliveryAcknowledgeErrorReason.TRANSPORT_FAILED
+            ) from error
+
+    # --- pure and state reads --------------------------------------------------------
+
+    async def parse_message_text(
+        self, to: str, text: str, *, deadline: float = READ_TIMEOUT
+    ) -> SendInput:
+        """The send a message's text states; raises `MessageTextError` when it states an
+        operation that does not fit its shape."""
+        self._check_open()
+        try:
+            response = await self._stub.ParseMessageText(
+                endpoint_pb2.ParseMessageTextRequest(to=to, text=text),
+                metadata=self._metadata,
+                timeout=deadline,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise decode_status(error) from None
+        if response.WhichOneof("result") != "input":
+            raise TransportError(grpc.StatusCode.INTERNAL, "parse answered without an input")
+        try:
+            return send_input_from_proto(response.input)
+        except DecodeFailed:
+            raise TransportError(grpc.StatusCode.INTERNAL, "parse answer does not decode") from None
+
+    async def read_send(self, idempotency_key: str, *, deadline: float = READ_TIMEOUT) -> SendState:
+        """The state of an idempotency key: absent, pending, indeterminate or returned."""
+        self._check_open()
+        try:
+            response = await self._stub.ReadSend(
+                endpoint_pb2.ReadSendRequest(idempotency_key=idempotency_key),
+                metadata=self._metadata,
+                timeout=deadline,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise decode_status(error) from None
+        try:
+            return send_state_from_proto(response)
+        except DecodeFailed:
+            raise TransportError(grpc.StatusCode.INTERNAL, "send state does not decode") from None

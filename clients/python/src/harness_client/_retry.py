@@ -1,0 +1,148 @@
+"""Retry policy as data (house style 16): which failures are retried, and how.
+
+The channel retries only the idempotent unary methods, with the service config of
+operations.md §3; the library itself retries keyed sends under their key and reconnects
+`messages()`. Nothing else retries, and no `except` block decides a retry on its own:
+callers ask `should_reconnect` and `never_sent`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Final
+
+import grpc  # noqa: TID251 - the client library talks gRPC
+
+from harness_client._errors import HarnessClientError, TransportError, UnavailableError
+
+RETRYABLE_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE})
+"""Codes after which the call had no effect on the gateway (operations.md §3)."""
+
+TERMINAL_CODES: Final = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+"""Codes no retry can change: the request or the agent's state must change first."""
+
+RECONNECT_CODES: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+"""Transport codes after which a `Messages` stream reconnects: replay makes it safe."""
+
+NEVER_SENT_MARKERS: Final = (
+    "failed to connect to all addresses",
+    "connection refused",
+    "dns resolution failed",
+)
+"""Texts of gRPC core's UNAVAILABLE when no connection was made, so no request left:
+a keyless send then fails `network-unavailable` rather than `outcome-unknown`."""
+
+SERVICE_CONFIG: Final = {
+    "methodConfig": [
+        {
+            "name": [
+                {"service": "harness.v1.HarnessEndpointService", "method": "Acknowledge"},
+                {"service": "harness.v1.HarnessEndpointService", "method": "ReadSend"},
+                {"service": "harness.v1.HarnessEndpointService", "method": "ParseMessageText"},
+            ],
+            "retryPolicy": {
+                "maxAttempts": 4,
+                "initialBackoff": "0.2s",
+                "maxBackoff": "3s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }
+    ],
+    "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1},
+}
+"""The client retry service config of operations.md §3, passed as `grpc.service_config`."""
+
+SERVICE_CONFIG_JSON: Final = json.dumps(SERVICE_CONFIG, separators=(",", ":"))
+
+RECONNECT_INITIAL_DELAY: Final = 0.2
+"""Seconds before the first reconnect of a stream (operations.md §10)."""
+RECONNECT_MAX_DELAY: Final = 10.0
+"""Most seconds between reconnect attempts."""
+RECONNECT_MULTIPLIER: Final = 2.0
+"""Each failed attempt doubles the delay, up to the maximum."""
+
+
+def should_reconnect(error: HarnessClientError) -> bool:
+    """True when a `messages()` stream ended by `error` should reconnect.
+
+    The gateway shutting down or not ready yet, and transport failures, reconnect (replay
+    makes it safe); every typed contract failure (already-listening, a revoked token) ends
+    the iterator."""
+    match error:
+        case UnavailableError():
+            return True
+        case TransportError(code=code):
+            return code in RECONNECT_CODES
+        case _:
+            return False
+
+
+def should_retry_keyed_send(error: HarnessClientError) -> bool:
+    """True when a keyed send may be sent again under its key: the gateway either never saw
+    it or keeps its outcome, so a retry joins or replays it."""
+    match error:
+        case UnavailableError():
+            return True
+        case TransportError(code=code):
+            return code in RECONNECT_CODES and code is not grpc.StatusCode.DEADLINE_EXCEEDED
+        case _:
+            return False
+
+
+def never_sent(error: HarnessClientError) -> bool:
+    """True when the failed call cannot have reached the gateway's handler."""
+    match error:
+        case UnavailableError():
+            return True
+        case TransportError(code=grpc.StatusCode.UNAVAILABLE, message=message):
+            text = message.lower()
+            return any(marker in text for marker in NEVER_SENT_MARKERS)
+        case _:
+            return False
+
+
+class Backoff:
+    """Jittered exponential delays: 0.2 s doubling to 10 s, each drawn from [d/2, d]."""
+
+    def __init__(
+        self,
+        initial: float = RECONNECT_INITIAL_DELAY,
+        maximum: float = RECONNECT_MAX_DELAY,
+        multiplier: float = RECONNECT_MULTIPLIER,
+    ) -> None:
+        self._initial = initial
+        self._maximum = maximum
+        self._multiplier = multiplier
+        self._next = initial
+
+    def reset(self) -> None:
+        """A connection succeeded: start again from the initial delay."""
+        self._next = self._initial
+
+    def next_delay(self) -> float:
+        """The next delay in seconds, jittered so reconnecting clients spread out."""
+        delay = self._next
+        self._next = min(self._maximum, self._next * self._multiplier)
+        return random.uniform(delay / 2, delay)

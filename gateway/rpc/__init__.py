@@ -1,0 +1,13 @@
+"""The gRPC edge: the only package that imports grpc or the generated code (house style 3).
+
+`build_server(core, settings)` serves the agent API (`HarnessEndpointService`), the operator
+API (`ManagementService`), health and reflection over a `GatewayCore`; `convert` turns
+protobuf into the contract's dataclasses and back; `errors` holds the status table.
+"""
+
+from __future__ import annotations
+
+from gateway.rpc.convert import InvalidRequest
+from gateway.rpc.server import RpcServer, RpcServerState, build_server
+
+__all__ = ["InvalidRequest", "RpcServer", "RpcServerState", "build_server"]

@@ -1,0 +1,83 @@
+"""Bearer tokens at the RPC boundary (operations.md §4).
+
+Agents call `HarnessEndpointService` with their own token, operators call
+`ManagementService` with the admin token; a token of the other role is PERMISSION_DENIED
+(`wrong-role`), a missing, malformed, unknown or revoked one UNAUTHENTICATED. The token is
+never logged, never put in an error, and never kept past the call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import grpc
+
+from gateway.endpoint.api import AuthFailure, Endpoint, GatewayCore
+
+AUTHORIZATION_KEY: Final = "authorization"
+"""The metadata key carrying `Bearer <token>` (gRPC lowercases metadata keys)."""
+
+BEARER_SCHEME: Final = "bearer"
+"""The only accepted scheme, compared case-insensitively (RFC 7235 §2.1)."""
+
+
+class AuthRefused(Exception):
+    """The call's token was refused; `failure` says why (never the token itself)."""
+
+    def __init__(self, failure: AuthFailure, detail: str) -> None:
+        super().__init__(detail)
+        self.failure = failure
+        self.detail = detail
+
+
+def bearer_token(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """The token of the call's `authorization: Bearer <token>` metadata.
+
+    Raises `AuthRefused` `missing` without the metadata and `malformed` when it is not
+    exactly one scheme and one token."""
+    values = [
+        value for key, value in (context.invocation_metadata() or ()) if key == AUTHORIZATION_KEY
+    ]
+    if not values:
+        raise AuthRefused(AuthFailure.MISSING, "the call has no authorization metadata")
+    if len(values) > 1 or not isinstance(values[0], str):
+        raise AuthRefused(AuthFailure.MALFORMED, "the authorization metadata is not Bearer <token>")
+    scheme, _, token = values[0].partition(" ")
+    if scheme.lower() != BEARER_SCHEME or not token or any(char.isspace() for char in token):
+        raise AuthRefused(AuthFailure.MALFORMED, "the authorization metadata is not Bearer <token>")
+    return token
+
+
+async def authenticate_agent(
+    core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
+) -> Endpoint:
+    """The endpoint the call's agent token names; the admin token is `wrong-role`."""
+    token = bearer_token(context)
+    if core.is_admin(token):
+        raise AuthRefused(AuthFailure.WRONG_ROLE, "the admin token cannot call the agent API")
+    result = await core.authenticate(token)
+    if isinstance(result, AuthFailure):
+        raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
+    return result
+
+
+async def authenticate_admin(
+    core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
+) -> None:
+    """Accept only the admin token; an agent's token is `wrong-role`."""
+    token = bearer_token(context)
+    if core.is_admin(token):
+        return
+    result = await core.authenticate(token)
+    if isinstance(result, AuthFailure):
+        raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
+    raise AuthRefused(AuthFailure.WRONG_ROLE, "an agent token cannot call the management API")
+
+
+_FAILURE_TEXTS: Final = {
+    AuthFailure.UNKNOWN: "the token is not known to this gateway",
+    AuthFailure.REVOKED: "the token was revoked",
+    AuthFailure.MISSING: "the call has no authorization metadata",
+    AuthFailure.MALFORMED: "the authorization metadata is not Bearer <token>",
+    AuthFailure.WRONG_ROLE: "the token belongs to the other API",
+}

@@ -1,0 +1,1313 @@
+"""The one place protobuf meets our dataclasses, in both directions (house style 3).
+
+Every value of the agent and management APIs has a `*_to_proto` and a `*_from_proto`
+here; nothing else in the gateway touches a generated message. Encoding our own values
+cannot fail except through a defect (the wrapper in `gateway.rpc.errors` reports that as
+INTERNAL). Decoding what a client sent never raises anything but a typed failure:
+
+- content that is not valid (`Value` with no kind, a non-finite number, a part with no
+  `part`) is `SendError` `content-invalid`, as the contract's status table says;
+- any other malformed request (an unset oneof, a NaN answer, an enum value this version
+  does not know) is `InvalidRequest`, INVALID_ARGUMENT with ErrorInfo `INVALID_REQUEST`,
+  because no closed contract failure describes a message no conforming client can send.
+
+JSON values travel as `google.protobuf.Value`: numbers are finite binary64 floats (`-0`
+reads as `0`, as the core normalizes it), arrays read as tuples, objects as dicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final, TypeAlias, TypeVar, assert_never
+
+from google.protobuf import struct_pb2
+
+from gateway._gen.harness.v1 import (
+    endpoint_pb2,
+    errors_pb2,
+    guidance_pb2,
+    management_pb2,
+    types_pb2,
+)
+from gateway.contract.errors import (
+    AnswerFieldIssue,
+    AnswerFieldReason,
+    AnswerInvalid,
+    CollectiveError,
+    CollectiveFailure,
+    ConnectError,
+    ConnectErrorReason,
+    DeliveryAcknowledgeError,
+    DeliveryAcknowledgeErrorReason,
+    FirewallRefusal,
+    FirewallSendError,
+    HarnessError,
+    IdempotencyConflictError,
+    ListenError,
+    ListenErrorReason,
+    MembersUnreachable,
+    MessageTextError,
+    MessageTextOperation,
+    RequestAmbiguous,
+    RequestAnswered,
+    RequestExpired,
+    RequestNone,
+    SchemaInvalid,
+    SendError,
+    SendErrorReason,
+    StatusCode,
+    UnreachableMember,
+)
+from gateway.contract.guidance import (
+    CheckedGuidance,
+    CollectiveGuidance,
+    Expectation,
+    ExpectationInstruction,
+    GuidanceSubject,
+    Instruction,
+    LocalGuidance,
+    MemberGuidance,
+    Uncertain,
+    UncertainInstruction,
+    Withheld,
+)
+from gateway.contract.jsonvalue import JsonValue
+from gateway.contract.values import (
+    Accept,
+    AnswerContent,
+    Answered,
+    AnswerValue,
+    AskOperation,
+    CollectiveOp,
+    CollectiveOperation,
+    CollectiveRequestItem,
+    CollectiveResponse,
+    CollectiveResultItem,
+    Content,
+    ContentPart,
+    DataPart,
+    Decline,
+    Declined,
+    Delivery,
+    DirectMessage,
+    FailureDelivery,
+    GroupMessage,
+    InboundItem,
+    InboundMessage,
+    Invalid,
+    MemberOutcome,
+    MemberResult,
+    MessageInput,
+    MulticastItem,
+    MulticastOperation,
+    NoAnswer,
+    OperationFailedItem,
+    RequestedSchema,
+    ResponseInput,
+    SendInput,
+    SendResult,
+    TextPart,
+)
+from gateway.endpoint.api import (
+    AgentStatus,
+    ConversationSummary,
+    GatewayStatus,
+    HistoryRecord,
+    RegisteredAgent,
+    SendAbsent,
+    SendIndeterminate,
+    SendPending,
+    SendReturned,
+    SendState,
+)
+from gateway.endpoint.inbox import AcknowledgeResult
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+SendFailureError: TypeAlias = SendError | CollectiveError | FirewallSendError
+"""The closed failures a `Send` returns (and a kept keyed outcome holds)."""
+
+
+class InvalidRequest(HarnessError):
+    """A request no conforming client sends: an unset oneof, a NaN, an unknown enum value.
+
+    Travels as INVALID_ARGUMENT with ErrorInfo reason `INVALID_REQUEST` and no closed
+    detail; `detail` names the field."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    @property
+    def reason(self) -> str:
+        return "invalid-request"
+
+    @property
+    def message(self) -> str:
+        return f"invalid request: {self.detail}"
+
+    @property
+    def status_code(self) -> StatusCode:
+        return StatusCode.INVALID_ARGUMENT
+
+    def __repr__(self) -> str:
+        return f"InvalidRequest({self.detail!r})"
+
+
+# --- closed enums, by name ---------------------------------------------------------------
+# Each of our StrEnums and its protobuf enum share member names after the protobuf prefix
+# (`SEND_ERROR_REASON_UNKNOWN_AGENT` is `SendErrorReason.UNKNOWN_AGENT`); building the maps
+# by name makes a renamed member fail at import, and a unit test checks both are onto.
+
+_SEND_REASONS: Final = {
+    reason: errors_pb2.SendErrorReason.Value(f"SEND_ERROR_REASON_{reason.name}")
+    for reason in SendErrorReason
+}
+_SEND_REASONS_BACK: Final = {value: key for key, value in _SEND_REASONS.items()}
+_FIELD_REASONS: Final = {
+    reason: errors_pb2.AnswerFieldReason.Value(f"ANSWER_FIELD_REASON_{reason.name}")
+    for reason in AnswerFieldReason
+}
+_FIELD_REASONS_BACK: Final = {value: key for key, value in _FIELD_REASONS.items()}
+_LISTEN_REASONS: Final = {
+    reason: errors_pb2.ListenErrorReason.Value(f"LISTEN_ERROR_REASON_{reason.name}")
+    for reason in ListenErrorReason
+}
+_LISTEN_REASONS_BACK: Final = {value: key for key, value in _LISTEN_REASONS.items()}
+_ACK_REASONS: Final = {
+    reason: errors_pb2.DeliveryAcknowledgeErrorReason.Value(
+        f"DELIVERY_ACKNOWLEDGE_ERROR_REASON_{reason.name}"
+    )
+    for reason in DeliveryAcknowledgeErrorReason
+}
+_ACK_REASONS_BACK: Final = {value: key for key, value in _ACK_REASONS.items()}
+_CONNECT_REASONS: Final = {
+    reason: errors_pb2.ConnectErrorReason.Value(f"CONNECT_ERROR_REASON_{reason.name}")
+    for reason in ConnectErrorReason
+}
+_CONNECT_REASONS_BACK: Final = {value: key for key, value in _CONNECT_REASONS.items()}
+_TEXT_OPERATIONS: Final = {
+    operation: errors_pb2.MessageTextOperation.Value(f"MESSAGE_TEXT_OPERATION_{operation.name}")
+    for operation in MessageTextOperation
+}
+_TEXT_OPERATIONS_BACK: Final = {value: key for key, value in _TEXT_OPERATIONS.items()}
+_REFUSALS: Final = {
+    refusal: guidance_pb2.FirewallRefusal.Value(f"FIREWALL_REFUSAL_{refusal.name}")
+    for refusal in FirewallRefusal
+}
+_REFUSALS_BACK: Final = {value: key for key, value in _REFUSALS.items()}
+_EXPECTATIONS: Final = {
+    expectation: guidance_pb2.Expectation.Value(f"EXPECTATION_{expectation.name}")
+    for expectation in Expectation
+}
+_EXPECTATIONS_BACK: Final = {value: key for key, value in _EXPECTATIONS.items()}
+_OPS: Final = {op: types_pb2.CollectiveOp.Value(f"COLLECTIVE_OP_{op.name}") for op in CollectiveOp}
+_OPS_BACK: Final = {value: key for key, value in _OPS.items()}
+_FAILURE_DELIVERIES: Final = {
+    delivery: types_pb2.FailureDelivery.Value(f"FAILURE_DELIVERY_{delivery.name}")
+    for delivery in FailureDelivery
+}
+_FAILURE_DELIVERIES_BACK: Final = {
+    **{value: key for key, value in _FAILURE_DELIVERIES.items()},
+    types_pb2.FAILURE_DELIVERY_UNSPECIFIED: FailureDelivery.RESULT,
+}
+_CONVERSATION_KINDS: Final = {
+    "direct": management_pb2.CONVERSATION_KIND_DIRECT,
+    "group": management_pb2.CONVERSATION_KIND_GROUP,
+}
+_CONVERSATION_KINDS_BACK: Final = {value: key for key, value in _CONVERSATION_KINDS.items()}
+_MODES: Final = {
+    name: management_pb2.GatewayMode.Value(f"GATEWAY_MODE_{name.upper()}")
+    for name in ("embedded", "joined", "cluster", "router", "registry")
+}
+_MODES_BACK: Final = {value: key for key, value in _MODES.items()}
+_ROUTER_STATES: Final = {
+    name: management_pb2.RouterAttachment.Value(f"ROUTER_ATTACHMENT_{name.upper()}")
+    for name in ("recovering", "active", "detached")
+}
+_ROUTER_STATES_BACK: Final = {value: key for key, value in _ROUTER_STATES.items()}
+
+
+def _back(table: Mapping[K, V], key: K, where: str) -> V:
+    """Look a received enum value up, refusing UNSPECIFIED and values we do not know."""
+    try:
+        return table[key]
+    except KeyError:
+        raise InvalidRequest(f"{where}: unknown or unspecified value {key!r}") from None
+
+
+# --- JSON values -------------------------------------------------------------------------
+
+
+def json_value_to_proto(value: JsonValue) -> struct_pb2.Value:
+    """A JsonValue as `google.protobuf.Value`; raises `ValueError` for a non-finite number."""
+    result = struct_pb2.Value()
+    _fill_value(result, value)
+    return result
+
+
+def _fill_value(target: struct_pb2.Value, value: JsonValue) -> None:
+    # bool before numbers: `True` is an `int` in Python, never a number in JSON.
+    if value is None:
+        target.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int | float):
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError("a JSON number must be finite")
+        target.number_value = number
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, Mapping):
+        _fill_struct(target.struct_value, value)
+    else:
+        target.list_value.SetInParent()
+        for item in value:
+            _fill_value(target.list_value.values.add(), item)
+
+
+def _fill_struct(target: struct_pb2.Struct, value: Mapping[str, JsonValue]) -> None:
+    target.SetInParent()
+    for key, item in value.items():
+        _fill_value(target.fields[key], item)
+
+
+def struct_to_proto(value: Mapping[str, JsonValue]) -> struct_pb2.Struct:
+    """A JSON object as `google.protobuf.Struct`."""
+    result = struct_pb2.Struct()
+    _fill_struct(result, value)
+    return result
+
+
+def json_value_from_proto(value: struct_pb2.Value, where: str = "value") -> JsonValue:
+    """A `google.protobuf.Value` as a JsonValue (numbers float, lists tuples).
+
+    Raises `InvalidRequest` for a Value with no kind or a non-finite number."""
+    kind = value.WhichOneof("kind")
+    if kind == "null_value":
+        return None
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "number_value":
+        number = value.number_value
+        if not math.isfinite(number):
+            raise InvalidRequest(f"{where}: numbers must be finite")
+        return number + 0.0  # -0.0 + 0.0 == 0.0, as the core normalizes numbers
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return struct_from_proto(value.struct_value, where)
+    if kind == "list_value":
+        return tuple(
+            json_value_from_proto(item, f"{where}[{index}]")
+            for index, item in enumerate(value.list_value.values)
+        )
+    raise InvalidRequest(f"{where}: a JSON value has no kind")
+
+
+def struct_from_proto(value: struct_pb2.Struct, where: str = "value") -> dict[str, JsonValue]:
+    """A `google.protobuf.Struct` as a JSON object."""
+    return {
+        key: json_value_from_proto(item, f"{where}.{key}") for key, item in value.fields.items()
+    }
+
+
+# --- content -----------------------------------------------------------------------------
+
+
+def content_to_proto(content: Content) -> types_pb2.Content:
+    """Content parts in order."""
+    result = types_pb2.Content()
+    for part in content:
+        match part:
+            case TextPart(text=text):
+                result.parts.add().text.text = text
+            case DataPart(value=value):
+                result.parts.add().data.value.CopyFrom(json_value_to_proto(value))
+            case _:
+                assert_never(part)
+    return result
+
+
+def content_from_proto(content: types_pb2.Content) -> Content:
+    """Content from protobuf; bad parts are `SendError` `content-invalid`."""
+    parts: list[ContentPart] = []
+    for part in content.parts:
+        kind = part.WhichOneof("part")
+        if kind == "text":
+            parts.append(TextPart(text=part.text.text))
+        elif kind == "data":
+            try:
+                value = json_value_from_proto(part.data.value, "data")
+            except InvalidRequest as error:
+                raise SendError(
+                    SendErrorReason.CONTENT_INVALID,
+                    f"a data part is not a JSON value ({error.detail})",
+                ) from None
+            parts.append(DataPart(value=value))
+        else:
+            raise SendError(
+                SendErrorReason.CONTENT_INVALID, "a content part is neither text nor data"
+            )
+    return tuple(parts)
+
+
+# --- answers and send inputs -------------------------------------------------------------
+
+
+def answer_content_to_proto(content: AnswerContent) -> types_pb2.AnswerContent:
+    """AnswerContent: strings, finite numbers, booleans and string lists."""
+    result = types_pb2.AnswerContent()
+    for key, value in content.items():
+        target = result.fields[key]
+        if isinstance(value, bool):
+            target.bool_value = value
+        elif isinstance(value, str):
+            target.string_value = value
+        elif isinstance(value, int | float):
+            if not math.isfinite(value):
+                raise ValueError("an answer number must be finite")
+            target.number_value = float(value)
+        else:
+            target.string_list_value.values.extend(value)
+    return result
+
+
+def answer_content_from_proto(
+    content: types_pb2.AnswerContent, where: str = "content"
+) -> AnswerContent:
+    """AnswerContent from protobuf (numbers as floats, string lists as tuples)."""
+    result: dict[str, AnswerValue] = {}
+    for key, value in content.fields.items():
+        kind = value.WhichOneof("value")
+        if kind == "string_value":
+            result[key] = value.string_value
+        elif kind == "number_value":
+            if not math.isfinite(value.number_value):
+                raise InvalidRequest(f"{where}.{key}: numbers must be finite")
+            result[key] = value.number_value + 0.0
+        elif kind == "bool_value":
+            result[key] = value.bool_value
+        elif kind == "string_list_value":
+            result[key] = tuple(value.string_list_value.values)
+        else:
+            raise InvalidRequest(f"{where}.{key}: an answer value has no kind")
+    return result
+
+
+def collective_operation_to_proto(operation: CollectiveOperation) -> types_pb2.CollectiveOperation:
+    """`{op: "multicast"}` or a gather/all_gather with its deadline and form."""
+    result = types_pb2.CollectiveOperation()
+    match operation:
+        case MulticastOperation():
+            result.multicast.SetInParent()
+        case AskOperation(op=op, deadline=deadline, requested_schema=schema):
+            ask = result.gather if op is CollectiveOp.GATHER else result.all_gather
+            ask.deadline_seconds = deadline
+            ask.requested_schema.CopyFrom(struct_to_proto(schema))
+        case _:
+            assert_never(operation)
+    return result
+
+
+def collective_operation_from_proto(
+    operation: types_pb2.CollectiveOperation,
+) -> CollectiveOperation:
+    """A present CollectiveOperation; with no `op` it is the contract's `{}`, a multicast."""
+    kind = operation.WhichOneof("op")
+    if kind == "gather":
+        return AskOperation(
+            op=CollectiveOp.GATHER,
+            deadline=operation.gather.deadline_seconds,
+            requested_schema=_schema_from_proto(operation.gather.requested_schema),
+        )
+    if kind == "all_gather":
+        return AskOperation(
+            op=CollectiveOp.ALL_GATHER,
+            deadline=operation.all_gather.deadline_seconds,
+            requested_schema=_schema_from_proto(operation.all_gather.requested_schema),
+        )
+    # "An omitted op and an omitted collective both mean multicast."
+    return MulticastOperation()
+
+
+def _schema_from_proto(schema: struct_pb2.Struct) -> RequestedSchema:
+    return struct_from_proto(schema, "requested_schema")
+
+
+def collective_response_to_proto(response: CollectiveResponse) -> types_pb2.CollectiveResponse:
+    """`{action: "accept", content}` or `{action: "decline"}`."""
+    result = types_pb2.CollectiveResponse()
+    match response:
+        case Accept(content=content):
+            result.accept.content.CopyFrom(answer_content_to_proto(content))
+        case Decline():
+            result.decline.SetInParent()
+        case _:
+            assert_never(response)
+    return result
+
+
+def collective_response_from_proto(response: types_pb2.CollectiveResponse) -> CollectiveResponse:
+    """An answer; an unset `action` is `InvalidRequest`."""
+    kind = response.WhichOneof("action")
+    if kind == "accept":
+        return Accept(content=answer_content_from_proto(response.accept.content))
+    if kind == "decline":
+        return Decline()
+    raise InvalidRequest("collective_response: no action")
+
+
+def send_input_to_proto(send_input: SendInput) -> types_pb2.SendInput:
+    """A SendInput; an omitted `collective` stays unset."""
+    result = types_pb2.SendInput()
+    match send_input:
+        case MessageInput(to=to, text=text, collective=collective):
+            result.message.to = to
+            result.message.text = text
+            if collective is not None:
+                result.message.collective.CopyFrom(collective_operation_to_proto(collective))
+        case ResponseInput(to=to, response=response):
+            result.answer.to = to
+            result.answer.collective_response.CopyFrom(collective_response_to_proto(response))
+        case _:
+            assert_never(send_input)
+    return result
+
+
+def send_input_from_proto(send_input: types_pb2.SendInput) -> SendInput:
+    """A SendInput: an omitted `collective` stays None, a present empty one is multicast."""
+    kind = send_input.WhichOneof("input")
+    if kind == "message":
+        message = send_input.message
+        return MessageInput(
+            to=message.to,
+            text=message.text,
+            collective=(
+                collective_operation_from_proto(message.collective)
+                if message.HasField("collective")
+                else None
+            ),
+        )
+    if kind == "answer":
+        if not send_input.answer.HasField("collective_response"):
+            raise InvalidRequest("input.answer: no collective_response")
+        return ResponseInput(
+            to=send_input.answer.to,
+            response=collective_response_from_proto(send_input.answer.collective_response),
+        )
+    raise InvalidRequest("input: neither a message nor an answer")
+
+
+def failure_delivery_to_proto(delivery: FailureDelivery) -> types_pb2.FailureDelivery.ValueType:
+    """`result` or `inbound`."""
+    return _FAILURE_DELIVERIES[delivery]
+
+
+def failure_delivery_from_proto(value: types_pb2.FailureDelivery.ValueType) -> FailureDelivery:
+    """Unset is the contract's default, `result`."""
+    return _back(_FAILURE_DELIVERIES_BACK, value, "failure_delivery")
+
+
+def send_result_to_proto(result: SendResult) -> types_pb2.SendResult:
+    """`{operationId?, guidance?}`."""
+    message = types_pb2.SendResult()
+    if result.operation_id is not None:
+        message.operation_id = result.operation_id
+    if result.guidance is not None:
+        message.guidance.CopyFrom(checked_guidance_to_proto(result.guidance))
+    return message
+
+
+def send_result_from_proto(result: types_pb2.SendResult) -> SendResult:
+    """A SendResult."""
+    return SendResult(
+        operation_id=result.operation_id if result.HasField("operation_id") else None,
+        guidance=(
+            checked_guidance_from_proto(result.guidance) if result.HasField("guidance") else None
+        ),
+    )
+
+
+# --- guidance ----------------------------------------------------------------------------
+
+
+def checked_guidance_to_proto(guidance: CheckedGuidance) -> guidance_pb2.CheckedGuidance:
+    """One check's subjects and instructions."""
+    result = guidance_pb2.CheckedGuidance(check_id=guidance.check_id)
+    for subject in guidance.subjects:
+        result.subjects.add(
+            id=subject.id,
+            sender=subject.sender,
+            recipients=subject.recipients,
+            text=subject.text,
+        )
+    for instruction in guidance.instructions:
+        target = result.instructions.add()
+        match instruction:
+            case ExpectationInstruction():
+                target.expectation.middleware_id = instruction.middleware_id
+                target.expectation.rule_id = instruction.rule_id
+                target.expectation.expectation = _EXPECTATIONS[instruction.expectation]
+                target.expectation.subjects.extend(instruction.subjects)
+                target.expectation.instruction = instruction.instruction
+            case UncertainInstruction():
+                target.uncertain.middleware_id = instruction.middleware_id
+                target.uncertain.rule_id = instruction.rule_id
+                target.uncertain.uncertain.choice = instruction.uncertain.choice
+                target.uncertain.uncertain.probability = instruction.uncertain.probability
+                target.uncertain.instruction = instruction.instruction
+            case _:
+                assert_never(instruction)
+    return result
+
+
+def checked_guidance_from_proto(guidance: guidance_pb2.CheckedGuidance) -> CheckedGuidance:
+    """CheckedGuidance; an instruction of neither shape is `InvalidRequest`."""
+    instructions: list[Instruction] = []
+    for instruction in guidance.instructions:
+        kind = instruction.WhichOneof("kind")
+        if kind == "expectation":
+            raw = instruction.expectation
+            instructions.append(
+                ExpectationInstruction(
+                    middleware_id=raw.middleware_id,
+                    rule_id=raw.rule_id,
+                    expectation=_back(_EXPECTATIONS_BACK, raw.expectation, "expectation"),
+                    subjects=tuple(raw.subjects),
+                    instruction=raw.instruction,
+                )
+            )
+        elif kind == "uncertain":
+            judged = instruction.uncertain
+            if not math.isfinite(judged.uncertain.probability):
+                raise InvalidRequest("uncertain.probability: numbers must be finite")
+            instructions.append(
+                UncertainInstruction(
+                    middleware_id=judged.middleware_id,
+                    rule_id=judged.rule_id,
+                    uncertain=Uncertain(
+                        choice=judged.uncertain.choice,
+                        probability=judged.uncertain.probability,
+                    ),
+                    instruction=judged.instruction,
+                )
+            )
+        else:
+            raise InvalidRequest("guidance.instructions: an instruction has no kind")
+    return CheckedGuidance(
+        check_id=guidance.check_id,
+        subjects=tuple(
+            GuidanceSubject(
+                id=subject.id,
+                sender=subject.sender,
+                recipients=tuple(subject.recipients),
+                text=subject.text,
+            )
+            for subject in guidance.subjects
+        ),
+        instructions=tuple(instructions),
+    )
+
+
+def local_guidance_to_proto(guidance: LocalGuidance) -> guidance_pb2.LocalGuidance:
+    """Either LocalGuidance form."""
+    result = guidance_pb2.LocalGuidance()
+    match guidance:
+        case CheckedGuidance():
+            result.checked.CopyFrom(checked_guidance_to_proto(guidance))
+        case CollectiveGuidance(question=question, answers=answers):
+            result.collective.SetInParent()
+            if question is not None:
+                result.collective.question.CopyFrom(checked_guidance_to_proto(question))
+            for answer in answers:
+                result.collective.answers.add(
+                    member=answer.member, guidance=checked_guidance_to_proto(answer.guidance)
+                )
+        case _:
+            assert_never(guidance)
+    return result
+
+
+def local_guidance_from_proto(guidance: guidance_pb2.LocalGuidance) -> LocalGuidance:
+    """Either LocalGuidance form; neither is `InvalidRequest`."""
+    kind = guidance.WhichOneof("kind")
+    if kind == "checked":
+        return checked_guidance_from_proto(guidance.checked)
+    if kind == "collective":
+        collective = guidance.collective
+        return CollectiveGuidance(
+            question=(
+                checked_guidance_from_proto(collective.question)
+                if collective.HasField("question")
+                else None
+            ),
+            answers=tuple(
+                MemberGuidance(
+                    member=answer.member, guidance=checked_guidance_from_proto(answer.guidance)
+                )
+                for answer in collective.answers
+            ),
+        )
+    raise InvalidRequest("guidance: neither checked nor collective")
+
+
+def withheld_to_proto(withheld: Withheld) -> guidance_pb2.Withheld:
+    """`{kind: "withheld", checkId, reason}`."""
+    return guidance_pb2.Withheld(check_id=withheld.check_id, reason=_REFUSALS[withheld.reason])
+
+
+def withheld_from_proto(withheld: guidance_pb2.Withheld) -> Withheld:
+    """Withheld text."""
+    return Withheld(
+        check_id=withheld.check_id, reason=_back(_REFUSALS_BACK, withheld.reason, "reason")
+    )
+
+
+# --- inbound items -----------------------------------------------------------------------
+
+
+def inbound_message_to_proto(message: InboundMessage) -> types_pb2.InboundMessage:
+    """A direct or group message."""
+    result = types_pb2.InboundMessage()
+    match message:
+        case DirectMessage():
+            result.direct.post_id = message.post_id
+            result.direct.address = message.address
+            result.direct.sender = message.sender
+            result.direct.content.CopyFrom(content_to_proto(message.content))
+        case GroupMessage():
+            result.group.post_id = message.post_id
+            result.group.address = message.address
+            result.group.sender = message.sender
+            result.group.members.extend(message.members)
+            result.group.content.CopyFrom(content_to_proto(message.content))
+        case _:
+            assert_never(message)
+    return result
+
+
+def inbound_message_from_proto(message: types_pb2.InboundMessage) -> InboundMessage:
+    """A direct or group message."""
+    kind = message.WhichOneof("kind")
+    if kind == "direct":
+        direct = message.direct
+        return DirectMessage(
+            post_id=direct.post_id,
+            address=direct.address,
+            sender=direct.sender,
+            content=content_from_proto(direct.content),
+        )
+    if kind == "group":
+        group = message.group
+        return GroupMessage(
+            post_id=group.post_id,
+            address=group.address,
+            sender=group.sender,
+            members=tuple(group.members),
+            content=content_from_proto(group.content),
+        )
+    raise InvalidRequest("message: neither direct nor group")
+
+
+def member_outcome_to_proto(outcome: MemberOutcome) -> types_pb2.CollectiveMemberOutcome:
+    """One member's outcome, Withheld included."""
+    result = types_pb2.CollectiveMemberOutcome()
+    match outcome:
+        case Answered(content=content):
+            result.answered.content.CopyFrom(answer_content_to_proto(content))
+        case Declined():
+            result.declined.SetInParent()
+        case Invalid(reason=reason):
+            result.invalid.reason = reason
+        case NoAnswer():
+            result.no_answer.SetInParent()
+        case Withheld():
+            result.withheld.CopyFrom(withheld_to_proto(outcome))
+        case _:
+            assert_never(outcome)
+    return result
+
+
+def member_outcome_from_proto(outcome: types_pb2.CollectiveMemberOutcome) -> MemberOutcome:
+    """One member's outcome."""
+    kind = outcome.WhichOneof("kind")
+    if kind == "answered":
+        return Answered(content=answer_content_from_proto(outcome.answered.content))
+    if kind == "declined":
+        return Declined()
+    if kind == "invalid":
+        return Invalid(reason=outcome.invalid.reason)
+    if kind == "no_answer":
+        return NoAnswer()
+    if kind == "withheld":
+        return withheld_from_proto(outcome.withheld)
+    raise InvalidRequest("outcome: no kind")
+
+
+def item_to_proto(item: InboundItem) -> types_pb2.InboundItem:
+    """Any of the four item kinds (`sender` carries the contract's `from`)."""
+    result = types_pb2.InboundItem()
+    match item:
+        case MulticastItem(message=message):
+            result.multicast.message.CopyFrom(inbound_message_to_proto(message))
+        case CollectiveRequestItem():
+            request = result.collective_request
+            request.op = _OPS[item.op]
+            request.id = item.id
+            request.post_id = item.post_id
+            request.sender = item.sender
+            request.to = item.to
+            request.question = item.question
+            request.requested_schema.CopyFrom(struct_to_proto(item.requested_schema))
+            request.deadline_at = item.deadline_at
+        case CollectiveResultItem():
+            collective = result.collective_result
+            collective.op = _OPS[item.op]
+            collective.id = item.id
+            collective.to = item.to
+            if isinstance(item.question, str):
+                collective.question.text = item.question
+            else:
+                collective.question.withheld.CopyFrom(withheld_to_proto(item.question))
+            for entry in item.outcomes:
+                collective.outcomes.add(
+                    member=entry.member, outcome=member_outcome_to_proto(entry.outcome)
+                )
+        case OperationFailedItem():
+            result.operation_failed.id = item.id
+            result.operation_failed.to = item.to
+            result.operation_failed.error = item.error
+        case _:
+            assert_never(item)
+    return result
+
+
+def item_from_proto(item: types_pb2.InboundItem) -> InboundItem:
+    """Any of the four item kinds."""
+    kind = item.WhichOneof("kind")
+    if kind == "multicast":
+        return MulticastItem(message=inbound_message_from_proto(item.multicast.message))
+    if kind == "collective_request":
+        request = item.collective_request
+        return CollectiveRequestItem(
+            op=_back(_OPS_BACK, request.op, "op"),
+            id=request.id,
+            post_id=request.post_id,
+            sender=request.sender,
+            to=request.to,
+            question=request.question,
+            requested_schema=_schema_from_proto(request.requested_schema),
+            deadline_at=request.deadline_at,
+        )
+    if kind == "collective_result":
+        collective = item.collective_result
+        question_kind = collective.question.WhichOneof("kind")
+        question: str | Withheld
+        if question_kind == "text":
+            question = collective.question.text
+        elif question_kind == "withheld":
+            question = withheld_from_proto(collective.question.withheld)
+        else:
+            raise InvalidRequest("collective_result.question: no kind")
+        return CollectiveResultItem(
+            op=_back(_OPS_BACK, collective.op, "op"),
+            id=collective.id,
+            to=collective.to,
+            question=question,
+            outcomes=tuple(
+                MemberResult(member=entry.member, outcome=member_outcome_from_proto(entry.outcome))
+                for entry in collective.outcomes
+            ),
+        )
+    if kind == "operation_failed":
+        failed = item.operation_failed
+        return OperationFailedItem(id=failed.id, to=failed.to, error=failed.error)
+    raise InvalidRequest("item: no kind")
+
+
+def delivery_to_proto(delivery: Delivery) -> types_pb2.InboundDelivery:
+    """A delivery under its token; guidance only when the firewall gave some."""
+    result = types_pb2.InboundDelivery(
+        delivery_token=delivery.token, item=item_to_proto(delivery.item)
+    )
+    if delivery.guidance is not None:
+        result.guidance.CopyFrom(local_guidance_to_proto(delivery.guidance))
+    return result
+
+
+def delivery_from_proto(delivery: types_pb2.InboundDelivery) -> Delivery:
+    """A delivery."""
+    return Delivery(
+        token=delivery.delivery_token,
+        item=item_from_proto(delivery.item),
+        guidance=(
+            local_guidance_from_proto(delivery.guidance) if delivery.HasField("guidance") else None
+        ),
+    )
+
+
+# --- acknowledgments and send states -----------------------------------------------------
+
+
+def acknowledge_result_to_proto(result: AcknowledgeResult) -> endpoint_pb2.AcknowledgeResult:
+    """One token's result (the token itself is implied by the request order)."""
+    message = endpoint_pb2.AcknowledgeResult()
+    if result.error is None:
+        message.ok.SetInParent()
+    else:
+        message.error.reason = _ACK_REASONS[result.error]
+    return message
+
+
+def acknowledge_result_from_proto(
+    token: str, result: endpoint_pb2.AcknowledgeResult
+) -> AcknowledgeResult:
+    """One token's result."""
+    kind = result.WhichOneof("result")
+    if kind == "ok":
+        return AcknowledgeResult(token=token, error=None)
+    if kind == "error":
+        return AcknowledgeResult(
+            token=token, error=_back(_ACK_REASONS_BACK, result.error.reason, "error.reason")
+        )
+    raise InvalidRequest("acknowledge result: neither ok nor error")
+
+
+def send_state_to_proto(state: SendState) -> endpoint_pb2.ReadSendResponse:
+    """`absent | pending{input} | indeterminate{input} | returned{input, outcome}`."""
+    result = endpoint_pb2.ReadSendResponse()
+    match state:
+        case SendAbsent():
+            result.absent.SetInParent()
+        case SendPending(input=send_input):
+            result.pending.input.CopyFrom(send_input_to_proto(send_input))
+        case SendIndeterminate(input=send_input):
+            result.indeterminate.input.CopyFrom(send_input_to_proto(send_input))
+        case SendReturned(input=send_input, outcome=outcome):
+            result.returned.input.CopyFrom(send_input_to_proto(send_input))
+            if isinstance(outcome, SendResult):
+                result.returned.result.CopyFrom(send_result_to_proto(outcome))
+            else:
+                result.returned.failure.CopyFrom(send_failure_to_proto(outcome))
+        case _:
+            assert_never(state)
+    return result
+
+
+def send_state_from_proto(state: endpoint_pb2.ReadSendResponse) -> SendState:
+    """A key's state."""
+    kind = state.WhichOneof("state")
+    if kind == "absent":
+        return SendAbsent()
+    if kind == "pending":
+        return SendPending(input=send_input_from_proto(state.pending.input))
+    if kind == "indeterminate":
+        return SendIndeterminate(input=send_input_from_proto(state.indeterminate.input))
+    if kind == "returned":
+        returned = state.returned
+        outcome_kind = returned.WhichOneof("outcome")
+        outcome: SendResult | HarnessError
+        if outcome_kind == "result":
+            outcome = send_result_from_proto(returned.result)
+        elif outcome_kind == "failure":
+            outcome = send_failure_from_proto(returned.failure)
+        else:
+            raise InvalidRequest("returned: no outcome")
+        return SendReturned(input=send_input_from_proto(returned.input), outcome=outcome)
+    raise InvalidRequest("send state: no state")
+
+
+# --- closed errors -----------------------------------------------------------------------
+
+
+def send_error_to_proto(error: SendError) -> errors_pb2.SendError:
+    """A SendError with its optional detail."""
+    result = errors_pb2.SendError(reason=_SEND_REASONS[error.send_reason])
+    if error.detail is not None:
+        result.detail = error.detail
+    return result
+
+
+def send_error_from_proto(error: errors_pb2.SendError) -> SendError:
+    """A SendError."""
+    return SendError(
+        _back(_SEND_REASONS_BACK, error.reason, "reason"),
+        error.detail if error.HasField("detail") else None,
+    )
+
+
+def collective_error_to_proto(error: CollectiveError) -> errors_pb2.CollectiveError:
+    """A CollectiveError: the operation id and its failure."""
+    result = errors_pb2.CollectiveError(id=error.id)
+    failure = error.failure
+    match failure:
+        case MembersUnreachable(members=members):
+            result.members_unreachable.SetInParent()
+            for member in members:
+                entry = result.members_unreachable.members.add(
+                    member=member.member, reason=_SEND_REASONS[member.reason]
+                )
+                if member.detail is not None:
+                    entry.detail = member.detail
+        case SchemaInvalid(detail=detail):
+            result.schema_invalid.detail = detail
+        case AnswerInvalid(fields=fields):
+            result.answer_invalid.SetInParent()
+            for issue in fields:
+                field = result.answer_invalid.fields.add(
+                    field=issue.field, reason=_FIELD_REASONS[issue.reason]
+                )
+                if issue.detail is not None:
+                    field.detail = issue.detail
+        case RequestNone():
+            result.request_none.SetInParent()
+        case RequestAmbiguous():
+            result.request_ambiguous.SetInParent()
+        case RequestAnswered():
+            result.request_answered.SetInParent()
+        case RequestExpired():
+            result.request_expired.SetInParent()
+        case _:
+            assert_never(failure)
+    return result
+
+
+def collective_error_from_proto(error: errors_pb2.CollectiveError) -> CollectiveError:
+    """A CollectiveError; an unset failure is `InvalidRequest`."""
+    kind = error.WhichOneof("failure")
+    failure: CollectiveFailure
+    if kind == "members_unreachable":
+        failure = MembersUnreachable(
+            members=tuple(
+                UnreachableMember(
+                    member=member.member,
+                    reason=_back(_SEND_REASONS_BACK, member.reason, "members.reason"),
+                    detail=member.detail if member.HasField("detail") else None,
+                )
+                for member in error.members_unreachable.members
+            )
+        )
+    elif kind == "schema_invalid":
+        failure = SchemaInvalid(detail=error.schema_invalid.detail)
+    elif kind == "answer_invalid":
+        failure = AnswerInvalid(
+            fields=tuple(
+                AnswerFieldIssue(
+                    field=field.field,
+                    reason=_back(_FIELD_REASONS_BACK, field.reason, "fields.reason"),
+                    detail=field.detail if field.HasField("detail") else None,
+                )
+                for field in error.answer_invalid.fields
+            )
+        )
+    elif kind == "request_none":
+        failure = RequestNone()
+    elif kind == "request_ambiguous":
+        failure = RequestAmbiguous()
+    elif kind == "request_answered":
+        failure = RequestAnswered()
+    elif kind == "request_expired":
+        failure = RequestExpired()
+    else:
+        raise InvalidRequest("collective error: no failure")
+    return CollectiveError(error.id, failure)
+
+
+def firewall_error_to_proto(error: FirewallSendError) -> errors_pb2.FirewallSendError:
+    """A FirewallSendError (its instruction travels inside `guidance`)."""
+    return errors_pb2.FirewallSendError(
+        check_id=error.check_id,
+        refusal=_REFUSALS[error.refusal],
+        middleware_id=error.middleware_id,
+        rule_id=error.rule_id,
+        guidance=checked_guidance_to_proto(error.guidance),
+    )
+
+
+def firewall_error_from_proto(error: errors_pb2.FirewallSendError) -> FirewallSendError:
+    """A FirewallSendError.
+
+    The message has no `instruction` field (firewall.md §3 names none); the refusing
+    rule's instruction is the one in `guidance` with the same middleware and rule ids."""
+    guidance = checked_guidance_from_proto(error.guidance)
+    return FirewallSendError(
+        check_id=error.check_id,
+        refusal=_back(_REFUSALS_BACK, error.refusal, "refusal"),
+        middleware_id=error.middleware_id,
+        rule_id=error.rule_id,
+        instruction=refusing_instruction(guidance, error.middleware_id, error.rule_id),
+        guidance=guidance,
+    )
+
+
+def refusing_instruction(guidance: CheckedGuidance, middleware_id: str, rule_id: str) -> str:
+    """The instruction text of the rule that refused, or "" when the check has none."""
+    for instruction in guidance.instructions:
+        if instruction.middleware_id == middleware_id and instruction.rule_id == rule_id:
+            return instruction.instruction
+    return ""
+
+
+def send_failure_to_proto(error: HarnessError) -> errors_pb2.SendFailure:
+    """A kept send failure; only the three closed send failures can be one."""
+    result = errors_pb2.SendFailure()
+    match error:
+        case SendError():
+            result.send_error.CopyFrom(send_error_to_proto(error))
+        case CollectiveError():
+            result.collective_error.CopyFrom(collective_error_to_proto(error))
+        case FirewallSendError():
+            result.firewall_send_error.CopyFrom(firewall_error_to_proto(error))
+        case _:
+            raise ValueError(f"{type(error).__name__} is not a send failure")
+    return result
+
+
+def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailureError:
+    """A kept send failure."""
+    kind = failure.WhichOneof("failure")
+    if kind == "send_error":
+        return send_error_from_proto(failure.send_error)
+    if kind == "collective_error":
+        return collective_error_from_proto(failure.collective_error)
+    if kind == "firewall_send_error":
+        return firewall_error_from_proto(failure.firewall_send_error)
+    raise InvalidRequest("send failure: no failure")
+
+
+def listen_error_to_proto(error: ListenError) -> errors_pb2.ListenError:
+    """A ListenError."""
+    return errors_pb2.ListenError(reason=_LISTEN_REASONS[error.listen_reason])
+
+
+def listen_error_from_proto(error: errors_pb2.ListenError) -> ListenError:
+    """A ListenError."""
+    return ListenError(_back(_LISTEN_REASONS_BACK, error.reason, "reason"))
+
+
+def acknowledge_error_to_proto(
+    error: DeliveryAcknowledgeError,
+) -> errors_pb2.DeliveryAcknowledgeError:
+    """A DeliveryAcknowledgeError."""
+    return errors_pb2.DeliveryAcknowledgeError(reason=_ACK_REASONS[error.acknowledge_reason])
+
+
+def acknowledge_error_from_proto(
+    error: errors_pb2.DeliveryAcknowledgeError,
+) -> DeliveryAcknowledgeError:
+    """A DeliveryAcknowledgeError."""
+    return DeliveryAcknowledgeError(_back(_ACK_REASONS_BACK, error.reason, "reason"))
+
+
+def connect_error_to_proto(error: ConnectError) -> errors_pb2.ConnectError:
+    """A ConnectError."""
+    return errors_pb2.ConnectError(reason=_CONNECT_REASONS[error.connect_reason])
+
+
+def connect_error_from_proto(error: errors_pb2.ConnectError) -> ConnectError:
+    """A ConnectError."""
+    return ConnectError(_back(_CONNECT_REASONS_BACK, error.reason, "reason"))
+
+
+def message_text_error_to_proto(error: MessageTextError) -> errors_pb2.MessageTextError:
+    """A MessageTextError."""
+    return errors_pb2.MessageTextError(
+        operation=_TEXT_OPERATIONS[error.operation], detail=error.detail
+    )
+
+
+def message_text_error_from_proto(error: errors_pb2.MessageTextError) -> MessageTextError:
+    """A MessageTextError."""
+    return MessageTextError(
+        _back(_TEXT_OPERATIONS_BACK, error.operation, "operation"), error.detail
+    )
+
+
+def idempotency_conflict_to_proto(
+    error: IdempotencyConflictError,
+) -> errors_pb2.IdempotencyConflict:
+    """The conflicting key."""
+    return errors_pb2.IdempotencyConflict(key=error.key)
+
+
+def idempotency_conflict_from_proto(
+    error: errors_pb2.IdempotencyConflict,
+) -> IdempotencyConflictError:
+    """The conflicting key."""
+    return IdempotencyConflictError(error.key)
+
+
+ErrorDetail: TypeAlias = (
+    errors_pb2.SendError
+    | errors_pb2.CollectiveError
+    | errors_pb2.FirewallSendError
+    | errors_pb2.ListenError
+    | errors_pb2.DeliveryAcknowledgeError
+    | errors_pb2.ConnectError
+    | errors_pb2.MessageTextError
+    | errors_pb2.IdempotencyConflict
+)
+
+
+def error_to_proto(error: HarnessError) -> ErrorDetail | None:
+    """The closed protobuf error a status carries for `error`, or None when it has none."""
+    match error:
+        case SendError():
+            return send_error_to_proto(error)
+        case CollectiveError():
+            return collective_error_to_proto(error)
+        case FirewallSendError():
+            return firewall_error_to_proto(error)
+        case ListenError():
+            return listen_error_to_proto(error)
+        case DeliveryAcknowledgeError():
+            return acknowledge_error_to_proto(error)
+        case ConnectError():
+            return connect_error_to_proto(error)
+        case MessageTextError():
+            return message_text_error_to_proto(error)
+        case IdempotencyConflictError():
+            return idempotency_conflict_to_proto(error)
+        case _:
+            return None
+
+
+def error_from_proto(detail: ErrorDetail) -> HarnessError:
+    """The typed error a closed protobuf error stands for."""
+    match detail:
+        case errors_pb2.SendError():
+            return send_error_from_proto(detail)
+        case errors_pb2.CollectiveError():
+            return collective_error_from_proto(detail)
+        case errors_pb2.FirewallSendError():
+            return firewall_error_from_proto(detail)
+        case errors_pb2.ListenError():
+            return listen_error_from_proto(detail)
+        case errors_pb2.DeliveryAcknowledgeError():
+            return acknowledge_error_from_proto(detail)
+        case errors_pb2.ConnectError():
+            return connect_error_from_proto(detail)
+        case errors_pb2.MessageTextError():
+            return message_text_error_from_proto(detail)
+        case errors_pb2.IdempotencyConflict():
+            return idempotency_conflict_from_proto(detail)
+        case _:
+            assert_never(detail)
+
+
+# --- management --------------------------------------------------------------------------
+
+
+def registered_agent_to_proto(agent: RegisteredAgent) -> management_pb2.RegisterAgentResponse:
+    """A registration and its one-time token."""
+    return management_pb2.RegisterAgentResponse(
+        address=agent.address, agent_id=agent.agent_id, token=agent.token
+    )
+
+
+def registered_agent_from_proto(agent: management_pb2.RegisterAgentResponse) -> RegisteredAgent:
+    """A registration."""
+    return RegisteredAgent(address=agent.address, agent_id=agent.agent_id, token=agent.token)
+
+
+def agent_status_to_proto(status: AgentStatus) -> management_pb2.AgentStatus:
+    """What an operator sees of one agent."""
+    return management_pb2.AgentStatus(
+        name=status.address.removeprefix("agent:"),
+        address=status.address,
+        agent_id=status.agent_id,
+        public_key=status.public_key,
+        issued_at=status.issued_at,
+        hosted=status.hosted,
+        stream_attached=status.listening,
+        backlog=status.backlog,
+        oldest_unacked_age_seconds=status.oldest_unacked_age,
+    )
+
+
+def agent_status_from_proto(status: management_pb2.AgentStatus) -> AgentStatus:
+    """One agent's status."""
+    return AgentStatus(
+        address=status.address,
+        agent_id=status.agent_id,
+        public_key=status.public_key,
+        issued_at=status.issued_at,
+        hosted=status.hosted,
+        listening=status.stream_attached,
+        backlog=status.backlog,
+        oldest_unacked_age=status.oldest_unacked_age_seconds,
+    )
+
+
+def conversation_to_proto(summary: ConversationSummary) -> management_pb2.ConversationSummary:
+    """One conversation an agent stores."""
+    result = management_pb2.ConversationSummary(
+        address=summary.address,
+        kind=_CONVERSATION_KINDS[summary.kind],
+        members=summary.members,
+        depth=summary.depth,
+    )
+    if summary.head is not None:
+        result.head_record_hash = summary.head
+    return result
+
+
+def conversation_from_proto(summary: management_pb2.ConversationSummary) -> ConversationSummary:
+    """One conversation."""
+    return ConversationSummary(
+        address=summary.address,
+        kind=_back(_CONVERSATION_KINDS_BACK, summary.kind, "kind"),
+        members=tuple(summary.members),
+        head=summary.head_record_hash if summary.HasField("head_record_hash") else None,
+        depth=summary.depth,
+    )
+
+
+def history_record_to_proto(record: HistoryRecord) -> management_pb2.ConversationRecord:
+    """One certified record."""
+    return management_pb2.ConversationRecord(
+        record_hash=record.record_hash,
+        post_id=record.post_id,
+        author=record.author,
+        depth=record.depth,
+        content=content_to_proto(record.content),
+        certified_record=record.certified_record,
+    )
+
+
+def history_record_from_proto(record: management_pb2.ConversationRecord) -> HistoryRecord:
+    """One certified record."""
+    return HistoryRecord(
+        record_hash=record.record_hash,
+        post_id=record.post_id,
+        author=record.author,
+        depth=record.depth,
+        content=content_from_proto(record.content),
+        certified_record=record.certified_record,
+    )
+
+
+def gateway_status_to_proto(status: GatewayStatus) -> management_pb2.GetGatewayStatusResponse:
+    """Version, mode, hosted agents and Router state (unknown names are UNSPECIFIED)."""
+    return management_pb2.GetGatewayStatusResponse(
+        version=status.version,
+        mode=_MODES.get(status.mode, management_pb2.GATEWAY_MODE_UNSPECIFIED),
+        hosted_agents=status.hosted_agents,
+        router_state=_ROUTER_STATES.get(
+            status.router_state, management_pb2.ROUTER_ATTACHMENT_UNSPECIFIED
+        ),
+    )
+
+
+def gateway_status_from_proto(status: management_pb2.GetGatewayStatusResponse) -> GatewayStatus:
+    """The daemon's status."""
+    return GatewayStatus(
+        version=status.version,
+        mode=_back(_MODES_BACK, status.mode, "mode"),
+        hosted_agents=status.hosted_agents,
+        router_state=_back(_ROUTER_STATES_BACK, status.router_state, "router_state"),
+    )

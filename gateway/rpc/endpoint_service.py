@@ -1,0 +1,128 @@
+"""`harness.v1.HarnessEndpointService` over the gateway core: the agent API.
+
+Each method checks that the gateway is SERVING, authenticates the agent token, converts
+the request (`gateway.rpc.convert`), calls the agent's `Endpoint`, and converts the answer.
+Failures are statuses, translated once by the `unary_rpc`/`stream_rpc` wrappers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncGenerator
+from typing import Final
+
+from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from gateway.contract.message_text import parse_message_text
+from gateway.endpoint.api import Endpoint, GatewayCore, GatewayState, NotServing
+from gateway.endpoint.inbox import ACKNOWLEDGE_MAX_TOKENS
+from gateway.rpc import convert
+from gateway.rpc.auth import authenticate_agent
+from gateway.rpc.convert import InvalidRequest
+from gateway.rpc.errors import Context, stream_rpc, unary_rpc
+
+logger = logging.getLogger(__name__)
+
+STREAM_OPEN_METADATA: Final = (("harness-stream", "open"),)
+"""Initial metadata a `Messages` stream sends once it holds the agent's stream slot.
+
+It tells a client that this stream, not just the channel, is open: a client that saw it
+reconnects with `takeover` (its own stream may be half-open on the server), one that did
+not keeps the caller's choice, so it never takes over another listener by accident."""
+
+
+def check_serving(core: GatewayCore) -> None:
+    """Refuse the call (UNAVAILABLE, NOT_READY or SHUTTING_DOWN) unless SERVING."""
+    state = core.state
+    if state is not GatewayState.SERVING:
+        raise NotServing(state)
+
+
+def remaining_seconds(context: Context) -> float | None:
+    """The call's remaining deadline in seconds, or None when it has none."""
+    remaining = context.time_remaining()
+    if remaining is None or not math.isfinite(remaining):
+        return None
+    return max(0.0, remaining)
+
+
+class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
+    """The agent API; the token decides the agent."""
+
+    def __init__(self, core: GatewayCore) -> None:
+        self._core = core
+
+    async def _endpoint(self, context: Context) -> Endpoint:
+        check_serving(self._core)
+        return await authenticate_agent(self._core, context)
+
+    @unary_rpc
+    async def Send(  # noqa: N802 - the gRPC method name
+        self, request: endpoint_pb2.SendRequest, context: Context
+    ) -> endpoint_pb2.SendResponse:
+        endpoint = await self._endpoint(context)
+        send_input = convert.send_input_from_proto(request.input)
+        failure_delivery = convert.failure_delivery_from_proto(request.failure_delivery)
+        key = request.idempotency_key if request.HasField("idempotency_key") else None
+        result = await endpoint.send(
+            send_input,
+            failure_delivery=failure_delivery,
+            idempotency_key=key,
+            deadline=remaining_seconds(context),
+        )
+        return endpoint_pb2.SendResponse(result=convert.send_result_to_proto(result))
+
+    @stream_rpc
+    async def Messages(  # noqa: N802 - the gRPC method name
+        self, request: endpoint_pb2.MessagesRequest, context: Context
+    ) -> AsyncGenerator[endpoint_pb2.MessagesResponse, None]:
+        endpoint = await self._endpoint(context)
+        # ListenError (already-listening) propagates to the wrapper: FAILED_PRECONDITION.
+        stream = endpoint.open_stream(takeover=request.takeover)
+        try:
+            await context.send_initial_metadata(STREAM_OPEN_METADATA)
+            logger.info("stream attached takeover=%s", request.takeover)
+            # StreamEnded (shutdown, revoked) and ListenError (taken over) propagate to
+            # the wrapper, which ends the call with their statuses; a cancelled call
+            # raises CancelledError here, which grpc.aio owns (house style 12).
+            async for delivery in stream:
+                yield endpoint_pb2.MessagesResponse(delivery=convert.delivery_to_proto(delivery))
+        finally:
+            # No phantom listener: the agent's stream slot is released however we leave.
+            stream.close()
+            logger.info("stream detached")
+
+    @unary_rpc
+    async def Acknowledge(  # noqa: N802 - the gRPC method name
+        self, request: endpoint_pb2.AcknowledgeRequest, context: Context
+    ) -> endpoint_pb2.AcknowledgeResponse:
+        endpoint = await self._endpoint(context)
+        tokens = list(request.delivery_tokens)
+        if not 1 <= len(tokens) <= ACKNOWLEDGE_MAX_TOKENS:
+            raise InvalidRequest(
+                f"delivery_tokens: 1 to {ACKNOWLEDGE_MAX_TOKENS:,} tokens, not {len(tokens):,}"
+            )
+        results = await endpoint.acknowledge(tokens)
+        return endpoint_pb2.AcknowledgeResponse(
+            results=[convert.acknowledge_result_to_proto(result) for result in results]
+        )
+
+    @unary_rpc
+    async def ParseMessageText(  # noqa: N802 - the gRPC method name
+        self, request: endpoint_pb2.ParseMessageTextRequest, context: Context
+    ) -> endpoint_pb2.ParseMessageTextResponse:
+        await self._endpoint(context)
+        # A MessageTextError is a status (INVALID_ARGUMENT with the MessageTextError in its
+        # details), as operations.md §3's table says for every contract failure, never the
+        # response's `error` branch: clients then read every failure one way
+        # (`decode_status`), and the `error` branch stays unused by this gateway.
+        send_input = parse_message_text(request.to, request.text)
+        return endpoint_pb2.ParseMessageTextResponse(input=convert.send_input_to_proto(send_input))
+
+    @unary_rpc
+    async def ReadSend(  # noqa: N802 - the gRPC method name
+        self, request: endpoint_pb2.ReadSendRequest, context: Context
+    ) -> endpoint_pb2.ReadSendResponse:
+        endpoint = await self._endpoint(context)
+        state = await endpoint.read_send(request.idempotency_key)
+        return convert.send_state_to_proto(state)
