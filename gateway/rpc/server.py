@@ -202,7 +202,9 @@ async def build_server(
         else:
             port = server.add_secure_port(settings.listen, credentials)
     except RuntimeError as error:
+        await server.stop(None)
         raise OSError(f"cannot listen on {settings.listen}: {error}") from error
     if port == 0:
+        await server.stop(None)
         raise OSError(f"cannot listen on {settings.listen}")
     return RpcServer(server, health, _bound_address(settings.listen, port))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -227,8 +227,9 @@ class Endpoint:
 
     # --- messages --------------------------------------------------------------------
 
-    def messages(self, *, takeover: bool = False) -> AsyncIterator[InboundDelivery]:
-        """The agent's deliveries in inbox order, as an async iterator.
+    def messages(self, *, takeover: bool = False) -> AsyncGenerator[InboundDelivery, None]:
+        """The agent's deliveries in inbox order, as an async generator (`aclose()` it, or
+        leave it with `break`, to end the stream).
 
         Reconnects on its own and skips replays of tokens it already yielded (each call
         starts with an empty memory). Raises `ListenError`: `already-listening` when

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
 import grpc  # noqa: TID251 - the client library talks gRPC
@@ -85,7 +85,7 @@ class _StreamLoop:
         self._replay = _ReplayFilter()
         self._held_stream = False
 
-    async def deliveries(self) -> AsyncIterator[InboundDelivery]:
+    async def deliveries(self) -> AsyncGenerator[InboundDelivery, None]:
         """Deliveries in inbox order, each token at most once."""
         last_stream = time.monotonic()
         while True:
