@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,16 @@ import pytest
 from gateway.rpc import RpcServer, build_server
 from gateway.settings import Settings
 from tests.integration.rpc.fake_core import ADMIN_TOKEN, FakeCore
+
+BOUND = 10.0
+"""Seconds any single wait in these tests may take before it fails."""
+
+
+async def until(condition: Callable[[], bool], *, bound: float = BOUND) -> None:
+    """Wait until `condition()` holds, polling, never longer than `bound` (assert_eventually)."""
+    async with asyncio.timeout(bound):
+        while not condition():  # noqa: ASYNC110 - polls state another task changes, bounded
+            await asyncio.sleep(0.005)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 from harness_client import cli
 
 from gateway.contract.errors import CollectiveError, RequestNone
-from tests.integration.rpc.conftest import Served
+from tests.integration.rpc.conftest import Served, until
 from tests.integration.rpc.fake_core import text_item
 
 
@@ -264,7 +264,7 @@ async def test_listen_stops_after_its_timeout_with_nothing_to_print(harness, ser
     run = await harness("listen", "--timeout", "0.3", token=alice, admin=False)
     assert run.code == 0
     assert run.out == ""
-    assert not served.core.endpoints["alice"].inbox.listening
+    await until(lambda: not served.core.endpoints["alice"].inbox.listening)
 
 
 async def test_ack_reports_each_token_and_exits_one_when_one_failed(harness, served):
@@ -336,3 +336,61 @@ async def test_conversations_and_history(harness, served):
         ],
         "hasMore": False,
     }
+
+
+async def test_gather_sends_the_question_with_its_deadline_and_form(harness, served, tmp_path):
+    from gateway.contract.values import AskOperation, CollectiveOp, MessageInput, SendResult
+
+    alice = await served.register("alice")
+    served.core.scripted["agent:bob"] = SendResult(operation_id="col_x")
+    form = tmp_path / "form.json"
+    form.write_text('{"type": "object", "properties": {"slot": {"type": "string"}}}')
+    run = await harness(
+        "gather",
+        "agent:bob",
+        "when?",
+        "--deadline",
+        "120",
+        "--schema",
+        str(form),
+        token=alice,
+        admin=False,
+    )
+    assert run.code == 0
+    assert run.json == {"operationId": "col_x"}
+    [call] = served.core.endpoints["alice"].calls
+    assert call.send_input == MessageInput(
+        to="agent:bob",
+        text="when?",
+        collective=AskOperation(
+            op=CollectiveOp.GATHER,
+            deadline=120,
+            requested_schema={"type": "object", "properties": {"slot": {"type": "string"}}},
+        ),
+    )
+
+
+async def test_answer_accepts_with_form_fields_or_declines(harness, served):
+    from gateway.contract.values import Accept, Decline, ResponseInput, SendResult
+
+    alice = await served.register("alice")
+    served.core.scripted["agent:bob"] = SendResult(operation_id="col_x")
+    accepted = await harness(
+        "answer",
+        "agent:bob",
+        "--accept",
+        '{"slot": "tue", "n": 2, "tags": ["a"]}',
+        token=alice,
+        admin=False,
+    )
+    declined = await harness("answer", "agent:bob", "--decline", token=alice, admin=False)
+    assert (accepted.code, declined.code) == (0, 0)
+    calls = served.core.endpoints["alice"].calls
+    assert [call.send_input for call in calls] == [
+        ResponseInput(
+            to="agent:bob", response=Accept(content={"slot": "tue", "n": 2.0, "tags": ("a",)})
+        ),
+        ResponseInput(to="agent:bob", response=Decline()),
+    ]
+    bad = await harness("answer", "agent:bob", "--accept", '{"n": null}', token=alice, admin=False)
+    assert bad.code == 2

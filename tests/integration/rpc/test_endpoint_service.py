@@ -31,7 +31,7 @@ from gateway.contract.errors import (
 from gateway.contract.values import FailureDelivery, MessageInput, SendResult
 from gateway.endpoint.api import GatewayState
 from gateway.endpoint.inbox import StreamEndReason
-from tests.integration.rpc.conftest import Served
+from tests.integration.rpc.conftest import Served, until
 from tests.integration.rpc.fake_core import text_item
 from tests.unit.rpc.samples import CHECKED, COLLECTIVE_ERRORS, FIREWALL_ERROR
 
@@ -61,13 +61,6 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 async def next_delivery(deliveries) -> harness_client.InboundDelivery:
     return await asyncio.wait_for(anext(deliveries), BOUND)
-
-
-async def until(condition, *, bound: float = BOUND) -> None:
-    """Wait (without sleeping a fixed time) until `condition()` holds."""
-    async with asyncio.timeout(bound):
-        while not condition():  # noqa: ASYNC110 - polls the fake core's state, bounded
-            await asyncio.sleep(0.005)
 
 
 # --- authentication ----------------------------------------------------------------------

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+import grpc  # noqa: TID251 - the client library talks gRPC
+
 from harness_client._endpoint import (
     ACKNOWLEDGE_MAX_TOKENS,
     ACKNOWLEDGE_TIMEOUT,
@@ -36,8 +38,19 @@ from harness_client._errors import (
     TransportError,
     UnavailableError,
 )
-from harness_client._items import FailureDelivery
-from harness_client._management import ManagementClient, connect_management
+from harness_client._items import (
+    Accept,
+    AnswerValue,
+    AskOperation,
+    CollectiveOp,
+    Decline,
+    FailureDelivery,
+    JsonValue,
+    MessageInput,
+    ResponseInput,
+    SendInput,
+)
+from harness_client._management import MANAGEMENT_TIMEOUT, ManagementClient, connect_management
 
 EXIT_OK: Final = 0
 """The command succeeded."""
@@ -195,12 +208,23 @@ class Context:
         timeout: float | None = self.args.timeout
         return default if timeout is None else timeout
 
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """TLS trusting `--tls-ca` (a PEM file), or None for plaintext."""
+        if self.args.tls_ca is None:
+            return None
+        try:
+            roots = Path(self.args.tls_ca).expanduser().read_bytes()
+        except OSError as error:
+            raise UsageError(f"cannot read --tls-ca {self.args.tls_ca}: {error.strerror}") from None
+        return grpc.ssl_channel_credentials(root_certificates=roots)
+
     async def endpoint(self) -> Endpoint:
         """The agent's endpoint (`--token`)."""
         return await connect(
             self.args.url,
             token=agent_token(self.args, self.env),
             connect_timeout=self.connect_timeout,
+            credentials=self.credentials(),
         )
 
     async def management(self) -> ManagementClient:
@@ -210,7 +234,8 @@ class Context:
             self.args.url,
             admin_token=token,
             connect_timeout=self.connect_timeout,
-            call_timeout=self.deadline(30.0),
+            call_timeout=self.deadline(MANAGEMENT_TIMEOUT),
+            credentials=self.credentials(),
         )
 
 
@@ -315,19 +340,77 @@ async def _history(ctx: Context) -> int:
     return EXIT_OK
 
 
+async def _send_input(ctx: Context, endpoint: Endpoint, send_input: SendInput) -> int:
+    result = await endpoint.send(
+        send_input,
+        idempotency_key=ctx.args.idempotency_key,
+        failure_delivery=FailureDelivery(ctx.args.failure_delivery),
+        deadline=ctx.deadline(SEND_TIMEOUT),
+    )
+    ctx.out.value(result.to_json())
+    return EXIT_OK
+
+
 async def _send(ctx: Context) -> int:
     async with await ctx.endpoint() as endpoint:
         send_input = await endpoint.parse_message_text(
             ctx.args.to, ctx.args.text, deadline=ctx.deadline(READ_TIMEOUT)
         )
-        result = await endpoint.send(
-            send_input,
-            idempotency_key=ctx.args.idempotency_key,
-            failure_delivery=FailureDelivery(ctx.args.failure_delivery),
-            deadline=ctx.deadline(SEND_TIMEOUT),
-        )
-    ctx.out.value(result.to_json())
-    return EXIT_OK
+        return await _send_input(ctx, endpoint, send_input)
+
+
+def _load_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"{what} is not JSON: {error}") from None
+
+
+def _schema(path: str) -> dict[str, JsonValue]:
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read the schema {path}: {error.strerror}") from None
+    schema = _load_json(text, f"the schema {path}")
+    if not isinstance(schema, dict):
+        raise UsageError(f"the schema {path} is not a JSON object")
+    return schema
+
+
+async def _ask(ctx: Context) -> int:
+    op = CollectiveOp.GATHER if ctx.args.command == "gather" else CollectiveOp.ALL_GATHER
+    send_input = MessageInput(
+        to=ctx.args.to,
+        text=ctx.args.question,
+        collective=AskOperation(
+            op=op, deadline=ctx.args.deadline, requested_schema=_schema(ctx.args.schema)
+        ),
+    )
+    async with await ctx.endpoint() as endpoint:
+        return await _send_input(ctx, endpoint, send_input)
+
+
+def _answer_content(text: str) -> dict[str, AnswerValue]:
+    value = _load_json(text, "--accept")
+    if not isinstance(value, dict):
+        raise UsageError("--accept must be a JSON object of form fields")
+    content: dict[str, AnswerValue] = {}
+    for key, item in value.items():
+        if isinstance(item, bool | str):
+            content[key] = item
+        elif isinstance(item, int | float):
+            content[key] = float(item)
+        elif isinstance(item, list) and all(isinstance(entry, str) for entry in item):
+            content[key] = tuple(item)
+        else:
+            raise UsageError(f"--accept: {key} must be a string, a number, a boolean or strings")
+    return content
+
+
+async def _answer(ctx: Context) -> int:
+    response = Decline() if ctx.args.decline else Accept(content=_answer_content(ctx.args.accept))
+    async with await ctx.endpoint() as endpoint:
+        return await _send_input(ctx, endpoint, ResponseInput(to=ctx.args.to, response=response))
 
 
 async def _parse(ctx: Context) -> int:
@@ -424,6 +507,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _add_send_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--idempotency-key", help="send under this key (retried under it)")
+    parser.add_argument(
+        "--failure-delivery",
+        choices=[value.value for value in FailureDelivery],
+        default=FailureDelivery.RESULT.value,
+        help="where a refused gather or answer is reported (default %(default)s)",
+    )
+
+
 def _add_output_flags(parser: argparse.ArgumentParser) -> None:
     # SUPPRESS: a subcommand's flags must not reset what the global flags set.
     parser.add_argument(
@@ -474,6 +567,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=_positive_float, help="seconds to connect, and for each call"
     )
+    parser.add_argument("--tls-ca", help="PEM roots to trust: connect with TLS")
     _add_output_flags(parser)
     parser.set_defaults(output="text")
     common = argparse.ArgumentParser(add_help=False)
@@ -519,11 +613,27 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     send = commands.add_parser("send", help="send TEXT, read as message text")
     send.add_argument("to")
     send.add_argument("text")
-    send.add_argument("--idempotency-key")
-    send.add_argument(
-        "--failure-delivery", choices=[value.value for value in FailureDelivery], default="result"
-    )
+    _add_send_flags(send)
     send.set_defaults(run=_send)
+
+    for name in ("gather", "all-gather"):
+        ask = commands.add_parser(name, help=f"ask QUESTION as a {name.replace('-', '_')}")
+        ask.add_argument("to")
+        ask.add_argument("question")
+        ask.add_argument(
+            "--deadline", type=_positive_int, default=300, help="seconds (default %(default)s)"
+        )
+        ask.add_argument("--schema", required=True, help="a JSON file holding the form")
+        _add_send_flags(ask)
+        ask.set_defaults(run=_ask)
+
+    answer = commands.add_parser("answer", help="answer the question open in TO")
+    answer.add_argument("to")
+    choice = answer.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--accept", metavar="JSON", help="the form fields, as a JSON object")
+    choice.add_argument("--decline", action="store_true")
+    _add_send_flags(answer)
+    answer.set_defaults(run=_answer)
 
     parse = commands.add_parser("parse", help="print the send a message text states")
     parse.add_argument("to")
