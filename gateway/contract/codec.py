@@ -479,7 +479,7 @@ def message_to_json(message: InboundMessage) -> dict[str, JsonValue]:
             assert_never(message)
 
 
-def _message_from_json(value: JsonValue) -> InboundMessage:
+def message_from_json(value: JsonValue) -> InboundMessage:
     kind = value.get("kind") if isinstance(value, Mapping) else None
     if kind == "direct":
         obj = _object(value, "message", {"kind", "postId", "address", "sender", "content"})
@@ -554,7 +554,7 @@ def item_from_json(value: JsonValue) -> InboundItem:
     kind = value.get("kind") if isinstance(value, Mapping) else None
     if kind == "multicast":
         obj = _object(value, "item", {"kind", "message"})
-        return MulticastItem(message=_message_from_json(obj["message"]))
+        return MulticastItem(message=message_from_json(obj["message"]))
     if kind == "collectiveRequest":
         keys = {
             "kind",

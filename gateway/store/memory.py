@@ -153,6 +153,18 @@ class MemoryStore:
         ]
         return rows[:limit]
 
+    async def pending_deliveries(self, agent_id: str, limit: int) -> list[DeliveryRow]:
+        self._check_open()
+        rows = sorted(
+            (
+                row
+                for row in self._state.agent(agent_id).deliveries.values()
+                if row.state is DeliveryState.PENDING
+            ),
+            key=lambda row: row.commit_seq,
+        )
+        return rows[:limit]
+
     async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
         self._check_open()
         return next(
@@ -193,6 +205,19 @@ class MemoryStore:
     async def record(self, agent_id: str, record_hash: str) -> RecordRow | None:
         self._check_open()
         return self._state.agent(agent_id).records.get(record_hash)
+
+    async def completed_reanchor(
+        self, agent_id: str, conversation_id: str, previous_anchor_hash: str
+    ) -> bytes | None:
+        self._check_open()
+        for row in self._state.agent(agent_id).reanchors.values():
+            if (
+                row.conversation_id == conversation_id
+                and row.previous_anchor_hash == previous_anchor_hash
+                and row.completed is not None
+            ):
+                return row.completed
+        return None
 
     async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
         self._check_open()

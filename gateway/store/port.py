@@ -13,6 +13,7 @@ from typing import Protocol
 from gateway.store.records import (
     AgentSnapshot,
     ConversationRow,
+    DeliveryRow,
     IdentityRow,
     InboxRow,
     IntentRow,
@@ -51,6 +52,10 @@ class Store(Protocol):
         """Unread inbox items after `after_seq`, in inbox order, at most `limit`."""
         ...
 
+    async def pending_deliveries(self, agent_id: str, limit: int) -> list[DeliveryRow]:
+        """Deliveries not classified yet, in commit order."""
+        ...
+
     async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
         """One inbox item of this agent by token."""
         ...
@@ -71,6 +76,12 @@ class Store(Protocol):
 
     async def record(self, agent_id: str, record_hash: str) -> RecordRow | None:
         """One certified record by hash."""
+        ...
+
+    async def completed_reanchor(
+        self, agent_id: str, conversation_id: str, previous_anchor_hash: str
+    ) -> bytes | None:
+        """The CompletedReanchor that replaced `previous_anchor_hash`, if this member has one."""
         ...
 
     async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:

@@ -15,6 +15,7 @@ from gateway.store.observer import StoreObserver
 from gateway.store.records import (
     AgentSnapshot,
     ConversationRow,
+    DeliveryRow,
     IdentityRow,
     InboxRow,
     IntentRow,
@@ -85,6 +86,11 @@ class SqliteStore:
             )
         )
 
+    async def pending_deliveries(self, agent_id: str, limit: int) -> list[DeliveryRow]:
+        return await self._db.read(
+            functools.partial(tables.read_pending_deliveries, agent_id=agent_id, limit=limit)
+        )
+
     async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
         return await self._db.read(
             functools.partial(tables.read_inbox_by_token, agent_id=agent_id, token=token)
@@ -113,6 +119,18 @@ class SqliteStore:
         return await self._db.read(
             functools.partial(
                 tables.read_record_by_hash, agent_id=agent_id, record_hash=record_hash
+            )
+        )
+
+    async def completed_reanchor(
+        self, agent_id: str, conversation_id: str, previous_anchor_hash: str
+    ) -> bytes | None:
+        return await self._db.read(
+            functools.partial(
+                tables.read_completed_reanchor,
+                agent_id=agent_id,
+                conversation_id=conversation_id,
+                previous_anchor_hash=previous_anchor_hash,
             )
         )
 

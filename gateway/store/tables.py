@@ -648,3 +648,33 @@ def read_conversations(db: sqlite3.Connection, agent_id: str) -> list[Conversati
             (agent_id,),
         )
     ]
+
+
+def read_completed_reanchor(
+    db: sqlite3.Connection, agent_id: str, conversation_id: str, previous_anchor_hash: str
+) -> bytes | None:
+    """The completed re-anchor that followed an anchor, if any."""
+    row = db.execute(
+        "SELECT completed FROM reanchors WHERE agent_id = ? AND conversation_id = ? "
+        "AND previous_anchor_hash = ? AND completed IS NOT NULL",
+        (agent_id, conversation_id, previous_anchor_hash),
+    ).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def read_pending_deliveries(db: sqlite3.Connection, agent_id: str, limit: int) -> list[DeliveryRow]:
+    """Deliveries not classified yet, in commit order."""
+    return [
+        DeliveryRow(
+            token=row[0],
+            record_hash=row[1],
+            commit_seq=row[2],
+            projection=row[3],
+            state=DeliveryState(row[4]),
+        )
+        for row in db.execute(
+            "SELECT token, record_hash, commit_seq, projection, state FROM pending_deliveries "
+            "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq LIMIT ?",
+            (agent_id, limit),
+        )
+    ]

@@ -1,0 +1,451 @@
+"""The daemon's side of the Router: one feed for every hosted agent, the outbox drain,
+timers, and the commit-then-release rule (engine.md §4-§6).
+
+`Network` owns every hosted agent's `Certifier`. All state changes go through `commit`:
+the effects' writes commit in one store call (grouped with everyone else's by the writer),
+and only then are envelopes handed to the drain, waiting sends released and new deliveries
+announced. A failed commit after the core changed memory is fatal: the daemon stops rather
+than let memory and disk diverge (engine.md §8), and recovery resumes the work after the
+supervisor restarts it.
+
+Background work runs in tasks this object owns and cancels in `close()` (house style 11):
+`_feed_loop` (Router reads), `_drain_loop` (Router sends), `_tick_loop` (re-proposal and
+catch-up timers), and short catch-up lookups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Final
+
+from gateway.engine import protocol as p
+from gateway.engine.certifier import Certified, Certifier, Effects, OutboundEnvelope
+from gateway.router import (
+    Accepted,
+    Batch,
+    Cursor,
+    CursorInvalid,
+    FeedGap,
+    IdempotencyConflict,
+    MessageInvalid,
+    RetryIdentityUnknown,
+    RouterClosedError,
+    RouterPort,
+    RouterRestarted,
+    SendMode,
+)
+from gateway.store.port import Store
+from gateway.store.records import OutboxState, PutCursor, SetOutboxState, Write
+
+logger = logging.getLogger(__name__)
+
+SUBSCRIPTION: Final = "main"
+"""The name of the daemon's one Router subscription in the store."""
+
+TICK_INTERVAL: Final = 1.0
+"""Seconds between timer passes (re-proposal, catch-up round timeouts)."""
+
+DRAIN_QUEUE_SIZE: Final = 65_536
+"""Envelopes waiting for the Router; producers wait when it is full (house style 13)."""
+
+DRAIN_BATCH: Final = 512
+"""Most envelopes one drain pass sends before recording their acceptance in one write."""
+
+DETACHED_BACKOFF: Final = (0.1, 5.0)
+"""Seconds of jittered backoff while the Router is unreachable: first and ceiling."""
+
+
+class RouterAttachment(enum.StrEnum):
+    """The state of the daemon's Router feed (the `harness_router_attachments` values)."""
+
+    RECOVERING = "recovering"
+    """Anchoring and recovering conversations; sends bind and wait."""
+    ACTIVE = "active"
+    """Reading the Router; sends proceed."""
+    DETACHED = "detached"
+    """The Router is unreachable; retrying with backoff, never giving up."""
+
+
+class FatalStoreError(Exception):
+    """A commit failed after memory changed; the daemon must stop."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkObserver:
+    """Callbacks the composition root wires to metrics and endpoints."""
+
+    on_certified: Callable[[Certified], None] = lambda certified: None
+    on_deliveries: Callable[[set[str]], None] = lambda agents: None
+    on_attachment: Callable[[RouterAttachment], None] = lambda state: None
+    on_event: Callable[[str], None] = lambda event: None
+    on_fatal: Callable[[BaseException], None] = lambda error: None
+
+
+class Network:
+    """The daemon's Router feed, drain and timers for every hosted agent."""
+
+    def __init__(
+        self,
+        *,
+        router: RouterPort,
+        store: Store,
+        observer: NetworkObserver | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._router = router
+        self._store = store
+        self._observer = observer or NetworkObserver()
+        self._clock = clock
+        self._certifiers: dict[str, Certifier] = {}
+        self._instance_id: str | None = None
+        self._cursor: Cursor | None = None
+        self._state = RouterAttachment.RECOVERING
+        self._attached = asyncio.Event()
+        self._recipients_changed = asyncio.Event()
+        self._drain: asyncio.Queue[OutboundEnvelope] = asyncio.Queue(maxsize=DRAIN_QUEUE_SIZE)
+        self._latches: dict[str, asyncio.Future[str]] = {}
+        self._drained: dict[str, asyncio.Future[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._failed: BaseException | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RouterAttachment:
+        """The feed's attachment state."""
+        return self._state
+
+    @property
+    def instance_id(self) -> str | None:
+        """The Router instance the daemon reads from."""
+        return self._instance_id
+
+    def certifier(self, agent_id: str) -> Certifier | None:
+        """A hosted agent's certifier."""
+        return self._certifiers.get(agent_id)
+
+    def certifiers(self) -> list[Certifier]:
+        """Every hosted agent's certifier."""
+        return list(self._certifiers.values())
+
+    def host(self, certifier: Certifier) -> None:
+        """Host an agent (before `start`, or live: it is anchored at the current position)."""
+        self._certifiers[certifier.agent_id] = certifier
+        if self._instance_id is not None and certifier.instance_id is None:
+            certifier.anchor(self._instance_id)
+        self._recipients_changed.set()
+
+    async def start(self) -> None:
+        """Resume the stored cursor or anchor at the tail, recover every agent, and start
+        the feed, the drain and the timers. Returns once the feed is active."""
+        stored = await self._store.cursor(SUBSCRIPTION)
+        self._cursor = Cursor.decode(stored) if stored is not None else None
+        await self._recover(resumed_cursor=self._cursor is not None)
+        self._spawn(self._drain_loop(), "drain")
+        self._spawn(self._feed_loop(), "feed")
+        self._spawn(self._tick_loop(), "tick")
+
+    async def _recover(self, *, resumed_cursor: bool) -> None:
+        self._set_state(RouterAttachment.RECOVERING)
+        instance = await self._router.instance_id()
+        if self._cursor is None or self._cursor.instance_id != instance:
+            if self._cursor is not None:
+                self._observer.on_event("router-restarted")
+            self._cursor = None
+            resumed_cursor = False
+        self._instance_id = instance
+        if self._cursor is None:
+            anchoring = await self._router.poll(self._recipients(), None, hold=0)
+            if isinstance(anchoring, Batch):
+                self._cursor = anchoring.cursor
+        effects = Effects()
+        now = self._clock()
+        for certifier in self._certifiers.values():
+            certifier.recover(instance, effects, now=now, resumed_cursor=resumed_cursor)
+        if self._cursor is not None:
+            effects.writes.append(
+                PutCursor(subscription=SUBSCRIPTION, cursor=self._cursor.encode())
+            )
+        await self.commit(effects)
+        self._set_state(RouterAttachment.ACTIVE)
+
+    async def close(self) -> None:
+        """Cancel and await every task; fail waiting sends' latches. Idempotent."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        for table in (self._latches, self._drained):
+            for future in table.values():
+                if not future.done():
+                    future.cancel()
+
+    def _spawn(self, coroutine: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.ensure_future(coroutine)
+        task.set_name(f"network-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and not self._closed:
+            logger.error("network task failed task=%s", task.get_name(), exc_info=error)
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failed is None:
+            self._failed = error
+            self._observer.on_fatal(error)
+
+    def _set_state(self, state: RouterAttachment) -> None:
+        if state is not self._state:
+            logger.info("router attachment state=%s", state.value)
+        self._state = state
+        self._observer.on_attachment(state)
+        if state is RouterAttachment.ACTIVE:
+            self._attached.set()
+        else:
+            self._attached.clear()
+
+    async def wait_attached(self, within: float) -> bool:
+        """Wait until the feed is active; False after `within` seconds (holding no lock)."""
+        if self._attached.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._attached.wait(), within)
+        except TimeoutError:
+            return False
+        return True
+
+    def _recipients(self) -> frozenset[str]:
+        return frozenset(self._certifiers)
+
+    # --- commit and release ----------------------------------------------------------------
+
+    async def commit(self, effects: Effects) -> None:
+        """Commit the effects' writes, then release envelopes, latches and deliveries.
+
+        Raises `FatalStoreError` (after reporting it) when the commit fails."""
+        if effects.writes:
+            try:
+                await self._store.apply(effects.writes)
+            except Exception as error:
+                logger.exception("engine commit failed: stopping the daemon")
+                self._fail(error)
+                raise FatalStoreError(str(error)) from error
+        self.release(effects)
+
+    def release(self, effects: Effects) -> None:
+        """Hand a committed effect set to the drain, the waiting sends and the endpoints."""
+        for envelope in effects.envelopes:
+            try:
+                self._drain.put_nowait(envelope)
+            except asyncio.QueueFull:
+                # The rows are durable; they are sent again after a restart. Full means the
+                # Router has been unreachable for a long time.
+                logger.warning(
+                    "drain queue full; envelope left in the outbox row=%d", envelope.row_id
+                )
+        for certified in effects.certified:
+            latch = self._latches.pop(certified.post_id, None)
+            if latch is not None and not latch.done():
+                latch.set_result(certified.record_hash)
+            self._observer.on_certified(certified)
+        if effects.deliveries:
+            self._observer.on_deliveries(effects.deliveries)
+        for query in effects.catch_up_queries:
+            self._spawn(self._answer_catch_up(query.agent_id, query.request), "catch-up")
+
+    def latch(self, post_id: str) -> asyncio.Future[str]:
+        """A future resolved with the RecordHash when this daemon promotes the post."""
+        future = self._latches.get(post_id)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._latches[post_id] = future
+        return future
+
+    def drained(self, post_id: str) -> asyncio.Future[None]:
+        """A future resolved when the Router accepts an envelope of this post's proposal."""
+        future = self._drained.get(post_id)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._drained[post_id] = future
+        return future
+
+    def forget(self, post_id: str) -> None:
+        """Drop a send's waiters (it returned or gave up; the intent goes on)."""
+        for table in (self._latches, self._drained):
+            future = table.pop(post_id, None)
+            if future is not None and not future.done():
+                future.cancel()
+
+    # --- the drain -------------------------------------------------------------------------
+
+    async def _drain_loop(self) -> None:
+        while True:
+            batch = [await self._drain.get()]
+            while len(batch) < DRAIN_BATCH and not self._drain.empty():
+                batch.append(self._drain.get_nowait())
+            done: list[Write] = []
+            for envelope in batch:
+                state = await self._send_one(envelope)
+                if state is not None:
+                    done.append(
+                        SetOutboxState(
+                            agent_id=envelope.agent_id, row_id=envelope.row_id, state=state
+                        )
+                    )
+            if done:
+                await self._store.apply(done)
+
+    async def _send_one(self, envelope: OutboundEnvelope) -> OutboxState | None:
+        backoff = DETACHED_BACKOFF[0]
+        while True:
+            instance = self._instance_id
+            if instance is None:
+                await asyncio.sleep(backoff)
+                continue
+            try:
+                outcome = await self._router.send(
+                    instance, SendMode.INITIAL, envelope.signed_envelope
+                )
+            except RouterClosedError:
+                raise
+            except Exception:
+                logger.warning("router send failed; retrying", exc_info=True)
+                self._set_state(RouterAttachment.DETACHED)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, DETACHED_BACKOFF[1])
+                continue
+            match outcome:
+                case Accepted():
+                    if envelope.post_id is not None:
+                        future = self._drained.pop(envelope.post_id, None)
+                        if future is not None and not future.done():
+                            future.set_result(None)
+                    return OutboxState.ACCEPTED
+                case RouterRestarted():
+                    # Recovery re-sends what is still worth sending under the new instance.
+                    self._recipients_changed.set()
+                    return OutboxState.DISCARDED
+                case MessageInvalid(detail=detail):
+                    logger.error("router refused our envelope as invalid: %s", detail)
+                    return OutboxState.DISCARDED
+                case IdempotencyConflict() | RetryIdentityUnknown():
+                    logger.error("router refused our envelope's identity")
+                    return OutboxState.DISCARDED
+
+    # --- the feed ----------------------------------------------------------------------------
+
+    async def _feed_loop(self) -> None:
+        while True:
+            self._recipients_changed.clear()
+            poll = asyncio.ensure_future(self._router.poll(self._recipients(), self._cursor))
+            changed = asyncio.ensure_future(self._recipients_changed.wait())
+            try:
+                await asyncio.wait({poll, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # Cancelled helpers finish on their own; awaiting them here could swallow
+                # this task's own cancellation.
+                changed.cancel()
+                if not poll.done():
+                    poll.cancel()
+            if poll.cancelled() or not poll.done():
+                if self._instance_id is not None:
+                    current = await self._router.instance_id()
+                    if current != self._instance_id:
+                        await self._recover(resumed_cursor=False)
+                continue
+            outcome = poll.result()
+            match outcome:
+                case Batch(instance_id=instance) if instance != self._instance_id:
+                    await self._recover(resumed_cursor=False)
+                case Batch():
+                    await self._process(outcome)
+                case FeedGap():
+                    self._observer.on_event("feed-gap")
+                    self._cursor = None
+                    await self._recover(resumed_cursor=False)
+                case CursorInvalid():
+                    self._observer.on_event("cursor-invalid")
+                    self._cursor = None
+                    await self._recover(resumed_cursor=False)
+
+    async def _process(self, batch: Batch) -> None:
+        effects = Effects()
+        now = self._clock()
+        for entry in batch.entries:
+            try:
+                signed = p.decode_signed_envelope(entry.signed_envelope)
+                packet = p.envelope_packet(signed.envelope)
+            except p.ProtocolError as error:
+                logger.debug("undecodable envelope order=%d: %s", entry.order, error.detail)
+                continue
+            for recipient in entry.recipients:
+                certifier = self._certifiers.get(recipient)
+                if certifier is not None:
+                    certifier.receive(signed, packet, effects, now=now)
+        if batch.entries or batch.cursor != self._cursor:
+            effects.writes.append(
+                PutCursor(subscription=SUBSCRIPTION, cursor=batch.cursor.encode())
+            )
+        self._cursor = batch.cursor
+        await self.commit(effects)
+
+    # --- timers and catch-up -----------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL)
+            if self._state is not RouterAttachment.ACTIVE:
+                continue
+            effects = Effects()
+            now = self._clock()
+            for certifier in self._certifiers.values():
+                certifier.tick(effects, now=now)
+            if effects:
+                await self.commit(effects)
+
+    async def _answer_catch_up(self, agent_id: str, request: p.CatchUpRequest) -> None:
+        certifier = self._certifiers.get(agent_id)
+        if certifier is None:
+            return
+        item, has_more = await self._catch_up_item(agent_id, request)
+        effects = Effects()
+        certifier.answer_catch_up(request, item, has_more, effects)
+        await self.commit(effects)
+
+    async def _catch_up_item(
+        self, agent_id: str, request: p.CatchUpRequest
+    ) -> tuple[p.CatchUpItem | None, bool]:
+        """The item after the requester's position in this member's store (§5.7)."""
+        after_depth = 0
+        if request.known_record_hash is not None:
+            known = await self._store.record(agent_id, request.known_record_hash)
+            if known is None or known.conversation_id != request.conversation_id:
+                return None, False
+            after_depth = known.depth
+            assert request.known_anchor_hash is not None
+            completed = await self._store.completed_reanchor(
+                agent_id, request.conversation_id, request.known_anchor_hash
+            )
+            if completed is not None:
+                reanchor = p.decode(completed, p.CompletedReanchor)
+                if reanchor.reanchor.selected_record_hash == request.known_record_hash:
+                    return reanchor, True
+        rows = await self._store.records(agent_id, request.conversation_id, after_depth, 2)
+        if not rows:
+            return None, False
+        record = p.decode(rows[0].record, p.CertifiedRecord)
+        return record, len(rows) > 1

@@ -1,0 +1,44 @@
+"""The Router's envelope verification (engine.md §4 Send step 2), on engine code.
+
+The Router is content-blind: it checks the outer envelope's shape and the sender's
+signature under the sender's Registry card, never the body. Cards come through the
+verifying, caching `RegistryClient`; signature verdicts are cached per daemon.
+"""
+
+from __future__ import annotations
+
+from gateway.engine import protocol as p
+from gateway.engine.crypto import VerifyCache
+from gateway.registry import Found, RegistryClient, RegistryError
+from gateway.router import VerifiedEnvelope
+
+
+class RegistryEnvelopeVerifier:
+    """`EnvelopeVerifier` checking signatures against Registry cards."""
+
+    def __init__(self, registry: RegistryClient, *, cache: VerifyCache) -> None:
+        self._registry = registry
+        self._cache = cache
+
+    async def verify(self, signed_envelope: bytes) -> VerifiedEnvelope | str:
+        """The envelope's routing facts, or why it is invalid."""
+        try:
+            signed = p.decode_signed_envelope(signed_envelope)
+            body_size = len(signed.envelope.body_bytes())
+        except p.ProtocolError as error:
+            return error.detail
+        sender = signed.envelope.sender_agent_id
+        try:
+            outcome = await self._registry.lookup_by_id(sender)
+        except RegistryError as error:
+            return f"the sender's card is unavailable: {error}"
+        if not isinstance(outcome, Found):
+            return "the sender is not registered"
+        if not p.verify_envelope_signature(signed, outcome.card.card.public_key, cache=self._cache):
+            return "the envelope signature is invalid"
+        return VerifiedEnvelope(
+            sender_agent_id=sender,
+            message_id=signed.envelope.message_id,
+            recipient_agent_ids=signed.envelope.recipient_agent_ids,
+            body_size=body_size,
+        )

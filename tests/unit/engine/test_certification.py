@@ -1,0 +1,182 @@
+"""The certification protocol on several members in one process: real signatures and
+votes through the in-process Router, stores in memory (engine.md §5, §10 vectors)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from gateway.contract.codec import message_from_json
+from gateway.contract.content import multicast_content
+from gateway.contract.jsonvalue import parse_canonical_json
+from gateway.engine import protocol as p
+from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.crypto import SigningKey, VerifyCache
+from gateway.engine.network import Network
+from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.registry import MemoryRegistry, Registered, RegistryClient
+from gateway.router import InProcessRouter
+from gateway.store.memory import MemoryStore
+from gateway.store.records import DeliveryState
+from tests.support import eventually
+
+BOUND = 10.0
+
+
+@dataclass
+class World:
+    registry: MemoryRegistry
+    client: RegistryClient
+    cache: VerifyCache
+    router: InProcessRouter
+    store: MemoryStore
+    network: Network
+    members: dict[str, Certifier]
+
+    async def add(self, name: str) -> Certifier:
+        key = SigningKey.generate()
+        outcome = await self.registry.register(name, key.public_key_b64)
+        assert isinstance(outcome, Registered)
+        certifier = Certifier(
+            Identity(
+                agent_id=outcome.card.card.agent_id, agent_name=name, key=key, card=outcome.card
+            ),
+            registry_public_key=self.registry.registry_public_key(),
+            verify_cache=self.cache,
+        )
+        self.network.host(certifier)
+        self.members[name] = certifier
+        return certifier
+
+    def descriptor(self, *names: str) -> p.MembershipDescriptor:
+        return p.build_membership(self.members[name].identity.card for name in names)
+
+    async def post(self, author: str, text: str, *names: str) -> tuple[str, str]:
+        certifier = self.members[author]
+        post_id, effects = certifier.bind(
+            self.descriptor(author, *names), multicast_content(text), now=0.0
+        )
+        latch = self.network.latch(post_id)
+        await self.network.commit(effects)
+        record_hash = await asyncio.wait_for(latch, BOUND)
+        return post_id, record_hash
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    registry = MemoryRegistry()
+    cache = VerifyCache()
+    client = RegistryClient(
+        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
+    )
+    router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
+    store = MemoryStore()
+    network = Network(router=router, store=store)
+    built = World(registry, client, cache, router, store, network, {})
+    try:
+        yield built
+    finally:
+        await network.close()
+        await router.close()
+        await client.close()
+
+
+async def started(world: World, *names: str) -> World:
+    for name in names:
+        await world.add(name)
+    await world.network.start()
+    return world
+
+
+async def records_of(world: World, name: str, *members: str, count: int = 1):
+    """The member's certified records once it holds `count` of them."""
+    certifier = world.members[name]
+    conversation_id = world.descriptor(name, *members).conversation_id
+    return await eventually(
+        lambda: world.store.records(certifier.agent_id, conversation_id, 0, 100),
+        lambda rows: len(rows) >= count,
+    )
+
+
+async def test_a_direct_post_certifies_with_both_members_signatures(world):
+    await started(world, "alice", "bob")
+    post_id, record_hash = await world.post("alice", "hi", "bob")
+    alice = await records_of(world, "alice", "bob")
+    bob = await records_of(world, "bob", "alice")
+    assert [row.record_hash for row in alice] == [record_hash]
+    assert [row.record_hash for row in bob] == [record_hash]
+    record = p.decode(bob[0].record, p.CertifiedRecord)
+    descriptor = world.descriptor("alice", "bob")
+    p.check_certified_record(record, membership=descriptor)
+    assert len(record.action_certified_record.action_certificate.signatures) == 2
+    assert record.action_certified_record.record_core.action.post_intent.post_id == post_id
+
+
+async def test_the_recipient_gets_one_pending_delivery_and_the_author_none(world):
+    await started(world, "alice", "bob")
+    await world.post("alice", "hi", "bob")
+    bob = world.members["bob"]
+    alice = world.members["alice"]
+    deliveries = await eventually(lambda: world.store.pending_deliveries(bob.agent_id, 10))
+    assert len(deliveries) == 1
+    assert deliveries[0].state is DeliveryState.PENDING
+    assert await world.store.pending_deliveries(alice.agent_id, 10) == []
+
+
+async def test_posts_chain_and_every_member_holds_the_same_hashes_in_order(world):
+    await started(world, "alice", "bob", "carol", "dave")
+    hashes = []
+    for index, author in enumerate(["alice", "bob", "carol", "dave", "alice"]):
+        others = [name for name in ("alice", "bob", "carol", "dave") if name != author]
+        hashes.append((await world.post(author, f"m{index}", *others))[1])
+    for name in ("alice", "bob", "carol", "dave"):
+        others = [other for other in ("alice", "bob", "carol", "dave") if other != name]
+        rows = await records_of(world, name, *others, count=len(hashes))
+        assert [row.record_hash for row in rows] == hashes
+
+
+async def test_concurrent_sends_of_one_author_certify_in_bind_order(world):
+    await started(world, "alice", "bob")
+    certifier = world.members["alice"]
+    descriptor = world.descriptor("alice", "bob")
+    post_ids = []
+    latches = []
+    for index in range(5):
+        post_id, effects = certifier.bind(descriptor, multicast_content(f"n{index}"), now=0.0)
+        latches.append(world.network.latch(post_id))
+        post_ids.append(post_id)
+        await world.network.commit(effects)
+    await asyncio.wait_for(asyncio.gather(*latches), BOUND)
+    rows = await records_of(world, "bob", "alice", count=5)
+    assert [row.post_id for row in rows] == post_ids
+
+
+async def test_two_authors_opening_one_cold_conversation_both_certify(world):
+    await started(world, "alice", "bob", "carol")
+    a = world.members["alice"]
+    b = world.members["bob"]
+    descriptor = world.descriptor("alice", "bob", "carol")
+    post_a, effects_a = a.bind(descriptor, multicast_content("from a"), now=0.0)
+    post_b, effects_b = b.bind(descriptor, multicast_content("from b"), now=0.0)
+    latch_a, latch_b = world.network.latch(post_a), world.network.latch(post_b)
+    await world.network.commit(effects_a)
+    await world.network.commit(effects_b)
+    await asyncio.wait_for(asyncio.gather(latch_a, latch_b), BOUND)
+    rows = await records_of(world, "carol", "alice", "bob", count=2)
+    assert sorted(row.post_id for row in rows) == sorted([post_a, post_b])
+    assert rows[0].depth == 1
+    assert rows[1].depth == 2
+
+
+async def test_a_group_post_projects_the_canonical_address_and_every_member(world):
+    await started(world, "alice", "bob", "carol")
+    await world.post("bob", "hello", "alice", "carol")
+    carol = world.members["carol"]
+    [delivery] = await eventually(lambda: world.store.pending_deliveries(carol.agent_id, 10))
+    message = message_from_json(parse_canonical_json(delivery.projection))
+    assert message.address == "group:alice,bob,carol"
+    assert message.sender == "agent:bob"
+    assert message.members == ("agent:alice", "agent:bob", "agent:carol")  # type: ignore[union-attr]
