@@ -332,10 +332,10 @@ class Certifier:
         conversation = self._conversations.get(conversation_id)
         return None if conversation is None else conversation.descriptor
 
-    def intent_state(self, post_id: str) -> bool:
-        """True while the intent is bound and unfinished."""
+    def was_proposed(self, post_id: str) -> bool:
+        """True when the open intent's proposal was queued (it is or was live)."""
         return any(
-            intent.post_id == post_id
+            intent.post_id == post_id and intent.proposed_at is not None
             for conversation in self._conversations.values()
             for intent in conversation.intents
         )

@@ -183,6 +183,10 @@ class Network:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self.cancel_waiters()
+
+    def cancel_waiters(self) -> None:
+        """Answer every waiting send now (shutdown): bound intents go on after restart."""
         for table in (self._latches, self._drained):
             for future in table.values():
                 if not future.done():

@@ -1,0 +1,575 @@
+"""The composition root: one `Gateway` builds every component, in one place.
+
+`await Gateway.start(settings)` opens the data directory (exclusive lock), the store, the
+Registry, the Router and the Router feed, rebuilds every hosted agent from the store,
+recovers its conversations, and serves gRPC. `await gateway.shutdown()` runs the written
+order of operations.md §5; it is idempotent, and `wait_stopped()` returns once it ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import enum
+import hmac
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from gateway import __version__
+from gateway.contract.addresses import canonicalize, is_agent_name
+from gateway.contract.errors import SendError
+from gateway.contract.ids import RandomId, token_digest
+from gateway.endpoint.api import (
+    AgentStatus,
+    AuthFailure,
+    ConversationSummary,
+    GatewayState,
+    GatewayStatus,
+    HistoryRecord,
+    ManagementError,
+    RegisteredAgent,
+)
+from gateway.endpoint.inbox import AgentInbox, StreamEndReason
+from gateway.endpoint.runtime import AgentRuntime, SendTimeouts
+from gateway.engine import protocol as p
+from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.crypto import SigningKey, VerifyCache
+from gateway.engine.network import Network, NetworkObserver
+from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.registry import (
+    KeyAlreadyRegistered,
+    NameTaken,
+    Registered,
+    RegistryClient,
+    SqliteRegistry,
+)
+from gateway.router import InProcessRouter
+from gateway.rpc.server import RpcServer, build_server
+from gateway.settings import Settings
+from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
+from gateway.store.records import PutIdentity, PutToken, RevokeTokens
+
+logger = logging.getLogger(__name__)
+audit = logging.getLogger("harness.audit")
+
+STORE_FILE: Final = "gateway.sqlite3"
+"""The store's file in the data directory."""
+REGISTRY_FILE: Final = "registry.sqlite3"
+"""The embedded Registry's file in the data directory."""
+ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secret
+"""The generated operator token's file in the data directory (mode 0600)."""
+ADMIN_TOKEN_MIN_LENGTH: Final = 32
+"""Shortest operator token accepted, in characters."""
+SHUTDOWN_ANSWER_MARGIN: Final = 1.0
+"""Seconds before the shutdown grace ends at which waiting sends answer (§5 step 5)."""
+
+
+class ShutdownStep(enum.StrEnum):
+    """The steps of operations.md §5, as logged with their durations."""
+
+    NOT_SERVING = "health-not-serving"
+    DELAY = "delay"
+    REFUSE = "refuse-and-end-streams"
+    DRAIN = "server-stop"
+    BACKGROUND = "stop-background"
+    FLUSH = "flush-store"
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def ensure_admin_token(settings: Settings) -> tuple[str, Path]:
+    """The operator token: from `admin_token_file`, else generated once under the data
+    directory with mode 0600. The token is never logged; its path is."""
+    if settings.admin_token_file is not None:
+        path = settings.admin_token_file
+        token = path.read_text(encoding="utf-8").strip()
+        if len(token) < ADMIN_TOKEN_MIN_LENGTH:
+            raise ValueError(
+                f"the admin token in {path} is shorter than {ADMIN_TOKEN_MIN_LENGTH} characters"
+            )
+        return token, path
+    path = settings.data_dir / ADMIN_TOKEN_FILE
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip(), path
+    token = "hadm_" + secrets.token_urlsafe(32)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(token + "\n")
+    logger.info("admin token created path=%s", path)
+    return token, path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayHooks:
+    """Optional callbacks of the composition root (tests and the CLI use them)."""
+
+    on_fatal: Callable[[BaseException], None] | None = None
+
+
+class Gateway:
+    """One gateway daemon: every component, its lifecycle and the `GatewayCore` surface."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._state = GatewayState.STARTING
+        self._lock: DataDirLock | None = None
+        self._store: SqliteStore | None = None
+        self._registry_port: SqliteRegistry | None = None
+        self._registry: RegistryClient | None = None
+        self._router: InProcessRouter | None = None
+        self._network: Network | None = None
+        self._server: RpcServer | None = None
+        self._cache = VerifyCache()
+        self._runtimes: dict[str, AgentRuntime] = {}
+        self._by_name: dict[str, AgentRuntime] = {}
+        self._tokens: dict[str, tuple[str, bool]] = {}
+        self._admin_token = ""
+        self.admin_token_path: Path | None = None
+        self._registering = asyncio.Lock()
+        self._shutdown_started = False
+        self._stopped = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self.exit_code = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Gateway:
+        """Open everything, recover, and serve. On failure, what was opened is closed."""
+        gateway = cls(settings)
+        try:
+            await gateway._start()
+        except BaseException:
+            await gateway._close_components()
+            raise
+        return gateway
+
+    async def _start(self) -> None:
+        settings = self.settings
+        self._lock = DataDirLock.acquire(settings.data_dir)
+        self._admin_token, self.admin_token_path = ensure_admin_token(settings)
+        self._store = await SqliteStore.open(
+            settings.data_dir / STORE_FILE,
+            writer_settings=CommitWriterSettings(
+                commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
+            ),
+            on_fatal=self._on_fatal,
+        )
+        self._registry_port = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
+        self._registry = RegistryClient(
+            self._registry_port,
+            registry_public_key=self._registry_port.registry_public_key(),
+            verify_cache=self._cache,
+        )
+        self._router = InProcessRouter(RegistryEnvelopeVerifier(self._registry, cache=self._cache))
+        self._network = Network(
+            router=self._router,
+            store=self._store,
+            observer=NetworkObserver(on_deliveries=self._deliveries_ready, on_fatal=self._on_fatal),
+        )
+        self._server = await build_server(self, settings)
+        await self._server.start()
+        self._state = GatewayState.RECOVERING
+        for row in await self._store.identities():
+            key = SigningKey(row.seed)
+            identity = Identity(
+                agent_id=row.agent_id,
+                agent_name=row.agent_name,
+                key=key,
+                card=p.decode(row.signed_card, p.SignedAgentCard),
+            )
+            await self._host(identity, restore=True)
+        await self._network.start()
+        for runtime in self._runtimes.values():
+            runtime.start()
+        self._state = GatewayState.SERVING
+        await self._server.set_serving()
+        logger.info(
+            "ready listen=%s data_dir=%s agents=%d",
+            self._server.address,
+            settings.data_dir,
+            len(self._runtimes),
+        )
+
+    @property
+    def address(self) -> str:
+        """The bound gRPC address (`HOST:PORT`)."""
+        assert self._server is not None
+        return self._server.address
+
+    @property
+    def registry_public_key(self) -> str:
+        """The pinned Registry key every card is checked against."""
+        assert self._registry_port is not None
+        return self._registry_port.registry_public_key()
+
+    @property
+    def state(self) -> GatewayState:
+        """The lifecycle state."""
+        return self._state
+
+    def _on_fatal(self, error: BaseException) -> None:
+        # engine.md §8: a store failure not attributable to one request stops the daemon
+        # rather than let memory and disk diverge; recovery resumes after the restart.
+        if self._fatal is None:
+            self._fatal = error
+            logger.critical("fatal store error; shutting down", exc_info=error)
+            self.exit_code = 1
+            asyncio.get_running_loop().create_task(self.shutdown(), name="fatal-shutdown")
+
+    async def wait_stopped(self) -> None:
+        """Return once `shutdown` has completed."""
+        await self._stopped.wait()
+
+    async def shutdown(self, *, skip_waits: bool = False) -> None:
+        """operations.md §5, one step after another; idempotent."""
+        if self._shutdown_started:
+            await self._stopped.wait()
+            return
+        self._shutdown_started = True
+        logger.info("shutdown requested")
+        self._state = GatewayState.STOPPING
+        durations: dict[str, float] = {}
+
+        async def step(name: ShutdownStep, action: Callable[[], object]) -> None:
+            started = time.monotonic()
+            try:
+                result = action()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                logger.exception("shutdown step failed step=%s", name.value)
+                self.exit_code = 1
+            durations[name.value] = round(time.monotonic() - started, 3)
+
+        # Health first, so probes and balancers stop routing here before anything ends.
+        if self._server is not None:
+            await step(ShutdownStep.NOT_SERVING, self._server.set_not_serving)
+        if not skip_waits and self.settings.shutdown_delay > 0:
+            await step(ShutdownStep.DELAY, lambda: asyncio.sleep(self.settings.shutdown_delay))
+        # New calls are refused by the state check; streams end now so none holds the grace,
+        # and their clients reconnect elsewhere and replay.
+        await step(ShutdownStep.REFUSE, self._end_streams)
+        if self._server is not None:
+            grace = 0.0 if skip_waits else self.settings.shutdown_grace
+            await step(ShutdownStep.DRAIN, lambda: self._stop_server(grace))
+        await step(ShutdownStep.BACKGROUND, self._stop_background)
+        await step(ShutdownStep.FLUSH, self._close_store)
+        self._state = GatewayState.STOPPED
+        logger.info("stopped steps=%s", durations)
+        self._stopped.set()
+
+    def _end_streams(self) -> None:
+        for runtime in self._runtimes.values():
+            runtime.inbox.end_stream(StreamEndReason.SHUTDOWN)
+
+    async def _stop_server(self, grace: float) -> None:
+        assert self._server is not None
+        # Waiting sends answer one second before the grace ends: cancelling their latches
+        # turns a bound send into delivery-pending (it is proposed again after restart).
+        answer_at = max(0.0, grace - SHUTDOWN_ANSWER_MARGIN)
+        stopper = asyncio.ensure_future(self._server.stop(grace))
+        done, _ = await asyncio.wait({stopper}, timeout=answer_at)
+        if not done and self._network is not None:
+            self._network.cancel_waiters()
+        await stopper
+
+    async def _stop_background(self) -> None:
+        for runtime in self._runtimes.values():
+            await runtime.close()
+        if self._network is not None:
+            await self._network.close()
+        if self._router is not None:
+            await self._router.close()
+        if self._registry is not None:
+            await self._registry.close()
+        if self._registry_port is not None:
+            await self._registry_port.close()
+
+    async def _close_store(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    async def _close_components(self) -> None:
+        """Close what a failed start opened."""
+        if self._server is not None:
+            await self._server.stop(None)
+        await self._stop_background()
+        await self._close_store()
+        self._state = GatewayState.STOPPED
+        self._stopped.set()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.shutdown(skip_waits=True)
+
+    # --- hosting -------------------------------------------------------------------------------
+
+    async def _host(self, identity: Identity, *, restore: bool) -> AgentRuntime:
+        assert self._store is not None
+        assert self._network is not None
+        assert self._registry is not None
+        assert self._registry_port is not None
+        certifier = Certifier(
+            identity,
+            registry_public_key=self._registry_port.registry_public_key(),
+            verify_cache=self._cache,
+        )
+        next_inbox = 1
+        if restore:
+            snapshot = await self._store.snapshot(identity.agent_id)
+            certifier.restore(snapshot)
+            next_inbox = snapshot.max_inbox_seq + 1
+        runtime = AgentRuntime(
+            identity=identity,
+            certifier=certifier,
+            network=self._network,
+            registry=self._registry,
+            store=self._store,
+            inbox=AgentInbox(
+                agent_id=identity.agent_id,
+                store=self._store,
+                next_seq=next_inbox,
+                window=self.settings.stream_window,
+            ),
+            timeouts=SendTimeouts(
+                attach=self.settings.router_attach_timeout,
+                certify=self.settings.send_certify_timeout,
+            ),
+        )
+        self._runtimes[identity.agent_id] = runtime
+        self._by_name[identity.agent_name] = runtime
+        self._network.host(certifier)
+        return runtime
+
+    def _deliveries_ready(self, agent_ids: set[str]) -> None:
+        for agent_id in agent_ids:
+            runtime = self._runtimes.get(agent_id)
+            if runtime is not None:
+                runtime.deliveries_ready()
+
+    # --- GatewayCore ---------------------------------------------------------------------------
+
+    async def authenticate(self, token: str) -> AgentRuntime | AuthFailure:
+        """The runtime an agent token names (tokens are looked up by their SHA-256)."""
+        if not RandomId.API_TOKEN.is_valid(token):
+            return AuthFailure.UNKNOWN if not self.is_admin(token) else AuthFailure.WRONG_ROLE
+        digest = token_digest(token)
+        known = self._tokens.get(digest)
+        if known is None:
+            assert self._store is not None
+            known = await self._store.token(digest)
+            if known is None:
+                return AuthFailure.UNKNOWN
+            self._tokens[digest] = known
+        agent_id, revoked = known
+        if revoked:
+            return AuthFailure.REVOKED
+        runtime = self._runtimes.get(agent_id)
+        return runtime if runtime is not None else AuthFailure.UNKNOWN
+
+    def is_admin(self, token: str) -> bool:
+        """Constant-time comparison with the operator token."""
+        return bool(self._admin_token) and hmac.compare_digest(
+            token.encode("utf-8"), self._admin_token.encode("utf-8")
+        )
+
+    async def register_agent(self, name: str) -> RegisteredAgent:
+        """Mint the agent's key, register its card, host it, and return its first token."""
+        if not is_agent_name(name):
+            raise ManagementError(
+                "invalid-name", "an agent name is 3 to 32 characters of a-z, 0-9 and inner hyphens"
+            )
+        async with self._registering:
+            if name in self._by_name:
+                raise ManagementError("name-taken", f"agent:{name} is already registered")
+            assert self._registry is not None
+            assert self._store is not None
+            key = SigningKey.generate()
+            outcome = await self._registry.register(name, key.public_key_b64)
+            match outcome:
+                case Registered(card=card):
+                    pass
+                case NameTaken() | KeyAlreadyRegistered():
+                    raise ManagementError("name-taken", f"agent:{name} is already registered")
+            identity = Identity(agent_id=card.card.agent_id, agent_name=name, key=key, card=card)
+            token = RandomId.API_TOKEN.mint()
+            await self._store.apply(
+                [
+                    PutIdentity(
+                        agent_id=identity.agent_id,
+                        agent_name=name,
+                        signed_card=p.encode(card),
+                        seed=key.seed,
+                        created_at=_utc_now(),
+                    ),
+                    PutToken(
+                        token_digest=token_digest(token),
+                        agent_id=identity.agent_id,
+                        created_at=_utc_now(),
+                    ),
+                ]
+            )
+            runtime = await self._host(identity, restore=False)
+            runtime.start()
+        audit.info("agent registered agent=%s", name)
+        return RegisteredAgent(address=f"agent:{name}", agent_id=identity.agent_id, token=token)
+
+    def _runtime(self, name: str) -> AgentRuntime:
+        runtime = self._by_name.get(name)
+        if runtime is None:
+            raise ManagementError("not-found", f"agent:{name} is not hosted here")
+        return runtime
+
+    async def agent_status(self, name: str) -> AgentStatus:
+        """What an operator sees about one agent."""
+        runtime = self._runtime(name)
+        assert self._store is not None
+        snapshot_unread = await self._store.unread(runtime.identity.agent_id, 0, 1_000_000)
+        oldest = await self._store.oldest_unread(runtime.identity.agent_id)
+        card = runtime.identity.card.card
+        return AgentStatus(
+            address=runtime.address,
+            agent_id=card.agent_id,
+            public_key=card.public_key,
+            issued_at=card.issued_at,
+            hosted=True,
+            listening=runtime.inbox.listening,
+            backlog=len(snapshot_unread),
+            oldest_unacked_age=0.0 if oldest is None else max(0.0, time.time() - oldest),
+        )
+
+    async def list_agents(
+        self, *, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[AgentStatus], str | None]:
+        """Hosted agents by name, a page at a time."""
+        names = sorted(name for name in self._by_name if name.startswith(prefix))
+        if after is not None:
+            names = [name for name in names if name > after]
+        page = names[:limit]
+        statuses = [await self.agent_status(name) for name in page]
+        return statuses, (page[-1] if len(names) > limit else None)
+
+    async def conversations(self, name: str) -> list[ConversationSummary]:
+        """Every conversation one hosted agent stores."""
+        runtime = self._runtime(name)
+        assert self._store is not None
+        summaries = []
+        for row in await self._store.conversations(runtime.identity.agent_id):
+            descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
+            names = sorted(member.card.agent_name for member in descriptor.members)
+            if len(names) == 2:
+                other = next(n for n in names if n != name)
+                address, kind = f"agent:{other}", "direct"
+            else:
+                address, kind = "group:" + ",".join(names), "group"
+            summaries.append(
+                ConversationSummary(
+                    address=address,
+                    kind=kind,
+                    members=tuple(f"agent:{n}" for n in names),
+                    head=row.head,
+                    depth=row.depth,
+                )
+            )
+        return summaries
+
+    async def history(
+        self, name: str, address: str, *, after_record_hash: str | None, limit: int
+    ) -> list[HistoryRecord]:
+        """Certified records of one of the agent's conversations, in chain order."""
+        runtime = self._runtime(name)
+        assert self._store is not None
+        try:
+            conversation = canonicalize(address, name)
+        except SendError as error:
+            raise ManagementError("invalid-address", error.message) from None
+        agent_id = runtime.identity.agent_id
+        target = None
+        for stored in await self._store.conversations(agent_id):
+            descriptor = p.decode(stored.descriptor, p.MembershipDescriptor)
+            if tuple(sorted(m.card.agent_name for m in descriptor.members)) == conversation.members:
+                target = stored.conversation_id
+        if target is None:
+            return []
+        after_depth = 0
+        if after_record_hash is not None:
+            known = await self._store.record(agent_id, after_record_hash)
+            if known is None or known.conversation_id != target:
+                raise ManagementError("not-found", "no such record in this conversation")
+            after_depth = known.depth
+        records = []
+        for row in await self._store.records(agent_id, target, after_depth, limit):
+            record = p.decode(row.record, p.CertifiedRecord)
+            core = record.action_certified_record.record_core
+            author = core.membership.card_of(row.author)
+            records.append(
+                HistoryRecord(
+                    record_hash=row.record_hash,
+                    post_id=row.post_id,
+                    author=f"agent:{author.agent_name}" if author is not None else row.author,
+                    depth=row.depth,
+                    content=core.action.post_intent.content,
+                    certified_record=bytes(row.record),
+                )
+            )
+        return records
+
+    async def rotate_token(self, name: str) -> str:
+        """Revoke the agent's tokens, end its stream, and mint a new token."""
+        runtime = self._runtime(name)
+        assert self._store is not None
+        token = RandomId.API_TOKEN.mint()
+        await self._store.apply(
+            [
+                RevokeTokens(agent_id=runtime.identity.agent_id),
+                PutToken(
+                    token_digest=token_digest(token),
+                    agent_id=runtime.identity.agent_id,
+                    created_at=_utc_now(),
+                ),
+            ]
+        )
+        self._forget_tokens(runtime.identity.agent_id)
+        runtime.inbox.end_stream(StreamEndReason.REVOKED)
+        audit.info("agent token rotated agent=%s", name)
+        return token
+
+    async def revoke_token(self, name: str) -> None:
+        """Revoke the agent's tokens and end its stream."""
+        runtime = self._runtime(name)
+        assert self._store is not None
+        await self._store.apply([RevokeTokens(agent_id=runtime.identity.agent_id)])
+        self._forget_tokens(runtime.identity.agent_id)
+        runtime.inbox.end_stream(StreamEndReason.REVOKED)
+        audit.info("agent token revoked agent=%s", name)
+
+    def _forget_tokens(self, agent_id: str) -> None:
+        self._tokens = {digest: row for digest, row in self._tokens.items() if row[0] != agent_id}
+
+    def status(self) -> GatewayStatus:
+        """Version, mode, hosted agents and Router state."""
+        return GatewayStatus(
+            version=__version__,
+            mode=self.settings.mode,
+            hosted_agents=len(self._runtimes),
+            router_state=self._network.state.value if self._network is not None else "detached",
+        )
