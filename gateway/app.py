@@ -138,6 +138,7 @@ class Gateway:
         self._shutdown_started = False
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
+        self._fatal_shutdown: asyncio.Task[None] | None = None
         self.exit_code = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -157,6 +158,10 @@ class Gateway:
         settings = self.settings
         self._lock = DataDirLock.acquire(settings.data_dir)
         self._admin_token, self.admin_token_path = ensure_admin_token(settings)
+        # The store holds agents' private seeds: create both files owner-only before SQLite
+        # opens them (its -wal and -shm files copy the database file's mode).
+        for name in (STORE_FILE, REGISTRY_FILE):
+            os.close(os.open(settings.data_dir / name, os.O_CREAT | os.O_WRONLY, 0o600))
         self._store = await SqliteStore.open(
             settings.data_dir / STORE_FILE,
             writer_settings=CommitWriterSettings(
@@ -193,12 +198,7 @@ class Gateway:
             runtime.start()
         self._state = GatewayState.SERVING
         await self._server.set_serving()
-        logger.info(
-            "ready listen=%s data_dir=%s agents=%d",
-            self._server.address,
-            settings.data_dir,
-            len(self._runtimes),
-        )
+        logger.info("serving listen=%s agents=%d", self._server.address, len(self._runtimes))
 
     @property
     def address(self) -> str:
@@ -224,7 +224,9 @@ class Gateway:
             self._fatal = error
             logger.critical("fatal store error; shutting down", exc_info=error)
             self.exit_code = 1
-            asyncio.get_running_loop().create_task(self.shutdown(), name="fatal-shutdown")
+            self._fatal_shutdown = asyncio.get_running_loop().create_task(
+                self.shutdown(skip_waits=True), name="fatal-shutdown"
+            )
 
     async def wait_stopped(self) -> None:
         """Return once `shutdown` has completed."""
