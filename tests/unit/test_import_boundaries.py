@@ -29,7 +29,7 @@ def is_banned(module: str) -> bool:
 
 
 def test_only_the_rpc_package_imports_grpc_or_generated_code():
-    offenders = []
+    offenders: list[str] = []
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         relative = path.relative_to(PACKAGE_ROOT)
         if relative.parts[0] in ALLOWED or relative.as_posix() in ALLOWED_FILES:
