@@ -18,6 +18,7 @@ from gateway.store.records import (
     AcknowledgeItem,
     AgentSnapshot,
     ConversationRow,
+    DeleteReceivedRequest,
     DeleteStaged,
     DeliveryRow,
     DeliveryState,
@@ -38,15 +39,20 @@ from gateway.store.records import (
     PutInboxItem,
     PutIntent,
     PutLock,
+    PutOperation,
     PutOutbox,
     PutReanchor,
+    PutReceivedRequest,
     PutRecord,
+    PutSend,
     PutStaged,
     PutToken,
     ReanchorRow,
     RecordRow,
+    ReplaceInboxItem,
     ResetConversation,
     RevokeTokens,
+    SendRow,
     SetDeliveryState,
     SetOutboxState,
     StagedRow,
@@ -66,6 +72,9 @@ class _Agent:
     outbox: dict[int, OutboxRow] = field(default_factory=dict)
     deliveries: dict[str, DeliveryRow] = field(default_factory=dict)
     inbox: dict[int, InboxRow] = field(default_factory=dict)
+    operations: dict[str, tuple[bool, bytes]] = field(default_factory=dict)
+    requests: dict[str, bytes] = field(default_factory=dict)
+    sends: dict[str, SendRow] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,6 +145,8 @@ class MemoryStore:
                     key=lambda row: row.commit_seq,
                 )
             ),
+            open_operations=tuple(row for is_open, row in agent.operations.values() if is_open),
+            received_requests=tuple(agent.requests.values()),
             max_bind_seq=max((row.bind_seq for row in agent.intents.values()), default=0),
             max_commit_seq=max((row.commit_seq for row in agent.records.values()), default=0),
             max_inbox_seq=max(agent.inbox, default=0),
@@ -222,6 +233,10 @@ class MemoryStore:
     async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
         self._check_open()
         return self._state.agent(agent_id).intents.get(post_id)
+
+    async def send_row(self, agent_id: str, key: str) -> SendRow | None:
+        self._check_open()
+        return self._state.agent(agent_id).sends.get(key)
 
     async def close(self) -> None:
         self._closed = True
@@ -387,5 +402,22 @@ def _apply(state: _State, write: Write) -> None:
             for seq, row in inbox.items():
                 if row.token == write.token and row.state is InboxState.UNREAD:
                     inbox[seq] = replace(row, state=InboxState.ACKNOWLEDGED)
+        case PutOperation():
+            state.agent(write.agent_id).operations[write.operation_id] = (write.open, write.row)
+        case PutReceivedRequest():
+            state.agent(write.agent_id).requests[write.operation_id] = write.row
+        case DeleteReceivedRequest():
+            state.agent(write.agent_id).requests.pop(write.operation_id, None)
+        case PutSend():
+            state.agent(write.agent_id).sends[write.key] = SendRow(
+                key=write.key, request=write.request, run_id=write.run_id, outcome=write.outcome
+            )
+        case ReplaceInboxItem():
+            inbox = state.agent(write.agent_id).inbox
+            for seq, row in inbox.items():
+                if row.token == write.token and row.state is InboxState.UNREAD:
+                    inbox[seq] = replace(
+                        row, state=InboxState.REPLACED, replacement_token=write.replacement_token
+                    )
         case _:
             assert_never(write)

@@ -18,6 +18,7 @@ from gateway.store.records import (
     InboxRow,
     IntentRow,
     RecordRow,
+    SendRow,
     Write,
 )
 
@@ -86,6 +87,10 @@ class Store(Protocol):
 
     async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
         """One post intent by PostId."""
+        ...
+
+    async def send_row(self, agent_id: str, key: str) -> SendRow | None:
+        """An idempotency key's reservation or kept outcome."""
         ...
 
     async def close(self) -> None:

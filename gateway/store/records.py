@@ -273,6 +273,53 @@ class AcknowledgeItem:
     token: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutOperation:
+    """A requester's collective operation row (collectives.md §4.7), upserted on change."""
+
+    agent_id: str
+    operation_id: str
+    open: bool
+    row: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutReceivedRequest:
+    """A member's received collective request row, upserted on change."""
+
+    agent_id: str
+    operation_id: str
+    row: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteReceivedRequest:
+    """Purge a received request past its retention (deadline + 1 h)."""
+
+    agent_id: str
+    operation_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutSend:
+    """An idempotency key's reservation (outcome None) or its kept outcome."""
+
+    agent_id: str
+    key: str
+    request: bytes
+    run_id: str
+    outcome: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplaceInboxItem:
+    """Mark an unread item replaced by another item (its own token)."""
+
+    agent_id: str
+    token: str
+    replacement_token: str
+
+
 Write: TypeAlias = (
     PutIdentity
     | PutToken
@@ -293,6 +340,11 @@ Write: TypeAlias = (
     | SetDeliveryState
     | PutInboxItem
     | AcknowledgeItem
+    | PutOperation
+    | PutReceivedRequest
+    | DeleteReceivedRequest
+    | PutSend
+    | ReplaceInboxItem
 )
 
 
@@ -429,6 +481,16 @@ class InboxRow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SendRow:
+    """An idempotency key's row."""
+
+    key: str
+    request: bytes
+    run_id: str
+    outcome: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentSnapshot:
     """Everything an agent's engine and endpoint rebuild from at start (engine.md §8)."""
 
@@ -440,6 +502,8 @@ class AgentSnapshot:
     reanchors: tuple[ReanchorRow, ...]
     pending_outbox: tuple[OutboxRow, ...]
     pending_deliveries: tuple[DeliveryRow, ...]
+    open_operations: tuple[bytes, ...]
+    received_requests: tuple[bytes, ...]
     max_bind_seq: int
     max_commit_seq: int
     max_inbox_seq: int

@@ -20,6 +20,7 @@ from gateway.store.records import (
     InboxRow,
     IntentRow,
     RecordRow,
+    SendRow,
     Write,
 )
 from gateway.store.sqlite import Schema, SqliteDatabase
@@ -138,6 +139,9 @@ class SqliteStore:
         return await self._db.read(
             functools.partial(tables.read_intent, agent_id=agent_id, post_id=post_id)
         )
+
+    async def send_row(self, agent_id: str, key: str) -> SendRow | None:
+        return await self._db.read(functools.partial(tables.read_send, agent_id=agent_id, key=key))
 
     async def close(self) -> None:
         """Flush queued writes and close; idempotent."""

@@ -15,6 +15,7 @@ from gateway.store.records import (
     AcknowledgeItem,
     AgentSnapshot,
     ConversationRow,
+    DeleteReceivedRequest,
     DeleteStaged,
     DeliveryRow,
     DeliveryState,
@@ -36,15 +37,20 @@ from gateway.store.records import (
     PutInboxItem,
     PutIntent,
     PutLock,
+    PutOperation,
     PutOutbox,
     PutReanchor,
+    PutReceivedRequest,
     PutRecord,
+    PutSend,
     PutStaged,
     PutToken,
     ReanchorRow,
     RecordRow,
+    ReplaceInboxItem,
     ResetConversation,
     RevokeTokens,
+    SendRow,
     SetDeliveryState,
     SetOutboxState,
     StagedRow,
@@ -170,10 +176,20 @@ DDL: Final = (
         agent_id TEXT NOT NULL,
         key TEXT NOT NULL,
         request BLOB NOT NULL,
-        state TEXT NOT NULL,
         outcome BLOB,
         run_id TEXT NOT NULL,
         PRIMARY KEY (agent_id, key))""",
+    """CREATE TABLE collective_operations (
+        agent_id TEXT NOT NULL,
+        operation_id TEXT NOT NULL,
+        open INTEGER NOT NULL,
+        row BLOB NOT NULL,
+        PRIMARY KEY (agent_id, operation_id))""",
+    """CREATE TABLE received_requests (
+        agent_id TEXT NOT NULL,
+        operation_id TEXT NOT NULL,
+        row BLOB NOT NULL,
+        PRIMARY KEY (agent_id, operation_id))""",
 )
 """Schema version 1."""
 
@@ -369,6 +385,38 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                     InboxState.UNREAD.value,
                 ),
             )
+        case PutOperation():
+            db.execute(
+                "INSERT OR REPLACE INTO collective_operations VALUES (?, ?, ?, ?)",
+                (write.agent_id, write.operation_id, int(write.open), write.row),
+            )
+        case PutReceivedRequest():
+            db.execute(
+                "INSERT OR REPLACE INTO received_requests VALUES (?, ?, ?)",
+                (write.agent_id, write.operation_id, write.row),
+            )
+        case DeleteReceivedRequest():
+            db.execute(
+                "DELETE FROM received_requests WHERE agent_id = ? AND operation_id = ?",
+                (write.agent_id, write.operation_id),
+            )
+        case PutSend():
+            db.execute(
+                "INSERT OR REPLACE INTO sends VALUES (?, ?, ?, ?, ?)",
+                (write.agent_id, write.key, write.request, write.outcome, write.run_id),
+            )
+        case ReplaceInboxItem():
+            db.execute(
+                "UPDATE inbox SET state = ?, replacement_token = ? "
+                "WHERE agent_id = ? AND token = ? AND state = ?",
+                (
+                    InboxState.REPLACED.value,
+                    write.replacement_token,
+                    write.agent_id,
+                    write.token,
+                    InboxState.UNREAD.value,
+                ),
+            )
         case _:
             assert_never(write)
 
@@ -504,6 +552,16 @@ def read_snapshot(db: sqlite3.Connection, agent_id: str) -> AgentSnapshot:
                 "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq",
                 key,
             )
+        ),
+        open_operations=tuple(
+            bytes(row[0])
+            for row in db.execute(
+                "SELECT row FROM collective_operations WHERE agent_id = ? AND open = 1", key
+            )
+        ),
+        received_requests=tuple(
+            bytes(row[0])
+            for row in db.execute("SELECT row FROM received_requests WHERE agent_id = ?", key)
         ),
         max_bind_seq=_max(
             db, "SELECT MAX(bind_seq) FROM post_intents WHERE agent_id = ?", agent_id
@@ -678,3 +736,19 @@ def read_pending_deliveries(db: sqlite3.Connection, agent_id: str, limit: int) -
             (agent_id, limit),
         )
     ]
+
+
+def read_send(db: sqlite3.Connection, agent_id: str, key: str) -> SendRow | None:
+    """An idempotency key's row."""
+    row = db.execute(
+        "SELECT key, request, run_id, outcome FROM sends WHERE agent_id = ? AND key = ?",
+        (agent_id, key),
+    ).fetchone()
+    if row is None:
+        return None
+    return SendRow(
+        key=row[0],
+        request=bytes(row[1]),
+        run_id=row[2],
+        outcome=None if row[3] is None else bytes(row[3]),
+    )
