@@ -86,6 +86,8 @@ class Certified:
     bound_at: float
     kind: str
     """`direct` or `group`, for the certification latency metric."""
+    resumed: bool = False
+    """The intent was reloaded after a restart: its latency spans the downtime."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -833,16 +835,16 @@ class Certifier:
                 effects.writes.append(
                     self._intent_write(finished, IntentState.COMPLETED, record_hash)
                 )
-                if not finished.resumed:
-                    effects.certified.append(
-                        Certified(
-                            agent_id=self.agent_id,
-                            post_id=finished.post_id,
-                            record_hash=record_hash,
-                            bound_at=finished.bound_at,
-                            kind=conversation.kind,
-                        )
+                effects.certified.append(
+                    Certified(
+                        agent_id=self.agent_id,
+                        post_id=finished.post_id,
+                        record_hash=record_hash,
+                        bound_at=finished.bound_at,
+                        kind=conversation.kind,
+                        resumed=finished.resumed,
                     )
+                )
             else:
                 effects.certified.append(
                     Certified(
@@ -851,6 +853,7 @@ class Certifier:
                         record_hash=record_hash,
                         bound_at=now,
                         kind=conversation.kind,
+                        resumed=True,
                     )
                 )
         else:
@@ -858,6 +861,7 @@ class Certifier:
                 PutDelivery(
                     agent_id=self.agent_id,
                     token=RandomId.DELIVERY.mint(),
+                    conversation_id=conversation.id,
                     record_hash=record_hash,
                     commit_seq=commit_seq,
                     projection=canonical_json(message_to_json(self._project(conversation, intent))),

@@ -375,6 +375,7 @@ def _apply(state: _State, write: Write) -> None:
                 raise ConstraintViolation("delivery exists")
             deliveries[write.token] = DeliveryRow(
                 token=write.token,
+                conversation_id=write.conversation_id,
                 record_hash=write.record_hash,
                 commit_seq=write.commit_seq,
                 projection=write.projection,

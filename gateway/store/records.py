@@ -238,6 +238,7 @@ class PutDelivery:
 
     agent_id: str
     token: str
+    conversation_id: str
     record_hash: str
     commit_seq: int
     projection: bytes
@@ -461,6 +462,7 @@ class DeliveryRow:
     """A pending delivery."""
 
     token: str
+    conversation_id: str
     record_hash: str
     commit_seq: int
     projection: bytes

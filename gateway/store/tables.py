@@ -154,6 +154,7 @@ DDL: Final = (
     """CREATE TABLE pending_deliveries (
         agent_id TEXT NOT NULL,
         token TEXT NOT NULL,
+        conversation_id TEXT NOT NULL,
         record_hash TEXT NOT NULL,
         commit_seq INTEGER NOT NULL,
         projection BLOB NOT NULL,
@@ -346,10 +347,11 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
             )
         case PutDelivery():
             db.execute(
-                "INSERT INTO pending_deliveries VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO pending_deliveries VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     write.agent_id,
                     write.token,
+                    write.conversation_id,
                     write.record_hash,
                     write.commit_seq,
                     write.projection,
@@ -542,13 +544,15 @@ def read_snapshot(db: sqlite3.Connection, agent_id: str) -> AgentSnapshot:
         pending_deliveries=tuple(
             DeliveryRow(
                 token=row[0],
-                record_hash=row[1],
-                commit_seq=row[2],
-                projection=row[3],
-                state=DeliveryState(row[4]),
+                conversation_id=row[1],
+                record_hash=row[2],
+                commit_seq=row[3],
+                projection=row[4],
+                state=DeliveryState(row[5]),
             )
             for row in db.execute(
-                "SELECT token, record_hash, commit_seq, projection, state FROM pending_deliveries "
+                "SELECT token, conversation_id, record_hash, commit_seq, projection, state "
+                "FROM pending_deliveries "
                 "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq",
                 key,
             )
@@ -725,13 +729,15 @@ def read_pending_deliveries(db: sqlite3.Connection, agent_id: str, limit: int) -
     return [
         DeliveryRow(
             token=row[0],
-            record_hash=row[1],
-            commit_seq=row[2],
-            projection=row[3],
-            state=DeliveryState(row[4]),
+            conversation_id=row[1],
+            record_hash=row[2],
+            commit_seq=row[3],
+            projection=row[4],
+            state=DeliveryState(row[5]),
         )
         for row in db.execute(
-            "SELECT token, record_hash, commit_seq, projection, state FROM pending_deliveries "
+            "SELECT token, conversation_id, record_hash, commit_seq, projection, state "
+            "FROM pending_deliveries "
             "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq LIMIT ?",
             (agent_id, limit),
         )

@@ -172,6 +172,7 @@ async def test_the_snapshot_holds_what_an_agent_rebuilds_from(store):
             PutDelivery(
                 agent_id=A,
                 token="dlv_1",
+                conversation_id=CNV,
                 record_hash="rch_r",
                 commit_seq=4,
                 projection=b"p",
