@@ -195,7 +195,7 @@ class Gateway:
             await self._host(identity, restore=True)
         await self._network.start()
         for runtime in self._runtimes.values():
-            runtime.start()
+            await runtime.start()
         self._state = GatewayState.SERVING
         await self._server.set_serving()
         logger.info("serving listen=%s agents=%d", self._server.address, len(self._runtimes))
@@ -336,8 +336,8 @@ class Gateway:
             verify_cache=self._cache,
         )
         next_inbox = 1
-        if restore:
-            snapshot = await self._store.snapshot(identity.agent_id)
+        snapshot = await self._store.snapshot(identity.agent_id) if restore else None
+        if snapshot is not None:
             certifier.restore(snapshot)
             next_inbox = snapshot.max_inbox_seq + 1
         runtime = AgentRuntime(
@@ -357,6 +357,8 @@ class Gateway:
                 certify=self.settings.send_certify_timeout,
             ),
         )
+        if snapshot is not None:
+            runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)
         self._runtimes[identity.agent_id] = runtime
         self._by_name[identity.agent_name] = runtime
         self._network.host(certifier)
@@ -431,7 +433,7 @@ class Gateway:
                 ]
             )
             runtime = await self._host(identity, restore=False)
-            runtime.start()
+            await runtime.start()
         audit.info("agent registered agent=%s", name)
         return RegisteredAgent(address=f"agent:{name}", agent_id=identity.agent_id, token=token)
 

@@ -17,31 +17,38 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.contract.addresses import canonicalize, unknown_agent_error
+from gateway.collectives.runtime import (
+    Classified,
+    CollectiveRefusal,
+    Collectives,
+    PostHandle,
+)
+from gateway.contract.addresses import canonicalize, name_of, unknown_agent_error
 from gateway.contract.codec import CodecError, message_from_json
-from gateway.contract.content import (
-    MULTICAST_VALUE,
-    collective_parts,
-    multicast_content,
-    without_part,
+from gateway.contract.collective_part import (
+    ClosePart,
+    Duplicate,
+    Malformed,
+    MulticastPart,
+    RequestPart,
+    ResponsePart,
+    read_collective,
 )
-from gateway.contract.errors import (
-    CollectiveError,
-    RequestNone,
-    SendError,
-    SendErrorReason,
-)
-from gateway.contract.ids import mint_collective
+from gateway.contract.content import multicast_content, text_of
+from gateway.contract.errors import CollectiveError, SendError, SendErrorReason
 from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
 from gateway.contract.values import (
     AskOperation,
+    Content,
     DirectMessage,
     FailureDelivery,
     GroupMessage,
+    InboundItem,
     InboundMessage,
     MessageInput,
     MulticastItem,
     MulticastOperation,
+    OperationFailedItem,
     ResponseInput,
     SendInput,
     SendResult,
@@ -49,17 +56,18 @@ from gateway.contract.values import (
 from gateway.endpoint.api import SendAbsent, SendState
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, MessageStream
 from gateway.engine import protocol as p
-from gateway.engine.certifier import BindRefused, Certifier, Identity
+from gateway.engine.certifier import BindRefused, Certifier, Effects, Identity
 from gateway.engine.network import FatalStoreError, Network
-from gateway.registry import (
-    Found,
-    RegistryClient,
-    RegistryError,
-    RegistryVersionMismatch,
-)
-from gateway.store.errors import CommitAmbiguous
+from gateway.registry import Found, RegistryClient, RegistryError, RegistryVersionMismatch
+from gateway.store.errors import CommitAmbiguous, StoreError
 from gateway.store.port import Store
-from gateway.store.records import DeliveryState, SetDeliveryState, Write
+from gateway.store.records import (
+    DeliveryRow,
+    DeliveryState,
+    PutInboxItem,
+    SetDeliveryState,
+    Write,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +101,9 @@ class SendObserver:
     """(op, outcome): `ok` or the closed reason."""
     on_delivery_published: Callable[[str], None] = lambda item: None
     on_record_consumed: Callable[[str], None] = lambda kind: None
+    on_send_refused_inbound: Callable[[str], None] = lambda reason: None
+    on_member_outcome: Callable[[str, str], None] = lambda op, outcome: None
+    on_collective_result: Callable[[str, str], None] = lambda op, end: None
 
 
 class AgentRuntime:
@@ -120,6 +131,11 @@ class AgentRuntime:
         self._observer = observer or SendObserver()
         self._classify_wanted = asyncio.Event()
         self._classifier: asyncio.Task[None] | None = None
+        self.collectives = Collectives(
+            self,
+            on_member_outcome=self._observer.on_member_outcome,
+            on_result=self._observer.on_collective_result,
+        )
 
     @property
     def agent_name(self) -> str:
@@ -133,15 +149,18 @@ class AgentRuntime:
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the classification pass (it first catches up on stored deliveries)."""
+    async def start(self) -> None:
+        """Resume collectives and start the classification pass (it first catches up on
+        stored deliveries)."""
         if self._classifier is None:
+            await self.collectives.resume()
             self._classifier = asyncio.ensure_future(self._classify_loop())
             self._classifier.set_name(f"classify-{self.identity.agent_name}")
             self._classify_wanted.set()
 
     async def close(self) -> None:
-        """Stop the classification pass; idempotent."""
+        """Stop the classification pass and the collectives' timers; idempotent."""
+        await self.collectives.close()
         if self._classifier is not None:
             self._classifier.cancel()
             await asyncio.gather(self._classifier, return_exceptions=True)
@@ -173,38 +192,71 @@ class AgentRuntime:
         idempotency_key: str | None = None,
         deadline: float | None = None,
     ) -> SendResult:
-        """Run one send (engine.md §6); raises the closed errors."""
+        """Run one send (engine.md §6, collectives.md §1); raises the closed errors."""
         started = time.monotonic()
         op = _op_of(send_input)
         try:
-            result = await self._send(send_input, started=started, deadline=deadline)
-        except SendError as error:
-            self._observer.on_send(op, error.reason)
-            raise
-        except CollectiveError as error:
+            result = await self._send(
+                send_input, started=started, deadline=deadline, failure_delivery=failure_delivery
+            )
+        except (SendError, CollectiveError) as error:
             self._observer.on_send(op, error.reason)
             raise
         self._observer.on_send(op, "ok")
         return result
 
     async def _send(
-        self, send_input: SendInput, *, started: float, deadline: float | None
+        self,
+        send_input: SendInput,
+        *,
+        started: float,
+        deadline: float | None,
+        failure_delivery: FailureDelivery,
     ) -> SendResult:
         match send_input:
             case MessageInput(to=to, text=text, collective=None | MulticastOperation()):
+                # A multicast's failure is always returned, whatever failureDelivery says.
                 await self._multicast(to, text, started=started, deadline=deadline)
                 return SendResult()
-            case MessageInput(collective=AskOperation()):
-                # gather and all_gather arrive with the collectives issue.
-                raise SendError(
-                    SendErrorReason.CERTIFICATION_UNAVAILABLE,
-                    "gather and all_gather are not available on this gateway yet",
-                )
-            case ResponseInput():
-                _, operation_id = mint_collective(self.address)
-                raise CollectiveError(operation_id, RequestNone())
+            case MessageInput(to=to, text=text, collective=AskOperation() as ask):
+                try:
+                    operation_id = await self.collectives.ask(
+                        op=ask.op,
+                        to=to,
+                        question=text,
+                        deadline=ask.deadline,
+                        requested_schema=ask.requested_schema,
+                    )
+                except CollectiveRefusal as refusal:
+                    return await self._refused(refusal, failure_delivery)
+                return SendResult(operation_id=operation_id)
+            case ResponseInput(to=to, response=response):
+                try:
+                    operation_id = await self.collectives.answer(to=to, response=response)
+                except CollectiveRefusal as refusal:
+                    return await self._refused(refusal, failure_delivery)
+                return SendResult(operation_id=operation_id)
             case _:
                 raise SendError(SendErrorReason.CONTENT_INVALID)
+
+    async def _refused(
+        self, refusal: CollectiveRefusal, failure_delivery: FailureDelivery
+    ) -> SendResult:
+        """Return a refusal, or with `failureDelivery: "inbound"` emit it as an
+        `operationFailed` item and complete naming the operation (collectives.md §1.7)."""
+        if failure_delivery is FailureDelivery.RESULT:
+            raise refusal.error
+        item = OperationFailedItem(
+            id=refusal.operation_id, to=refusal.to, error=refusal.error.message
+        )
+        try:
+            await self.inbox.publish(item)
+        except StoreError:
+            # If that item cannot be persisted, the send fails with the refusal.
+            raise refusal.error from None
+        self._observer.on_delivery_published("operationFailed")
+        self._observer.on_send_refused_inbound(refusal.error.reason)
+        return SendResult(operation_id=refusal.operation_id)
 
     async def _multicast(
         self, to: str, text: str, *, started: float, deadline: float | None
@@ -212,32 +264,26 @@ class AgentRuntime:
         content = multicast_content(text)
         conversation = canonicalize(to, self.identity.agent_name)
         budget_end = started + self._budget(deadline)
-        descriptor = await self._resolve(conversation.others)
-        attached = await self._network.wait_attached(
-            max(0.0, min(self._timeouts.attach, budget_end - time.monotonic()))
+        cards = await self.resolve_cards(conversation.others)
+        for name in conversation.others:
+            failure = cards[name]
+            if isinstance(failure, SendError):
+                raise failure
+        descriptor = self.descriptor_with(
+            [
+                self.identity.card,
+                *(card for card in cards.values() if not isinstance(card, SendError)),
+            ]
         )
-        if not attached:
-            raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
-        try:
-            post_id, effects = self.certifier.bind(descriptor, content, now=time.time())
-        except BindRefused as refused:
-            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
-        latch = self._network.latch(post_id)
-        drained = self._network.drained(post_id)
-        try:
-            await self._network.commit(effects)
-        except FatalStoreError as error:
-            self._network.forget(post_id)
-            if isinstance(error.__cause__, CommitAmbiguous):
-                raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
-            self.certifier.unbind(post_id)
-            raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
+        [handle] = await self.bind_posts(
+            [(descriptor, content)], within=max(0.0, budget_end - time.monotonic())
+        )
         # From here the intent is bound: any bound past this point is delivery-pending,
         # and the post still certifies in the background.
         try:
-            await self._wait_certified(post_id, latch, drained, budget_end)
+            await self._wait_certified(handle, budget_end)
         finally:
-            self._network.forget(post_id)
+            self._network.forget(handle.post_id)
 
     def _budget(self, deadline: float | None) -> float:
         budget = self._timeouts.attach + self._timeouts.drain + self._timeouts.certify
@@ -245,16 +291,78 @@ class AgentRuntime:
             budget = min(budget, max(0.0, deadline - DEADLINE_MARGIN))
         return budget
 
-    async def _wait_certified(
+    # --- posting (engine.md §6 steps 6-10), also the collectives' host -----------------------
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's AgentId."""
+        return self.identity.agent_id
+
+    @property
+    def own_card(self) -> p.SignedAgentCard:
+        """The agent's signed card."""
+        return self.identity.card
+
+    async def bind_posts(
         self,
-        post_id: str,
-        latch: asyncio.Future[str],
-        drained: asyncio.Future[None],
-        budget_end: float,
-    ) -> None:
+        posts: Sequence[tuple[p.MembershipDescriptor, Content]],
+        *,
+        extra_writes: Callable[[Sequence[str]], Sequence[Write]] = lambda post_ids: (),
+        within: float,
+    ) -> list[PostHandle]:
+        """Wait for the Router attachment, then bind every post's intent in one transaction
+        with `extra_writes(post_ids)`. Raises `SendError` before anything is bound."""
+        attached = await self._network.wait_attached(max(0.0, min(self._timeouts.attach, within)))
+        if not attached:
+            raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+        now = time.time()
+        bound: list[tuple[str, Effects]] = []
+        try:
+            for descriptor, content in posts:
+                bound.append(self.certifier.bind(descriptor, content, now=now))
+        except BindRefused as refused:
+            for post_id, _ in bound:
+                self.certifier.unbind(post_id)
+            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
+        post_ids = [post_id for post_id, _ in bound]
+        effects = Effects()
+        for _, one in bound:
+            effects.writes.extend(one.writes)
+            effects.envelopes.extend(one.envelopes)
+        effects.writes.extend(extra_writes(post_ids))
+        handles = [
+            PostHandle(
+                post_id=post_id,
+                certified=self._network.latch(post_id),
+                drained=self._network.drained(post_id),
+            )
+            for post_id in post_ids
+        ]
+        try:
+            await self._network.commit(effects)
+        except FatalStoreError as error:
+            for post_id in post_ids:
+                self._network.forget(post_id)
+            if isinstance(error.__cause__, CommitAmbiguous):
+                raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
+            for post_id in post_ids:
+                self.certifier.unbind(post_id)
+            raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
+        return handles
+
+    async def await_certified(self, handle: PostHandle) -> str:
+        """The post's RecordHash within the send bound, else `delivery-pending`."""
+        budget_end = time.monotonic() + self._timeouts.drain + self._timeouts.certify
+        try:
+            return await self._wait_certified(handle, budget_end)
+        finally:
+            self._network.forget(handle.post_id)
+
+    async def _wait_certified(self, handle: PostHandle, budget_end: float) -> str:
         """Steps 9-10: the Router accepts the proposal within the drain bound, then this
         daemon promotes the record within the certification bound; past either, the
         bound intent answers `delivery-pending` and keeps going."""
+        latch, drained = handle.certified, handle.drained
         drain_end = min(budget_end, time.monotonic() + self._timeouts.drain)
         certify_end = min(budget_end, drain_end + self._timeouts.certify)
         # Waiting on the futures directly (not through wait_for) so that a send that gives
@@ -265,50 +373,70 @@ class AgentRuntime:
             timeout=max(0.0, drain_end - time.monotonic()),
             return_when=asyncio.FIRST_COMPLETED,
         )
-        if latch.done():
-            self._latch_result(latch)
-            return
-        if not drained.done() and self.certifier.was_proposed(post_id):
-            raise SendError(SendErrorReason.DELIVERY_PENDING)
-        await asyncio.wait({latch}, timeout=max(0.0, certify_end - time.monotonic()))
         if not latch.done():
+            if not drained.done() and self.certifier.was_proposed(handle.post_id):
+                raise SendError(SendErrorReason.DELIVERY_PENDING)
+            await asyncio.wait({latch}, timeout=max(0.0, certify_end - time.monotonic()))
+        if not latch.done() or latch.cancelled():
+            # Past the bound, or the network closed (shutdown): the bound intent is proposed
+            # again until it certifies.
             raise SendError(SendErrorReason.DELIVERY_PENDING)
-        self._latch_result(latch)
+        return latch.result()
 
-    @staticmethod
-    def _latch_result(latch: asyncio.Future[str]) -> None:
-        if latch.cancelled():
-            # The network closed (shutdown): the bound intent is proposed again after restart.
-            raise SendError(SendErrorReason.DELIVERY_PENDING)
+    def latch(self, post_id: str) -> asyncio.Future[str]:
+        """A future resolved when this daemon promotes the post."""
+        return self._network.latch(post_id)
 
-    async def _resolve(self, others: Sequence[str]) -> p.MembershipDescriptor:
-        """Registry lookups of the other members; the first failing name decides (§6 step 4)."""
-        semaphore = asyncio.Semaphore(RESOLVE_CONCURRENCY)
+    async def intent_outcome(self, post_id: str) -> str | None:
+        """The RecordHash of a completed own intent, or None while it is open."""
+        row = await self._store.intent(self.identity.agent_id, post_id)
+        return None if row is None else row.record_hash
 
-        async def lookup(name: str) -> object:
-            async with semaphore:
-                try:
-                    return await self._registry.lookup_by_name(name)
-                except RegistryError as error:
-                    return error
+    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """A stored conversation's descriptor."""
+        return self.certifier.membership_of(conversation_id)
 
-        outcomes = await asyncio.gather(*(lookup(name) for name in others))
-        cards = [self.identity.card]
-        for name, outcome in zip(others, outcomes, strict=True):
-            match outcome:
-                case Found(card=card):
-                    cards.append(card)
-                case RegistryVersionMismatch():
-                    raise SendError(SendErrorReason.VERSION_MISMATCH)
-                case RegistryError():
-                    raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
-                case _:
-                    raise unknown_agent_error(name)
+    def descriptor_with(self, cards: Sequence[p.SignedAgentCard]) -> p.MembershipDescriptor:
+        """The descriptor of a member set (cards verified by the Registry client)."""
         try:
             return p.build_membership(cards)
         except p.ProtocolError as error:
             logger.error("membership could not be built: %s", error.detail)
             raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE) from None
+
+    def prepare_item(
+        self, item: InboundItem, *, token: str | None = None
+    ) -> tuple[str, PutInboxItem]:
+        """An inbox write for an emitted item (fresh token unless given)."""
+        return self.inbox.prepare(item, token=token)
+
+    async def commit(self, writes: Sequence[Write]) -> None:
+        """Commit writes atomically and wake the stream (items may be among them)."""
+        await self._store.apply(writes)
+        self.inbox.notify()
+
+    def published(self, kind: str) -> None:
+        """An item was made durable under a fresh token."""
+        self._observer.on_delivery_published(kind)
+
+    async def resolve_cards(self, names: Sequence[str]) -> dict[str, p.SignedAgentCard | SendError]:
+        """Registry lookups of members, at most eight at once: each a card or why not."""
+        semaphore = asyncio.Semaphore(RESOLVE_CONCURRENCY)
+
+        async def lookup(name: str) -> p.SignedAgentCard | SendError:
+            async with semaphore:
+                try:
+                    outcome = await self._registry.lookup_by_name(name)
+                except RegistryVersionMismatch:
+                    return SendError(SendErrorReason.VERSION_MISMATCH)
+                except RegistryError:
+                    return SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+            if isinstance(outcome, Found):
+                return outcome.card
+            return unknown_agent_error(name)
+
+        outcomes = await asyncio.gather(*(lookup(name) for name in names))
+        return dict(zip(names, outcomes, strict=True))
 
     # --- classification ----------------------------------------------------------------------
 
@@ -325,72 +453,100 @@ class AgentRuntime:
         if not rows:
             return False
         writes: list[Write] = []
-        published: list[str] = []
+        outcomes: list[str] = []
+        emitted: list[str] = []
         for row in rows:
-            item_writes, kind = self._classify(row.token, row.projection)
+            item_writes, outcome, published = self._classify(row)
             writes.extend(item_writes)
-            published.append(kind)
+            outcomes.append(outcome)
+            emitted.extend(published)
         await self._store.apply(writes)
         self.inbox.notify()
-        for kind in published:
-            if kind == "multicast":
-                self._observer.on_delivery_published("multicast")
+        for outcome in outcomes:
+            if outcome in ("multicast", "collectiveRequest"):
+                self._observer.on_delivery_published(outcome)
             else:
-                self._observer.on_record_consumed(kind)
+                self._observer.on_record_consumed(outcome)
+        for kind in emitted:
+            self._observer.on_delivery_published(kind)
         return len(rows) == CLASSIFY_PAGE
 
-    def _classify(self, token: str, projection: bytes) -> tuple[list[Write], str]:
-        """The writes that classify one delivery, and its outcome (`multicast` or the
-        consumed kind). The rules are the contract's "Inbound items"."""
+    def _classify(self, row: DeliveryRow) -> tuple[list[Write], str, tuple[str, ...]]:
+        """The writes that classify one delivery, its outcome (`multicast`,
+        `collectiveRequest` or the consumed kind) and items emitted under fresh tokens.
+        The rules are the contract's "Inbound items" and collectives.md §2.4-§2.5."""
         agent_id = self.identity.agent_id
+        token = row.token
         consumed = SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CONSUMED)
         try:
-            message = message_from_json(parse_canonical_json(projection))
+            message = message_from_json(parse_canonical_json(row.projection))
         except (CodecError, JsonValueError):
             logger.exception("a delivery projection does not decode; consumed")
-            return [consumed], "other"
-        parts = collective_parts(message.content)
-        content = message.content
-        if len(parts) > 1:
-            logger.info("record consumed: duplicate collective part post_id=%s", message.post_id)
-            return [consumed], "other"
-        if parts:
-            index, value = parts[0]
-            if value != MULTICAST_VALUE:
-                # Requests, answers and closes are the collectives issue's; until then they
-                # are consumed here and never delivered.
-                kind = _collective_kind(value)
-                logger.info("record consumed: collective part kind=%s", kind)
-                return [
-                    consumed
-                ], "answer" if kind == "response" else "close" if kind == "close" else "other"
-            content = without_part(content, index)
-            if not content:
-                return [consumed], "other"
-        item = MulticastItem(message=_with_content(message, content))
-        _, write = self.inbox.prepare(item, token=token)
-        return [
-            SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED),
-            write,
-        ], "multicast"
+            return [consumed], "other", ()
+        read = read_collective(message.content)
+        sender = name_of(message.sender) or ""
+        is_group = isinstance(message, GroupMessage)
+        classified: Classified
+        match read.part:
+            case None | MulticastPart():
+                if not read.rest:
+                    return [consumed], "other", ()
+                item = MulticastItem(message=_with_content(message, read.rest))
+                _, write = self.inbox.prepare(item, token=token)
+                classified_state = SetDeliveryState(
+                    agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED
+                )
+                return [classified_state, write], "multicast", ()
+            case RequestPart():
+                classified = self.collectives.classify_request(
+                    read.part,
+                    sender=sender,
+                    conversation_id=row.conversation_id,
+                    conversation_address=message.address,
+                    group_members=tuple(name_of(member) or "" for member in message.members)
+                    if isinstance(message, GroupMessage)
+                    else None,
+                    post_id=message.post_id,
+                    question=text_of(read.rest),
+                )
+            case ResponsePart():
+                classified = self.collectives.classify_response(
+                    read.part,
+                    sender=sender,
+                    conversation_address=message.address,
+                    is_group=is_group,
+                    record_hash=row.record_hash,
+                )
+            case ClosePart():
+                classified = self.collectives.classify_close(
+                    read.part, sender=sender, conversation_id=row.conversation_id
+                )
+            case Malformed() | Duplicate():
+                logger.info(
+                    "record consumed: %s collective part",
+                    "duplicated" if isinstance(read.part, Duplicate) else "malformed",
+                )
+                return [consumed], "other", ()
+        writes = list(classified.writes)
+        if classified.item is not None:
+            _, write = self.inbox.prepare(classified.item, token=token)
+            writes.append(
+                SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED)
+            )
+            writes.append(write)
+            return writes, "collectiveRequest", classified.published
+        writes.append(consumed)
+        return writes, classified.consumed or "other", classified.published
 
 
-def _collective_kind(value: object) -> str:
-    if isinstance(value, dict):
-        kind = value.get("kind")
-        if isinstance(kind, str):
-            return kind
-    return "malformed"
-
-
-def _with_content(message: InboundMessage, content: tuple[object, ...]) -> InboundMessage:
+def _with_content(message: InboundMessage, content: Content) -> InboundMessage:
     match message:
         case DirectMessage():
             return DirectMessage(
                 post_id=message.post_id,
                 address=message.address,
                 sender=message.sender,
-                content=content,  # type: ignore[arg-type]
+                content=content,
             )
         case GroupMessage():
             return GroupMessage(
@@ -398,7 +554,7 @@ def _with_content(message: InboundMessage, content: tuple[object, ...]) -> Inbou
                 address=message.address,
                 sender=message.sender,
                 members=message.members,
-                content=content,  # type: ignore[arg-type]
+                content=content,
             )
 
 
