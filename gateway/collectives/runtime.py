@@ -709,6 +709,7 @@ class Collectives:
 
         def rows(post_ids: Sequence[str]) -> Sequence[Write]:
             request.answer_post_id = post_ids[0]
+            request.answer_content = None if accepted is None else accepted.content
             return [self._request_write(request)]
 
         try:
@@ -742,10 +743,10 @@ class Collectives:
         writes: list[Write] = []
         published: tuple[str, ...] = ()
         if request.op is CollectiveOp.ALL_GATHER and not request.closed:
-            content = None
             # Our own answer counts by its record hash like any member's (§1.5 step 7).
             request.answers.setdefault(
-                self._host.agent_name, RecordedAnswer(record_hash=record_hash, content=content)
+                self._host.agent_name,
+                RecordedAnswer(record_hash=record_hash, content=request.answer_content),
             )
             if request.held_close is not None:
                 held, request.held_close = request.held_close, None

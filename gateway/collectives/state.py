@@ -160,6 +160,8 @@ class Request:
     """The asked members (all_gather: the group minus the requester), member order."""
     state: RequestState = RequestState.OPEN
     answer_post_id: str | None = None
+    answer_content: AnswerContent | None = None
+    """This member's own answer while it is being sent (None: a decline)."""
     answers: dict[str, RecordedAnswer] = field(default_factory=dict)
     held_close: tuple[str, ...] | None = None
     closed: bool = False
@@ -180,6 +182,9 @@ class Request:
                 "members": self.members,
                 "state": self.state.value,
                 "answerPostId": self.answer_post_id,
+                "answerContent": None
+                if self.answer_content is None
+                else answer_content_to_json(self.answer_content),
                 "answers": {
                     name: {
                         "recordHash": answer.record_hash,
@@ -221,6 +226,9 @@ class Request:
                 members=tuple(_str(name) for name in _list(value["members"])),
                 state=RequestState(_str(value["state"])),
                 answer_post_id=_optional_str(value["answerPostId"]),
+                answer_content=None
+                if value["answerContent"] is None
+                else answer_content_from_json(value["answerContent"]),
                 answers=answers,
                 held_close=None if held is None else tuple(_str(item) for item in _list(held)),
                 closed=bool(value["closed"]),
