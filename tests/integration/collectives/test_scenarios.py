@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -29,11 +30,11 @@ from harness_client import (
     ResponseInput,
 )
 
-from gateway.testing import run_gateway
+from gateway.testing import RunningGateway, run_gateway
 
 pytestmark = pytest.mark.timeout(120)
 
-S = {
+S: dict[str, Any] = {
     "type": "object",
     "properties": {"slot": {"type": "string", "enum": ["mon", "tue"]}},
     "required": ["slot"],
@@ -62,7 +63,7 @@ class Party:
 
 
 @asynccontextmanager
-async def parties(*names: str) -> AsyncIterator[tuple[object, dict[str, Party]]]:
+async def parties(*names: str) -> AsyncIterator[tuple[RunningGateway, dict[str, Party]]]:
     async with run_gateway() as gw, AsyncExitStack() as stack:
         result = {}
         for name in names:
