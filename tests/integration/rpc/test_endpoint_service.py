@@ -434,3 +434,11 @@ async def test_acknowledge_takes_one_to_a_thousand_tokens(served, count):
         )
     assert isinstance(failure, InvalidRequestError)
     assert "1 to 1,000" in failure.message
+
+
+async def test_a_keyless_send_to_a_gateway_that_went_away_is_network_unavailable(served):
+    async with await served.connect("alice") as alice:
+        await served.server.stop(None)
+        with pytest.raises(harness_client.SendError) as raised:
+            await alice.send(harness_client.MessageInput(to="agent:bob", text="x"), deadline=5.0)
+    assert raised.value.reason is harness_client.SendErrorReason.NETWORK_UNAVAILABLE
