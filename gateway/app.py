@@ -36,6 +36,7 @@ from gateway.endpoint.api import (
     ManagementError,
     RegisteredAgent,
 )
+from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.inbox import AgentInbox, StreamEndReason
 from gateway.endpoint.runtime import AgentRuntime, SendTimeouts
 from gateway.engine import protocol as p
@@ -135,6 +136,8 @@ class Gateway:
         self._admin_token = ""
         self.admin_token_path: Path | None = None
         self._registering = asyncio.Lock()
+        self._run_id = secrets.token_hex(8)
+        """This process's run: keyed sends reserved by another run are indeterminate."""
         self._shutdown_started = False
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -356,6 +359,10 @@ class Gateway:
                 attach=self.settings.router_attach_timeout,
                 certify=self.settings.send_certify_timeout,
             ),
+            run_id=self._run_id,
+            export=None
+            if self.settings.history_export_dir is None
+            else HistoryExport(self.settings.history_export_dir, identity.agent_name),
         )
         if snapshot is not None:
             runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)

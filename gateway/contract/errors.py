@@ -538,6 +538,22 @@ class IdempotencyConflictError(HarnessError):
         return StatusCode.ALREADY_EXISTS
 
 
+class InvalidIdempotencyKeyError(HarnessError):
+    """An idempotency key is not 1 to 128 UTF-8 bytes without NUL; nothing ran."""
+
+    @property
+    def reason(self) -> str:
+        return "invalid-idempotency-key"
+
+    @property
+    def message(self) -> str:
+        return "send failed: an idempotency key is 1 to 128 bytes of UTF-8 text without NUL"
+
+    @property
+    def status_code(self) -> StatusCode:
+        return StatusCode.INVALID_ARGUMENT
+
+
 # --- MessageTextError ------------------------------------------------------------------
 
 

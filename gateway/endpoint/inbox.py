@@ -17,7 +17,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -131,6 +131,8 @@ class AgentInbox:
         self._generation = 0
         self._changed = asyncio.Event()
         self._stream: MessageStream | None = None
+        self.on_offer: Callable[[int, InboundItem], None] | None = None
+        """Called with (sequence, item) before an item is offered on a stream."""
 
     # --- publishing --------------------------------------------------------------------
 
@@ -310,6 +312,8 @@ class MessageStream:
             delivery = _decode(row)
             if delivery is None:
                 continue
+            if self._inbox.on_offer is not None:
+                self._inbox.on_offer(row.seq, delivery.item)
             self.window.hold(row.token)
             return delivery
 

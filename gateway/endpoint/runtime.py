@@ -11,6 +11,7 @@ it; it runs with or without a listener.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from gateway.contract.collective_part import (
     read_collective,
 )
 from gateway.contract.content import multicast_content, text_of
-from gateway.contract.errors import CollectiveError, SendError, SendErrorReason
+from gateway.contract.errors import HarnessError, SendError, SendErrorReason
 from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
 from gateway.contract.values import (
     AskOperation,
@@ -53,7 +54,9 @@ from gateway.contract.values import (
     SendInput,
     SendResult,
 )
-from gateway.endpoint.api import SendAbsent, SendState
+from gateway.endpoint.api import SendState
+from gateway.endpoint.export import HistoryExport
+from gateway.endpoint.idempotency import KeyResolution, SendLedger
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, MessageStream
 from gateway.engine import protocol as p
 from gateway.engine.certifier import BindRefused, Certifier, Effects, Identity
@@ -70,6 +73,11 @@ from gateway.store.records import (
 )
 
 logger = logging.getLogger(__name__)
+
+_INVOCATION_POSTS: contextvars.ContextVar[list[PostHandle] | None] = contextvars.ContextVar(
+    "invocation_posts", default=None
+)
+"""The posts the current send invocation bound (for the history export's `postIds`)."""
 
 LOCAL_DRAIN_TIMEOUT: Final = 10.0
 """Seconds the Router has to accept a send's proposal before `delivery-pending` (§6 step 9)."""
@@ -104,6 +112,7 @@ class SendObserver:
     on_send_refused_inbound: Callable[[str], None] = lambda reason: None
     on_member_outcome: Callable[[str, str], None] = lambda op, outcome: None
     on_collective_result: Callable[[str, str], None] = lambda op, end: None
+    on_key_resolution: Callable[[KeyResolution], None] = lambda resolution: None
 
 
 class AgentRuntime:
@@ -119,6 +128,8 @@ class AgentRuntime:
         store: Store,
         inbox: AgentInbox,
         timeouts: SendTimeouts,
+        run_id: str,
+        export: HistoryExport | None = None,
         observer: SendObserver | None = None,
     ) -> None:
         self.identity = identity
@@ -131,6 +142,15 @@ class AgentRuntime:
         self._observer = observer or SendObserver()
         self._classify_wanted = asyncio.Event()
         self._classifier: asyncio.Task[None] | None = None
+        self.export = export
+        if export is not None:
+            inbox.on_offer = export.offered
+        self.ledger = SendLedger(
+            agent_id=identity.agent_id,
+            store=store,
+            run_id=run_id,
+            on_resolution=self._observer.on_key_resolution,
+        )
         self.collectives = Collectives(
             self,
             on_member_outcome=self._observer.on_member_outcome,
@@ -159,7 +179,8 @@ class AgentRuntime:
             self._classify_wanted.set()
 
     async def close(self) -> None:
-        """Stop the classification pass and the collectives' timers; idempotent."""
+        """Stop keyed invocations, the collectives' timers and the classification pass."""
+        await self.ledger.close()
         await self.collectives.close()
         if self._classifier is not None:
             self._classifier.cancel()
@@ -181,8 +202,8 @@ class AgentRuntime:
         return await self.inbox.acknowledge(tokens)
 
     async def read_send(self, idempotency_key: str) -> SendState:
-        """Idempotency keys are recorded from the collectives issue on; none is held yet."""
-        return SendAbsent()
+        """The state of an idempotency key (engine.md §9)."""
+        return await self.ledger.read(idempotency_key)
 
     async def send(
         self,
@@ -192,17 +213,53 @@ class AgentRuntime:
         idempotency_key: str | None = None,
         deadline: float | None = None,
     ) -> SendResult:
-        """Run one send (engine.md §6, collectives.md §1); raises the closed errors."""
-        started = time.monotonic()
+        """Run one send (engine.md §6, collectives.md §1); raises the closed errors.
+
+        With an idempotency key the send runs at most once and every call returns its one
+        outcome (engine.md §9)."""
         op = _op_of(send_input)
         try:
-            result = await self._send(
-                send_input, started=started, deadline=deadline, failure_delivery=failure_delivery
-            )
-        except (SendError, CollectiveError) as error:
+            if idempotency_key is None:
+                result = await self._invocation(send_input, failure_delivery, deadline)
+            else:
+                result = await self.ledger.run(
+                    idempotency_key,
+                    send_input,
+                    failure_delivery,
+                    lambda: self._invocation(send_input, failure_delivery, deadline),
+                )
+        except HarnessError as error:
             self._observer.on_send(op, error.reason)
             raise
         self._observer.on_send(op, "ok")
+        return result
+
+    async def _invocation(
+        self, send_input: SendInput, failure_delivery: FailureDelivery, deadline: float | None
+    ) -> SendResult:
+        """One send invocation, exported once when it completes."""
+        handles: list[PostHandle] = []
+        token = _INVOCATION_POSTS.set(handles)
+        try:
+            result = await self._send(
+                send_input,
+                started=time.monotonic(),
+                deadline=deadline,
+                failure_delivery=failure_delivery,
+            )
+        except HarnessError as error:
+            if self.export is not None:
+                self.export.failed(send_input, error.message)
+            raise
+        finally:
+            _INVOCATION_POSTS.reset(token)
+        if self.export is not None:
+            certified = [
+                handle.post_id
+                for handle in handles
+                if handle.certified.done() and not handle.certified.cancelled()
+            ]
+            self.export.sent(send_input, certified, result.operation_id)
         return result
 
     async def _send(
@@ -338,6 +395,9 @@ class AgentRuntime:
             )
             for post_id in post_ids
         ]
+        invocation = _INVOCATION_POSTS.get()
+        if invocation is not None:
+            invocation.extend(handles)
         try:
             await self._network.commit(effects)
         except FatalStoreError as error:

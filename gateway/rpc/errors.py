@@ -36,7 +36,7 @@ from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from gateway.contract.errors import HarnessError, StatusCode

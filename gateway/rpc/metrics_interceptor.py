@@ -29,7 +29,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import grpc
 
@@ -48,7 +48,7 @@ UNIMPLEMENTED: Final = grpc.StatusCode.UNIMPLEMENTED.name
 
 _CODE_NAMES: Final = {code.value[0]: code.name for code in grpc.StatusCode}
 
-Handler = grpc.RpcMethodHandler[Any, Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 def _grpc_type(handler: Handler) -> GrpcType:

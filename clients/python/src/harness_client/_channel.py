@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Final
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from harness_client._errors import ConnectError, ConnectErrorReason

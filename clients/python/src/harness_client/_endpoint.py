@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 
 from harness_client._acks import _AckBatcher
 from harness_client._channel import (

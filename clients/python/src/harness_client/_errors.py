@@ -27,9 +27,9 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, assert_never
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 from google.protobuf import message as protobuf_message
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2
 
 from harness_client._gen.harness.v1 import errors_pb2
 from harness_client._items import CheckedGuidance, FirewallRefusal

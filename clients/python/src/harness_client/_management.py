@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 
 from harness_client._channel import (
     DEFAULT_CONNECT_TIMEOUT,

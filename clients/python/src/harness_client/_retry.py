@@ -12,7 +12,7 @@ import json
 import random
 from typing import Final
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 
 from harness_client._errors import HarnessClientError, TransportError, UnavailableError
 

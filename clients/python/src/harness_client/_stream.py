@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 
 from harness_client._errors import (
     EndpointClosedError,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-import grpc  # noqa: TID251 - the client library talks gRPC
+import grpc
 
 from harness_client._endpoint import (
     ACKNOWLEDGE_MAX_TOKENS,
