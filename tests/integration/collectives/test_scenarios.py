@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 import harness_client
 import pytest

@@ -101,9 +101,9 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
     async with run_gateway() as gw:
         alice_token = await gw.register("alice")
         await gw.register("bob")
-        runtime = gw.gateway._by_name["alice"]  # noqa: SLF001 - plant a reservation of a dead run
+        runtime = gw.gateway._by_name["alice"]
         request = b'{"failureDelivery":"result","input":{"text":"x","to":"agent:bob"}}'
-        await gw.gateway._store.apply(  # type: ignore[union-attr]  # noqa: SLF001
+        await gw.gateway._store.apply(  # type: ignore[union-attr]
             [
                 PutSend(
                     agent_id=runtime.agent_id,

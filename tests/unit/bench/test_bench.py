@@ -6,13 +6,15 @@ No process starts here (the real run is `make bench`); everything checked is pur
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
 from bench import cli
 from bench.gateway_run import TIMED, WARMUP, read_stamp, stamp_text
 from bench.metrics import CommitCounters, parse_commit_counters
-from bench.processes import OutputLog, is_trouble
+from bench.processes import OutputLog, is_trouble, process_cpu_seconds
 from bench.result import (
     RESULT_KEYS,
     BenchResult,
@@ -196,3 +198,13 @@ def test_warnings_errors_and_raw_lines_in_a_childs_output_count_as_trouble():
         log.note(f"line {n}")
     assert log.count == 30
     assert len(log.kept) == 20
+
+
+def test_cpu_time_of_a_process_reads_from_proc_where_there_is_one():
+    used = process_cpu_seconds(os.getpid())
+    if sys.platform.startswith("linux"):
+        assert used is not None
+        assert used >= 0.0
+    else:
+        assert used is None
+    assert process_cpu_seconds(-1) is None
