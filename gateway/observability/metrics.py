@@ -1,0 +1,1212 @@
+"""Every metric the gateway exports, defined once (operations.md §2).
+
+`Metrics(version, mode)` builds a dedicated `CollectorRegistry` (never the global default, so
+tests can build several) holding:
+
+- the `harness_*` family of operations.md §2.3, each label value from a closed `StrEnum` of
+  this module (or, for firewall refusals, the contract's `FirewallRefusal`);
+- the `grpc_server_*` family of §2.2, fed by `gateway/rpc/metrics_interceptor.py`, over the
+  closed table of served methods (`GRPC_SERVICE_METHODS`) plus `unknown`/`unknown`;
+- `harness_build_info{version, mode}` = 1 and the standard `process_*` and `python_*`
+  collectors.
+
+Every series of every closed label set exists from the start at 0, so panels have no gaps.
+Components never touch prometheus objects: they call the typed helpers (`count_send`,
+`set_router_attachments`, ...), each of which checks its label values against the closed set
+and raises `ValueError` for anything else, so no free-form label can ever be exported. No
+label carries an agent, conversation, post, operation or delivery id, a token, or an
+operator-chosen string. The store reports through `StoreMetrics`, a `StoreObserver`.
+
+Label values are the strings of the enums; the components' own enums (`RouterAttachment`,
+`StreamEndReason`, `AuthFailure`, `SendErrorReason`, `CollectiveErrorKind`, ...) are
+`StrEnum`s with the same values, so they can be passed as they are.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, TypeVar
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+from gateway.contract.errors import FirewallRefusal, StatusCode
+
+# --- Buckets (operations.md §2.4) ---------------------------------------------------------
+
+INF: Final = math.inf
+"""The last bound of every bucket list."""
+
+CERT_BUCKETS: Final[tuple[float, ...]] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    45.0,
+    INF,
+)
+"""Seconds of `harness_certification_seconds`.
+
+Sub-millisecond local rounds up to the 20 s collective wait and the 45 s Router attach bound."""
+
+GRPC_BUCKETS: Final[tuple[float, ...]] = (*CERT_BUCKETS[:-1], 60.0, INF)
+"""Seconds of `grpc_server_handling_seconds`: `CERT_BUCKETS` plus 60, since a `Send` may wait
+up to 60 s."""
+
+STORE_BUCKETS: Final[tuple[float, ...]] = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    INF,
+)
+"""Seconds of a commit and of a writer's wait: from a cached sync to a slow disk."""
+
+BATCH_BUCKETS: Final[tuple[float, ...]] = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    32,
+    64,
+    128,
+    256,
+    512,
+    1024,
+    INF,
+)
+"""Writes per group commit: up to the 512-write batch cap and past it."""
+
+FIREWALL_BUCKETS: Final[tuple[float, ...]] = (
+    0.0001,
+    0.0005,
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    INF,
+)
+"""Seconds of one middleware check: rule checks are fast; a model-backed middleware is not."""
+
+SERIES_BUDGET: Final = 3000
+"""Most series one process may export (operations.md §2.1); a unit test renders and counts."""
+
+
+# --- Closed label values --------------------------------------------------------------------
+
+
+class PostOp(enum.StrEnum):
+    """`op` of `harness_certification_seconds`: the operation a certified post carries."""
+
+    MULTICAST = "multicast"
+    """A direct or group message."""
+    GATHER = "gather"
+    """A gather's request post."""
+    ALL_GATHER = "all_gather"
+    """An all_gather's request post."""
+    ANSWER = "answer"
+    """An answer to an open question."""
+    CLOSE = "close"
+    """The post closing a collective operation."""
+
+
+class SendOp(enum.StrEnum):
+    """`op` of `harness_sends_total`: what a `Send` asked for."""
+
+    MULTICAST = "multicast"
+    """A message."""
+    GATHER = "gather"
+    """A gather."""
+    ALL_GATHER = "all_gather"
+    """An all_gather."""
+    ANSWER = "answer"
+    """An answer."""
+
+
+class CollectiveOp(enum.StrEnum):
+    """`op` of the collective metrics."""
+
+    GATHER = "gather"
+    """First answer per member, until the deadline."""
+    ALL_GATHER = "all_gather"
+    """Every member's answer, until the deadline."""
+
+
+class PostKind(enum.StrEnum):
+    """`kind` of a post: to one agent or to a group."""
+
+    DIRECT = "direct"
+    """Addressed to one other agent."""
+    GROUP = "group"
+    """Addressed to a group of 3 to 32 agents."""
+
+
+class SendOutcome(enum.StrEnum):
+    """`outcome` of `harness_sends_total`: `ok` or one closed failure reason."""
+
+    OK = "ok"
+    """The send succeeded (a replayed kept outcome included)."""
+    INVALID_ADDRESS = "invalid-address"
+    """SendError invalid-address."""
+    UNKNOWN_AGENT = "unknown-agent"
+    """SendError unknown-agent."""
+    MEMBERSHIP_INVALID = "membership-invalid"
+    """SendError membership-invalid."""
+    CONTENT_INVALID = "content-invalid"
+    """SendError content-invalid."""
+    NOT_REGISTERED = "not-registered"
+    """SendError not-registered."""
+    VERSION_MISMATCH = "version-mismatch"
+    """SendError version-mismatch."""
+    CERTIFICATION_UNAVAILABLE = "certification-unavailable"
+    """SendError certification-unavailable (alerts: HarnessSendFailuresHigh)."""
+    PERSISTENCE_FAILED = "persistence-failed"
+    """SendError persistence-failed (alerts: HarnessSendFailuresHigh)."""
+    NETWORK_UNAVAILABLE = "network-unavailable"
+    """SendError network-unavailable (alerts: HarnessSendFailuresHigh)."""
+    IDEMPOTENCY_CONFLICT = "idempotency-conflict"
+    """The key already binds a different input."""
+    DELIVERY_PENDING = "delivery-pending"
+    """SendError delivery-pending (alerts: HarnessSendFailuresHigh)."""
+    OUTCOME_UNKNOWN = "outcome-unknown"
+    """SendError outcome-unknown (alerts: HarnessOutcomeUnknown)."""
+    MEMBERS_UNREACHABLE = "members-unreachable"
+    """CollectiveError members-unreachable."""
+    SCHEMA_INVALID = "schema-invalid"
+    """CollectiveError schema-invalid."""
+    ANSWER_INVALID = "answer-invalid"
+    """CollectiveError answer-invalid."""
+    REQUEST_NONE = "request-none"
+    """CollectiveError request-none."""
+    REQUEST_AMBIGUOUS = "request-ambiguous"
+    """CollectiveError request-ambiguous."""
+    REQUEST_ANSWERED = "request-answered"
+    """CollectiveError request-answered."""
+    REQUEST_EXPIRED = "request-expired"
+    """CollectiveError request-expired."""
+    FIREWALL_REFUSED = "firewall-refused"
+    """FirewallSendError: the local firewall refused the send."""
+
+
+class IdempotencyResult(enum.StrEnum):
+    """`result` of `harness_send_idempotency_total`: how a keyed `Send` was resolved."""
+
+    EXECUTED = "executed"
+    """The key was new; the send ran."""
+    JOINED = "joined"
+    """The same send was in flight; this call waited for it."""
+    REPLAYED = "replayed"
+    """The kept outcome was returned."""
+    CONFLICT = "conflict"
+    """The key binds a different input."""
+    INDETERMINATE = "indeterminate"
+    """The key's earlier send may or may not have happened."""
+
+
+class MemberOutcomeKind(enum.StrEnum):
+    """`outcome` of `harness_collective_member_outcomes_total`."""
+
+    ANSWERED = "answered"
+    """The member answered within the form."""
+    DECLINED = "declined"
+    """The member declined."""
+    INVALID = "invalid"
+    """The member answered outside the form."""
+    NO_ANSWER = "no-answer"
+    """No answer before the deadline."""
+    WITHHELD = "withheld"
+    """The local firewall withheld the answer."""
+
+
+class CollectiveEnd(enum.StrEnum):
+    """`end` of `harness_collective_results_total`."""
+
+    SETTLED = "settled"
+    """Every member had an outcome before the deadline."""
+    DEADLINE = "deadline"
+    """The deadline came first."""
+    FAILED = "failed"
+    """The operation failed."""
+
+
+class DeliveryItem(enum.StrEnum):
+    """`item` of the delivery counters: the inbound item's contract kind."""
+
+    MULTICAST = "multicast"
+    """A message."""
+    COLLECTIVE_REQUEST = "collectiveRequest"
+    """A question this agent may answer once."""
+    COLLECTIVE_RESULT = "collectiveResult"
+    """A collective operation's result, at its requester."""
+    OPERATION_FAILED = "operationFailed"
+    """A refusal routed with `failureDelivery: inbound`."""
+
+
+class AckResult(enum.StrEnum):
+    """`result` of `harness_acknowledge_results_total`: one per token."""
+
+    OK = "ok"
+    """The item is (or already was) retired."""
+    UNKNOWN_DELIVERY = "unknown-delivery"
+    """No such token for this agent."""
+    DELIVERY_CONFLICT = "delivery-conflict"
+    """The item was replaced at a restart."""
+    PERSISTENCE_FAILED = "persistence-failed"
+    """The store failed; the item stays unacknowledged."""
+
+
+class ConsumedKind(enum.StrEnum):
+    """`kind` of `harness_records_consumed_total`."""
+
+    ANSWER = "answer"
+    """An answer record, consumed by the requester's endpoint."""
+    CLOSE = "close"
+    """A close record."""
+    OTHER = "other"
+    """Any other record the endpoint acknowledges itself."""
+
+
+class Listener(enum.StrEnum):
+    """`listener` of the backlog gauges: whether the agent has an open stream."""
+
+    ATTACHED = "attached"
+    """The agent has an open `Messages` stream."""
+    DETACHED = "detached"
+    """The agent has none; its backlog never alerts (an agent may be offline)."""
+
+
+class StreamOpen(enum.StrEnum):
+    """`result` of `harness_stream_opens_total`."""
+
+    OK = "ok"
+    """A stream opened with none open before."""
+    TAKEOVER = "takeover"
+    """A stream opened and took over the open one."""
+    ALREADY_LISTENING = "already-listening"
+    """Refused: another stream is open."""
+
+
+class StreamEnd(enum.StrEnum):
+    """`reason` of `harness_stream_ends_total` (the values of `StreamEndReason`)."""
+
+    CLIENT_CLOSED = "client-closed"
+    """The client cancelled the call."""
+    TAKEN_OVER = "taken-over"
+    """A new stream took over."""
+    REVOKED = "revoked"
+    """The agent's token was revoked or rotated."""
+    SHUTDOWN = "shutdown"
+    """The gateway is shutting down."""
+    ERROR = "error"
+    """An unexpected failure (logged)."""
+
+
+class LeaseEvent(enum.StrEnum):
+    """`event` of `harness_agent_leases_total` (cluster mode)."""
+
+    ACQUIRED = "acquired"
+    """This replica took an agent's lease."""
+    RELEASED = "released"
+    """This replica gave one up."""
+    LOST = "lost"
+    """A lease expired under this replica."""
+
+
+class RouterState(enum.StrEnum):
+    """`state` of `harness_router_attachments` (the values of `RouterAttachment`)."""
+
+    RECOVERING = "recovering"
+    """Anchoring and recovering conversations."""
+    ACTIVE = "active"
+    """Reading the Router."""
+    DETACHED = "detached"
+    """The Router is unreachable (alerts: HarnessRouterDetached)."""
+
+
+class RouterEvent(enum.StrEnum):
+    """`event` of `harness_router_events_total`."""
+
+    FEED_GAP = "feed-gap"
+    """The feed skipped messages; the daemon caught up."""
+    ROUTER_RESTARTED = "router-restarted"
+    """The Router came back as a new instance."""
+    CURSOR_INVALID = "cursor-invalid"
+    """The Router no longer holds the cursor."""
+    REANCHOR = "reanchor"
+    """The daemon re-anchored its conversations."""
+
+
+class StoreBackend(enum.StrEnum):
+    """`backend` of the `harness_store_*` family."""
+
+    SQLITE = "sqlite"
+    """SQLite under the data directory."""
+    POSTGRESQL = "postgresql"
+    """PostgreSQL (cluster mode)."""
+
+
+class FirewallKind(enum.StrEnum):
+    """`kind` of the firewall metrics: the built-in middleware kinds (firewall.md §4)."""
+
+    RECIPIENT_POLICY = "recipient-policy"
+    """Allow/deny rules over sender and recipient names."""
+    RATE_LIMIT = "rate-limit"
+    """A token bucket per agent."""
+    CONTENT_PATTERN = "content-pattern"
+    """Regular expressions over the text."""
+    TURN_GUIDANCE = "turn-guidance"
+    """Derives expectations for inbound items."""
+    EXTERNAL = "external"
+    """An operator's middleware called over gRPC."""
+
+
+class FirewallDirection(enum.StrEnum):
+    """`direction` of `harness_firewall_checks_total`."""
+
+    SEND = "send"
+    """An outgoing send is checked."""
+    DELIVERY = "delivery"
+    """An inbound item is checked before delivery."""
+
+
+class FirewallVerdict(enum.StrEnum):
+    """`verdict` of `harness_firewall_checks_total`."""
+
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    """Nothing to say."""
+    GUIDANCE = "guidance"
+    """Passed with instructions."""
+    REFUSED = "refused"
+    """The send was refused."""
+    WITHHELD = "withheld"
+    """Inbound text was withheld."""
+    ERROR = "error"
+    """The middleware failed."""
+
+
+class FirewallReload(enum.StrEnum):
+    """`result` of `harness_firewall_reloads_total`."""
+
+    OK = "ok"
+    """The new file is in force."""
+    INVALID = "invalid"
+    """The file is invalid; the old one stays."""
+
+
+class AuthFailureReason(enum.StrEnum):
+    """`reason` of `harness_auth_failures_total` (the values of `AuthFailure`)."""
+
+    MISSING = "missing"
+    """No `authorization` metadata."""
+    MALFORMED = "malformed"
+    """Not `Bearer <token>`."""
+    UNKNOWN = "unknown"
+    """No such token."""
+    REVOKED = "revoked"
+    """The token was revoked or rotated."""
+    WRONG_ROLE = "wrong-role"
+    """A token of the other role."""
+
+
+class Mode(enum.StrEnum):
+    """`mode` of `harness_build_info` (operations.md §1)."""
+
+    EMBEDDED = "embedded"
+    """`serve` with in-process Router and Registry."""
+    JOINED = "joined"
+    """`serve` joined to a shared Router and Registry."""
+    CLUSTER = "cluster"
+    """`serve` over JetStream and PostgreSQL."""
+    ROUTER = "router"
+    """The standalone Router."""
+    REGISTRY = "registry"
+    """The standalone Registry."""
+
+
+class GrpcType(enum.StrEnum):
+    """`grpc_type` of the `grpc_server_*` family."""
+
+    UNARY = "unary"
+    """One request, one response."""
+    CLIENT_STREAM = "client_stream"
+    """A request stream, one response."""
+    SERVER_STREAM = "server_stream"
+    """One request, a response stream."""
+    BIDI_STREAM = "bidi_stream"
+    """Streams both ways."""
+
+
+GRPC_CODES: Final[tuple[str, ...]] = tuple(code.name for code in StatusCode)
+"""`grpc_code` values: the `grpc.StatusCode` names (our mirror `StatusCode` has them all)."""
+
+GRPC_PRECREATED_CODES: Final[tuple[str, ...]] = (
+    StatusCode.OK.name,
+    StatusCode.CANCELLED.name,
+    StatusCode.UNKNOWN.name,
+    StatusCode.INVALID_ARGUMENT.name,
+    StatusCode.DEADLINE_EXCEEDED.name,
+    StatusCode.NOT_FOUND.name,
+    StatusCode.ALREADY_EXISTS.name,
+    StatusCode.PERMISSION_DENIED.name,
+    StatusCode.FAILED_PRECONDITION.name,
+    StatusCode.INTERNAL.name,
+    StatusCode.UNAVAILABLE.name,
+    StatusCode.UNAUTHENTICATED.name,
+)
+"""`grpc_code`s whose `grpc_server_handled_total` series exist at 0 from the start: OK, the
+codes of operations.md §3's status table, CANCELLED (a call the client gave up) and INTERNAL
+(a defect). The other codes are created when first seen; they are still a closed set."""
+
+UNKNOWN_LABEL: Final = "unknown"
+"""`grpc_service` and `grpc_method` of a method not in the served table, so a scanner cannot
+grow the label set."""
+
+ENDPOINT_SERVICE: Final = "harness.v1.HarnessEndpointService"
+"""The agent API."""
+MANAGEMENT_SERVICE: Final = "harness.v1.ManagementService"
+"""The operator API."""
+HEALTH_SERVICE: Final = "grpc.health.v1.Health"
+"""Standard health checking."""
+REFLECTION_SERVICE: Final = "grpc.reflection.v1alpha.ServerReflection"
+"""Server reflection, as grpcio-reflection registers it."""
+ROUTER_SERVICE: Final = "harness.v1.RouterService"
+"""The Router, where served (`router` role or `--serve-router`)."""
+REGISTRY_SERVICE: Final = "harness.v1.RegistryService"
+"""The Registry, where served (`registry` role or `--serve-registry`)."""
+
+GRPC_SERVICE_METHODS: Final[Mapping[str, tuple[tuple[str, GrpcType], ...]]] = {
+    ENDPOINT_SERVICE: (
+        ("Send", GrpcType.UNARY),
+        ("Messages", GrpcType.SERVER_STREAM),
+        ("Acknowledge", GrpcType.UNARY),
+        ("ParseMessageText", GrpcType.UNARY),
+        ("ReadSend", GrpcType.UNARY),
+    ),
+    MANAGEMENT_SERVICE: (
+        ("RegisterAgent", GrpcType.UNARY),
+        ("GetAgentStatus", GrpcType.UNARY),
+        ("ListAgents", GrpcType.UNARY),
+        ("SearchConversations", GrpcType.UNARY),
+        ("ReadConversation", GrpcType.UNARY),
+        ("RotateAgentToken", GrpcType.UNARY),
+        ("RevokeAgentToken", GrpcType.UNARY),
+        ("GetGatewayStatus", GrpcType.UNARY),
+    ),
+    HEALTH_SERVICE: (
+        ("Check", GrpcType.UNARY),
+        ("List", GrpcType.UNARY),
+        ("Watch", GrpcType.SERVER_STREAM),
+    ),
+    REFLECTION_SERVICE: (("ServerReflectionInfo", GrpcType.BIDI_STREAM),),
+    ROUTER_SERVICE: (
+        ("Send", GrpcType.UNARY),
+        ("Poll", GrpcType.UNARY),
+        ("Subscribe", GrpcType.SERVER_STREAM),
+        ("GetInstance", GrpcType.UNARY),
+    ),
+    REGISTRY_SERVICE: (
+        ("Register", GrpcType.UNARY),
+        ("Lookup", GrpcType.UNARY),
+        ("List", GrpcType.UNARY),
+        ("GetRegistryKey", GrpcType.UNARY),
+    ),
+}
+"""Every method a gateway process may serve, by service, with its shape (the protos of
+`proto/harness/v1/`, grpcio-health-checking and grpcio-reflection; a test compares them)."""
+
+DAEMON_GRPC_SERVICES: Final[tuple[str, ...]] = (
+    ENDPOINT_SERVICE,
+    MANAGEMENT_SERVICE,
+    HEALTH_SERVICE,
+    REFLECTION_SERVICE,
+)
+"""The services a `serve` daemon registers; add `ROUTER_SERVICE` or `REGISTRY_SERVICE` when it
+serves them too. Their methods are labelled by name and their series pre-created."""
+
+
+# --- Metrics ----------------------------------------------------------------------------------
+
+_Child = TypeVar("_Child", Counter, Gauge, Histogram)
+
+_Values = Iterable[str]
+
+
+def _values(closed: type[enum.StrEnum]) -> tuple[str, ...]:
+    return tuple(member.value for member in closed)
+
+
+def _children(metric: _Child, *label_sets: _Values) -> dict[tuple[str, ...], _Child]:
+    """Create (at 0) and keep the child of every combination of the closed label sets."""
+    return {combo: metric.labels(*combo) for combo in itertools.product(*label_sets)}
+
+
+def _pick(table: Mapping[tuple[str, ...], _Child], metric: str, *values: str) -> _Child:
+    """The child for `values`, or ValueError when any value is outside its closed set."""
+    try:
+        return table[values]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"{metric}: {values!r} is not a combination of its closed label values"
+        ) from None
+
+
+class GrpcMethodMetrics:
+    """The `grpc_server_*` children of one (grpc_type, grpc_service, grpc_method) row, fetched
+    once so the interceptor's per-call cost is a few increments."""
+
+    def __init__(
+        self, metrics: Metrics, grpc_type: GrpcType, service: str, method: str, *, known: bool
+    ) -> None:
+        labels = (grpc_type.value, service, method)
+        self.grpc_type: Final = grpc_type
+        """The row's `grpc_type`."""
+        self.known: Final = known
+        """False for the `unknown`/`unknown` rows."""
+        self.started: Final = metrics._grpc_started.labels(*labels)
+        """`grpc_server_started_total`."""
+        self.received: Final = metrics._grpc_received.labels(*labels)
+        """`grpc_server_msg_received_total`."""
+        self.sent: Final = metrics._grpc_sent.labels(*labels)
+        """`grpc_server_msg_sent_total`."""
+        self.seconds: Final = metrics._grpc_seconds.labels(*labels)
+        """`grpc_server_handling_seconds`."""
+        self._handled_metric = metrics._grpc_handled
+        self._labels = labels
+        self._handled: dict[str, Counter] = {
+            code: metrics._grpc_handled.labels(*labels, code) for code in GRPC_PRECREATED_CODES
+        }
+
+    def handled(self, code: str) -> Counter:
+        """`grpc_server_handled_total` for `code`, a `grpc.StatusCode` name; ValueError for
+        anything else."""
+        child = self._handled.get(code)
+        if child is None:
+            if code not in GRPC_CODES:
+                raise ValueError(f"grpc_server_handled_total: {code!r} is not a status code name")
+            child = self._handled_metric.labels(*self._labels, code)
+            self._handled[code] = child
+        return child
+
+
+class Metrics:
+    """The registry and every metric of one process, with a typed helper per measurement.
+
+    Helpers take label values as strings (the enums of this module, or the components' own
+    `StrEnum`s with the same values) and raise `ValueError` for a value outside the closed set.
+    Counts and gauges are never negative; gauge helpers set the current value.
+    """
+
+    def __init__(
+        self,
+        version: str,
+        mode: str,
+        *,
+        grpc_services: Sequence[str] = DAEMON_GRPC_SERVICES,
+    ) -> None:
+        """Build the registry.
+
+        Args:
+            version: the package version (`harness_build_info{version}`).
+            mode: a `Mode` value.
+            grpc_services: the services this process registers (keys of
+                `GRPC_SERVICE_METHODS`); their methods are labelled by name, any other
+                method as `unknown`/`unknown`.
+        """
+        if not version:
+            raise ValueError("harness_build_info: the version must not be empty")
+        unknown_services = [name for name in grpc_services if name not in GRPC_SERVICE_METHODS]
+        if unknown_services:
+            raise ValueError(f"grpc_server_*: no method table for {unknown_services!r}")
+        registry = CollectorRegistry(auto_describe=True)
+        self.registry: Final = registry
+        """The dedicated registry, served by `MetricsServer` and rendered by `render()`."""
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+
+        build_info = Gauge(
+            "harness_build_info",
+            "Always 1: the running version and mode.",
+            ("version", "mode"),
+            registry=registry,
+        )
+        build_info.labels(version, Mode(mode).value).set(1)
+
+        self._define_grpc(registry, grpc_services)
+        self._define_sends(registry)
+        self._define_deliveries(registry)
+        self._define_streams(registry)
+        self._define_store(registry)
+        self._define_firewall(registry)
+        auth_failures = Counter(
+            "harness_auth_failures_total",
+            "Refused tokens, by reason.",
+            ("reason",),
+            registry=registry,
+        )
+        self._auth_failures = _children(auth_failures, _values(AuthFailureReason))
+
+    # --- definitions ---
+
+    def _define_grpc(self, registry: CollectorRegistry, services: Sequence[str]) -> None:
+        labels = ("grpc_type", "grpc_service", "grpc_method")
+        self._grpc_started = Counter(
+            "grpc_server_started_total",
+            "RPCs started on the server.",
+            labels,
+            registry=registry,
+        )
+        self._grpc_handled = Counter(
+            "grpc_server_handled_total",
+            "RPCs completed on the server, regardless of success or failure.",
+            (*labels, "grpc_code"),
+            registry=registry,
+        )
+        self._grpc_received = Counter(
+            "grpc_server_msg_received_total",
+            "Stream messages received on the server.",
+            labels,
+            registry=registry,
+        )
+        self._grpc_sent = Counter(
+            "grpc_server_msg_sent_total",
+            "Stream messages sent by the server.",
+            labels,
+            registry=registry,
+        )
+        self._grpc_seconds = Histogram(
+            "grpc_server_handling_seconds",
+            "Response latency of RPCs handled by the server (a stream's lifetime for streams).",
+            labels,
+            buckets=GRPC_BUCKETS,
+            registry=registry,
+        )
+        self._grpc_rows: dict[tuple[str, str], GrpcMethodMetrics] = {}
+        for service in dict.fromkeys(services):
+            for method, grpc_type in GRPC_SERVICE_METHODS[service]:
+                self._grpc_rows[(service, method)] = GrpcMethodMetrics(
+                    self, grpc_type, service, method, known=True
+                )
+        self._grpc_unknown = {
+            grpc_type: GrpcMethodMetrics(self, grpc_type, UNKNOWN_LABEL, UNKNOWN_LABEL, known=False)
+            for grpc_type in GrpcType
+        }
+
+    def _define_sends(self, registry: CollectorRegistry) -> None:
+        certification = Histogram(
+            "harness_certification_seconds",
+            "From the durable bind of a locally authored post intent to its certificates and "
+            "stored record.",
+            ("op", "kind"),
+            buckets=CERT_BUCKETS,
+            registry=registry,
+        )
+        self._certification = _children(certification, _values(PostOp), _values(PostKind))
+        pending = Gauge(
+            "harness_post_intents_pending",
+            "Bound post intents not yet certified.",
+            ("kind",),
+            registry=registry,
+        )
+        self._intents_pending = _children(pending, _values(PostKind))
+        resumed = Counter(
+            "harness_post_intents_resumed_total",
+            "Unfinished post intents proposed again after a restart.",
+            ("kind",),
+            registry=registry,
+        )
+        self._intents_resumed = _children(resumed, _values(PostKind))
+        sends = Counter(
+            "harness_sends_total",
+            "Answers to Send, by operation and outcome.",
+            ("op", "outcome"),
+            registry=registry,
+        )
+        self._sends = _children(sends, _values(SendOp), _values(SendOutcome))
+        idempotency = Counter(
+            "harness_send_idempotency_total",
+            "How each keyed Send was resolved.",
+            ("result",),
+            registry=registry,
+        )
+        self._idempotency = _children(idempotency, _values(IdempotencyResult))
+        member_outcomes = Counter(
+            "harness_collective_member_outcomes_total",
+            "Member outcomes of collective results, counted by the requester's daemon.",
+            ("op", "outcome"),
+            registry=registry,
+        )
+        self._member_outcomes = _children(
+            member_outcomes, _values(CollectiveOp), _values(MemberOutcomeKind)
+        )
+        collectives_open = Gauge(
+            "harness_collectives_open",
+            "Collective operations open at requesters on this daemon.",
+            ("op",),
+            registry=registry,
+        )
+        self._collectives_open = _children(collectives_open, _values(CollectiveOp))
+        results = Counter(
+            "harness_collective_results_total",
+            "Collective operations ended, by how.",
+            ("op", "end"),
+            registry=registry,
+        )
+        self._collective_results = _children(results, _values(CollectiveOp), _values(CollectiveEnd))
+
+    def _define_deliveries(self, registry: CollectorRegistry) -> None:
+        published = Counter(
+            "harness_deliveries_published_total",
+            "Items made durable in an inbox under a fresh token.",
+            ("item",),
+            registry=registry,
+        )
+        self._published = _children(published, _values(DeliveryItem))
+        replayed = Counter(
+            "harness_deliveries_replayed_total",
+            "Tokens offered again (new stream, restart).",
+            ("item",),
+            registry=registry,
+        )
+        self._replayed = _children(replayed, _values(DeliveryItem))
+        acknowledged = Counter(
+            "harness_deliveries_acknowledged_total",
+            "Items retired by Acknowledge.",
+            ("item",),
+            registry=registry,
+        )
+        self._acknowledged = _children(acknowledged, _values(DeliveryItem))
+        ack_results = Counter(
+            "harness_acknowledge_results_total",
+            "Acknowledge results, one per token.",
+            ("result",),
+            registry=registry,
+        )
+        self._ack_results = _children(ack_results, _values(AckResult))
+        consumed = Counter(
+            "harness_records_consumed_total",
+            "Records the endpoint consumes and acknowledges itself.",
+            ("kind",),
+            registry=registry,
+        )
+        self._consumed = _children(consumed, _values(ConsumedKind))
+        unacknowledged = Gauge(
+            "harness_deliveries_unacknowledged",
+            "Unacknowledged items over hosted agents, by whether the agent has an open stream.",
+            ("listener",),
+            registry=registry,
+        )
+        self._unacknowledged = _children(unacknowledged, _values(Listener))
+        oldest = Gauge(
+            "harness_deliveries_oldest_unacked_age_seconds",
+            "Age of the oldest unacknowledged item, 0 when none.",
+            ("listener",),
+            registry=registry,
+        )
+        self._oldest_unacked = _children(oldest, _values(Listener))
+
+    def _define_streams(self, registry: CollectorRegistry) -> None:
+        self._streams_active = Gauge(
+            "harness_streams_active", "Open Messages streams.", registry=registry
+        )
+        self._streams_window_full = Gauge(
+            "harness_streams_window_full",
+            "Streams holding a full window, waiting for acknowledgements.",
+            registry=registry,
+        )
+        opens = Counter(
+            "harness_stream_opens_total",
+            "Messages stream opens, by result.",
+            ("result",),
+            registry=registry,
+        )
+        self._stream_opens = _children(opens, _values(StreamOpen))
+        ends = Counter(
+            "harness_stream_ends_total",
+            "Messages stream ends, by reason.",
+            ("reason",),
+            registry=registry,
+        )
+        self._stream_ends = _children(ends, _values(StreamEnd))
+        self._agents_hosted = Gauge(
+            "harness_agents_hosted", "Endpoints loaded on this daemon.", registry=registry
+        )
+        leases = Counter(
+            "harness_agent_leases_total",
+            "Agent lease events (cluster mode).",
+            ("event",),
+            registry=registry,
+        )
+        self._leases = _children(leases, _values(LeaseEvent))
+        attachments = Gauge(
+            "harness_router_attachments",
+            "Hosted agents by the state of their Router feed.",
+            ("state",),
+            registry=registry,
+        )
+        self._router_attachments = _children(attachments, _values(RouterState))
+        router_events = Counter(
+            "harness_router_events_total",
+            "Router feed events.",
+            ("event",),
+            registry=registry,
+        )
+        self._router_events = _children(router_events, _values(RouterEvent))
+
+    def _define_store(self, registry: CollectorRegistry) -> None:
+        backends = _values(StoreBackend)
+        batch = Histogram(
+            "harness_store_commit_batch_size",
+            "Writes per group commit.",
+            ("backend",),
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self._store_batch = _children(batch, backends)
+        commit = Histogram(
+            "harness_store_commit_seconds",
+            "One store transaction including its sync.",
+            ("backend",),
+            buckets=STORE_BUCKETS,
+            registry=registry,
+        )
+        self._store_commit = _children(commit, backends)
+        wait = Histogram(
+            "harness_store_write_wait_seconds",
+            "Enqueue to commit done: what a writer waits.",
+            ("backend",),
+            buckets=STORE_BUCKETS,
+            registry=registry,
+        )
+        self._store_wait = _children(wait, backends)
+        depth = Gauge(
+            "harness_store_queue_depth",
+            "Writes waiting for the next commit.",
+            ("backend",),
+            registry=registry,
+        )
+        self._store_depth = _children(depth, backends)
+        failures = Counter(
+            "harness_store_commit_failures_total",
+            "Group commits that failed.",
+            ("backend",),
+            registry=registry,
+        )
+        self._store_failures = _children(failures, backends)
+
+    def _define_firewall(self, registry: CollectorRegistry) -> None:
+        kinds = _values(FirewallKind)
+        checks = Counter(
+            "harness_firewall_checks_total",
+            "Firewall checks, one per middleware per check.",
+            ("kind", "direction", "verdict"),
+            registry=registry,
+        )
+        self._firewall_checks = _children(
+            checks, kinds, _values(FirewallDirection), _values(FirewallVerdict)
+        )
+        refusals = Counter(
+            "harness_firewall_refusals_total",
+            "Firewall refusals, by middleware kind and refusal.",
+            ("kind", "refusal"),
+            registry=registry,
+        )
+        self._firewall_refusals = _children(refusals, kinds, _values(FirewallRefusal))
+        check_seconds = Histogram(
+            "harness_firewall_check_seconds",
+            "Time of one middleware check.",
+            ("kind",),
+            buckets=FIREWALL_BUCKETS,
+            registry=registry,
+        )
+        self._firewall_seconds = _children(check_seconds, kinds)
+        reloads = Counter(
+            "harness_firewall_reloads_total",
+            "Firewall file reloads, by result.",
+            ("result",),
+            registry=registry,
+        )
+        self._firewall_reloads = _children(reloads, _values(FirewallReload))
+
+    # --- exposition ---
+
+    def render(self) -> str:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry).decode("utf-8")
+
+    # --- gRPC (the interceptor) ---
+
+    def grpc_method(self, grpc_type: str, service: str, method: str) -> GrpcMethodMetrics:
+        """The row of a served method; `unknown`/`unknown` (of `grpc_type`) for any other."""
+        row = self._grpc_rows.get((service, method))
+        if row is not None:
+            return row
+        try:
+            return self._grpc_unknown[GrpcType(grpc_type)]
+        except ValueError:
+            raise ValueError(f"grpc_server_*: {grpc_type!r} is not a grpc_type") from None
+
+    # --- certification and sends ---
+
+    def observe_certification(self, op: str, kind: str, seconds: float) -> None:
+        """A locally authored post certified `seconds` after its intent was bound.
+
+        `op` is a `PostOp`, `kind` a `PostKind`. Not for intents resumed after a restart."""
+        _pick(self._certification, "harness_certification_seconds", op, kind).observe(seconds)
+
+    def set_post_intents_pending(self, kind: str, n: int) -> None:
+        """`n` bound intents of `kind` (`PostKind`) are not yet certified."""
+        _pick(self._intents_pending, "harness_post_intents_pending", kind).set(n)
+
+    def count_intents_resumed(self, kind: str, n: int = 1) -> None:
+        """`n` unfinished intents of `kind` (`PostKind`) were proposed again after a restart."""
+        _pick(self._intents_resumed, "harness_post_intents_resumed_total", kind).inc(n)
+
+    def count_send(self, op: str, outcome: str) -> None:
+        """One answer to a `Send` of `op` (`SendOp`) with `outcome` (`SendOutcome`: `ok`, a
+        `SendErrorReason` or `CollectiveErrorKind` value, `idempotency-conflict` or
+        `firewall-refused`); replays of a kept outcome included."""
+        _pick(self._sends, "harness_sends_total", op, outcome).inc()
+
+    def count_idempotency(self, result: str) -> None:
+        """A keyed `Send` resolved as `result` (`IdempotencyResult`)."""
+        _pick(self._idempotency, "harness_send_idempotency_total", result).inc()
+
+    def count_member_outcome(self, op: str, outcome: str, n: int = 1) -> None:
+        """`n` member outcomes of kind `outcome` (`MemberOutcomeKind`) in results of `op`
+        (`CollectiveOp`); only the requester's daemon counts them."""
+        _pick(self._member_outcomes, "harness_collective_member_outcomes_total", op, outcome).inc(n)
+
+    def set_collectives_open(self, op: str, n: int) -> None:
+        """`n` operations of `op` (`CollectiveOp`) are open at requesters on this daemon."""
+        _pick(self._collectives_open, "harness_collectives_open", op).set(n)
+
+    def count_collective_result(self, op: str, end: str) -> None:
+        """An operation of `op` (`CollectiveOp`) ended as `end` (`CollectiveEnd`)."""
+        _pick(self._collective_results, "harness_collective_results_total", op, end).inc()
+
+    # --- deliveries ---
+
+    def count_published(self, item: str) -> None:
+        """An `item` (`DeliveryItem`) was made durable in an inbox under a fresh token."""
+        _pick(self._published, "harness_deliveries_published_total", item).inc()
+
+    def count_replayed(self, item: str) -> None:
+        """A token of an `item` (`DeliveryItem`) was offered again."""
+        _pick(self._replayed, "harness_deliveries_replayed_total", item).inc()
+
+    def count_acknowledged(self, item: str) -> None:
+        """An `item` (`DeliveryItem`) was retired by `Acknowledge`."""
+        _pick(self._acknowledged, "harness_deliveries_acknowledged_total", item).inc()
+
+    def count_acknowledge_result(self, result: str, n: int = 1) -> None:
+        """`n` tokens of `Acknowledge` calls ended as `result` (`AckResult`: `ok` or a
+        `DeliveryAcknowledgeErrorReason` value)."""
+        _pick(self._ack_results, "harness_acknowledge_results_total", result).inc(n)
+
+    def count_consumed(self, kind: str) -> None:
+        """The endpoint consumed and acknowledged a record of `kind` (`ConsumedKind`)."""
+        _pick(self._consumed, "harness_records_consumed_total", kind).inc()
+
+    def set_unacknowledged(self, listener: str, n: int) -> None:
+        """`n` unacknowledged items over hosted agents whose stream state is `listener`."""
+        _pick(self._unacknowledged, "harness_deliveries_unacknowledged", listener).set(n)
+
+    def set_oldest_unacked_age(self, listener: str, seconds: float) -> None:
+        """The oldest unacknowledged item of `listener` agents is `seconds` old (0: none)."""
+        _pick(self._oldest_unacked, "harness_deliveries_oldest_unacked_age_seconds", listener).set(
+            seconds
+        )
+
+    # --- streams and the Router ---
+
+    def set_streams_active(self, n: int) -> None:
+        """`n` `Messages` streams are open."""
+        self._streams_active.set(n)
+
+    def set_streams_window_full(self, n: int) -> None:
+        """`n` streams hold a full window."""
+        self._streams_window_full.set(n)
+
+    def count_stream_open(self, result: str) -> None:
+        """A `Messages` stream open ended as `result` (`StreamOpen`)."""
+        _pick(self._stream_opens, "harness_stream_opens_total", result).inc()
+
+    def count_stream_end(self, reason: str) -> None:
+        """A `Messages` stream ended for `reason` (`StreamEnd`, the `StreamEndReason` values)."""
+        _pick(self._stream_ends, "harness_stream_ends_total", reason).inc()
+
+    def set_agents_hosted(self, n: int) -> None:
+        """`n` endpoints are loaded on this daemon."""
+        self._agents_hosted.set(n)
+
+    def count_lease_event(self, event: str) -> None:
+        """An agent lease `event` (`LeaseEvent`) on this replica (cluster mode)."""
+        _pick(self._leases, "harness_agent_leases_total", event).inc()
+
+    def set_router_attachments(self, state: str, n: int) -> None:
+        """`n` hosted agents have their Router feed in `state` (`RouterState`, the
+        `RouterAttachment` values). Set every state each time the split changes."""
+        _pick(self._router_attachments, "harness_router_attachments", state).set(n)
+
+    def count_router_event(self, event: str) -> None:
+        """A Router feed `event` (`RouterEvent`)."""
+        _pick(self._router_events, "harness_router_events_total", event).inc()
+
+    # --- the store (see StoreMetrics) ---
+
+    def observe_store_commit(self, backend: str, batch_size: int, seconds: float) -> None:
+        """A group of `batch_size` writes committed in `seconds` on `backend`."""
+        _pick(self._store_batch, "harness_store_commit_batch_size", backend).observe(batch_size)
+        _pick(self._store_commit, "harness_store_commit_seconds", backend).observe(seconds)
+
+    def observe_store_write_wait(self, backend: str, seconds: float) -> None:
+        """A writer waited `seconds` from enqueue to its commit's end on `backend`."""
+        _pick(self._store_wait, "harness_store_write_wait_seconds", backend).observe(seconds)
+
+    def set_store_queue_depth(self, backend: str, depth: int) -> None:
+        """`depth` writes wait for the next commit on `backend`."""
+        _pick(self._store_depth, "harness_store_queue_depth", backend).set(depth)
+
+    def count_store_commit_failure(self, backend: str) -> None:
+        """A group commit failed on `backend`."""
+        _pick(self._store_failures, "harness_store_commit_failures_total", backend).inc()
+
+    # --- the firewall ---
+
+    def observe_firewall_check(
+        self, kind: str, direction: str, verdict: str, seconds: float
+    ) -> None:
+        """One middleware of `kind` (`FirewallKind`) checked a `direction`
+        (`FirewallDirection`) in `seconds`, with `verdict` (`FirewallVerdict`)."""
+        check = _pick(
+            self._firewall_checks, "harness_firewall_checks_total", kind, direction, verdict
+        )
+        timer = _pick(self._firewall_seconds, "harness_firewall_check_seconds", kind)
+        check.inc()
+        timer.observe(seconds)
+
+    def count_firewall_refusal(self, kind: str, refusal: str) -> None:
+        """A middleware of `kind` (`FirewallKind`) refused with `refusal` (`FirewallRefusal`)."""
+        _pick(self._firewall_refusals, "harness_firewall_refusals_total", kind, refusal).inc()
+
+    def count_firewall_reload(self, result: str) -> None:
+        """The firewall file was reloaded with `result` (`FirewallReload`)."""
+        _pick(self._firewall_reloads, "harness_firewall_reloads_total", result).inc()
+
+    # --- authentication ---
+
+    def count_auth_failure(self, reason: str) -> None:
+        """A token was refused for `reason` (`AuthFailureReason`, the `AuthFailure` values)."""
+        _pick(self._auth_failures, "harness_auth_failures_total", reason).inc()
+
+
+class StoreMetrics:
+    """A `StoreObserver` (gateway/store/observer.py) feeding the `harness_store_*` family.
+
+    The backend is checked here, once, so the observer's methods never raise (the store's
+    contract for observers)."""
+
+    def __init__(self, metrics: Metrics, backend: str = StoreBackend.SQLITE) -> None:
+        name = StoreBackend(backend).value
+        self._batch = metrics._store_batch[(name,)]
+        self._commit = metrics._store_commit[(name,)]
+        self._wait = metrics._store_wait[(name,)]
+        self._depth = metrics._store_depth[(name,)]
+        self._failures = metrics._store_failures[(name,)]
+
+    def on_commit(self, batch_size: int, commit_seconds: float) -> None:
+        """A group of `batch_size` writes committed in `commit_seconds`."""
+        self._batch.observe(batch_size)
+        self._commit.observe(commit_seconds)
+
+    def on_write_done(self, wait_seconds: float) -> None:
+        """One writer was answered after `wait_seconds`."""
+        self._wait.observe(wait_seconds)
+
+    def on_queue_depth(self, depth: int) -> None:
+        """`depth` writes wait for the next commit."""
+        self._depth.set(depth)
+
+    def on_commit_failure(self) -> None:
+        """A group did not commit."""
+        self._failures.inc()
+
+
+__all__ = [
+    "BATCH_BUCKETS",
+    "CERT_BUCKETS",
+    "DAEMON_GRPC_SERVICES",
+    "FIREWALL_BUCKETS",
+    "GRPC_BUCKETS",
+    "GRPC_CODES",
+    "GRPC_PRECREATED_CODES",
+    "GRPC_SERVICE_METHODS",
+    "SERIES_BUDGET",
+    "STORE_BUCKETS",
+    "UNKNOWN_LABEL",
+    "AckResult",
+    "AuthFailureReason",
+    "CollectiveEnd",
+    "CollectiveOp",
+    "ConsumedKind",
+    "DeliveryItem",
+    "FirewallDirection",
+    "FirewallKind",
+    "FirewallReload",
+    "FirewallVerdict",
+    "GrpcMethodMetrics",
+    "GrpcType",
+    "IdempotencyResult",
+    "LeaseEvent",
+    "Listener",
+    "MemberOutcomeKind",
+    "Metrics",
+    "Mode",
+    "PostKind",
+    "PostOp",
+    "RouterEvent",
+    "RouterState",
+    "SendOp",
+    "SendOutcome",
+    "StoreBackend",
+    "StoreMetrics",
+    "StreamEnd",
+    "StreamOpen",
+]
