@@ -444,6 +444,10 @@ class Gateway:
         audit.info("agent registered agent=%s", name)
         return RegisteredAgent(address=f"agent:{name}", agent_id=identity.agent_id, token=token)
 
+    def runtime(self, name: str) -> AgentRuntime:
+        """A hosted agent's runtime (for tests and tools); raises `ManagementError`."""
+        return self._runtime(name)
+
     def _runtime(self, name: str) -> AgentRuntime:
         runtime = self._by_name.get(name)
         if runtime is None:
