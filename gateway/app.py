@@ -37,13 +37,15 @@ from gateway.endpoint.api import (
     RegisteredAgent,
 )
 from gateway.endpoint.export import HistoryExport
-from gateway.endpoint.inbox import AgentInbox, StreamEndReason
-from gateway.endpoint.runtime import AgentRuntime, SendTimeouts
+from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
+from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine import protocol as p
-from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.certifier import Certified, Certifier, Identity
 from gateway.engine.crypto import SigningKey, VerifyCache
-from gateway.engine.network import Network, NetworkObserver
+from gateway.engine.network import Network, NetworkObserver, RouterAttachment
 from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.observability.metrics import Metrics, StoreMetrics
+from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import (
     KeyAlreadyRegistered,
     NameTaken,
@@ -52,6 +54,7 @@ from gateway.registry import (
     SqliteRegistry,
 )
 from gateway.router import InProcessRouter
+from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.server import RpcServer, build_server
 from gateway.settings import Settings
 from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
@@ -68,6 +71,8 @@ ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secre
 """The generated operator token's file in the data directory (mode 0600)."""
 ADMIN_TOKEN_MIN_LENGTH: Final = 32
 """Shortest operator token accepted, in characters."""
+GAUGE_INTERVAL: Final = 5.0
+"""Seconds between refreshes of the gauges read from the store (backlog, oldest unacked)."""
 SHUTDOWN_ANSWER_MARGIN: Final = 1.0
 """Seconds before the shutdown grace ends at which waiting sends answer (§5 step 5)."""
 
@@ -81,6 +86,7 @@ class ShutdownStep(enum.StrEnum):
     DRAIN = "server-stop"
     BACKGROUND = "stop-background"
     FLUSH = "flush-store"
+    METRICS = "stop-metrics"
 
 
 def _utc_now() -> str:
@@ -130,6 +136,9 @@ class Gateway:
         self._network: Network | None = None
         self._server: RpcServer | None = None
         self._cache = VerifyCache()
+        self.metrics = Metrics(__version__, settings.mode)
+        self._metrics_server: MetricsServer | None = None
+        self._gauges: asyncio.Task[None] | None = None
         self._runtimes: dict[str, AgentRuntime] = {}
         self._by_name: dict[str, AgentRuntime] = {}
         self._tokens: dict[str, tuple[str, bool]] = {}
@@ -159,6 +168,10 @@ class Gateway:
 
     async def _start(self) -> None:
         settings = self.settings
+        if settings.metrics_listen is not None:
+            # Metrics come up first and go down last, so a scrape sees the whole life.
+            self._metrics_server = MetricsServer(self.metrics, settings.metrics_listen)
+            self._metrics_server.start()
         self._lock = DataDirLock.acquire(settings.data_dir)
         self._admin_token, self.admin_token_path = ensure_admin_token(settings)
         # The store holds agents' private seeds: create both files owner-only before SQLite
@@ -170,6 +183,7 @@ class Gateway:
             writer_settings=CommitWriterSettings(
                 commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
             ),
+            observer=StoreMetrics(self.metrics),
             on_fatal=self._on_fatal,
         )
         self._registry_port = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
@@ -182,9 +196,17 @@ class Gateway:
         self._network = Network(
             router=self._router,
             store=self._store,
-            observer=NetworkObserver(on_deliveries=self._deliveries_ready, on_fatal=self._on_fatal),
+            observer=NetworkObserver(
+                on_certified=self._certified,
+                on_deliveries=self._deliveries_ready,
+                on_attachment=self._attachment,
+                on_event=self.metrics.count_router_event,
+                on_fatal=self._on_fatal,
+            ),
         )
-        self._server = await build_server(self, settings)
+        self._server = await build_server(
+            self, settings, interceptors=[MetricsInterceptor(self.metrics)]
+        )
         await self._server.start()
         self._state = GatewayState.RECOVERING
         for row in await self._store.identities():
@@ -200,8 +222,15 @@ class Gateway:
         for runtime in self._runtimes.values():
             await runtime.start()
         self._state = GatewayState.SERVING
+        self._gauges = asyncio.ensure_future(self._gauge_loop())
+        self._gauges.set_name("gauges")
         await self._server.set_serving()
         logger.info("serving listen=%s agents=%d", self._server.address, len(self._runtimes))
+
+    @property
+    def metrics_address(self) -> str | None:
+        """The bound `/metrics` address, when metrics are on."""
+        return None if self._metrics_server is None else self._metrics_server.address
 
     @property
     def address(self) -> str:
@@ -269,6 +298,8 @@ class Gateway:
             await step(ShutdownStep.DRAIN, lambda: self._stop_server(grace))
         await step(ShutdownStep.BACKGROUND, self._stop_background)
         await step(ShutdownStep.FLUSH, self._close_store)
+        # Metrics stop last, so the shutdown itself can be scraped.
+        await step(ShutdownStep.METRICS, self._stop_metrics)
         self._state = GatewayState.STOPPED
         logger.info("stopped steps=%s", durations)
         self._stopped.set()
@@ -288,7 +319,15 @@ class Gateway:
             self._network.cancel_waiters()
         await stopper
 
+    async def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await asyncio.to_thread(self._metrics_server.stop)
+
     async def _stop_background(self) -> None:
+        if self._gauges is not None:
+            self._gauges.cancel()
+            await asyncio.gather(self._gauges, return_exceptions=True)
+            self._gauges = None
         for runtime in self._runtimes.values():
             await runtime.close()
         if self._network is not None:
@@ -312,6 +351,7 @@ class Gateway:
             await self._server.stop(None)
         await self._stop_background()
         await self._close_store()
+        await self._stop_metrics()
         self._state = GatewayState.STOPPED
         self._stopped.set()
 
@@ -354,6 +394,7 @@ class Gateway:
                 store=self._store,
                 next_seq=next_inbox,
                 window=self.settings.stream_window,
+                observer=self._inbox_observer,
             ),
             timeouts=SendTimeouts(
                 attach=self.settings.router_attach_timeout,
@@ -363,6 +404,7 @@ class Gateway:
             export=None
             if self.settings.history_export_dir is None
             else HistoryExport(self.settings.history_export_dir, identity.agent_name),
+            observer=self._send_observer,
         )
         if snapshot is not None:
             runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)
@@ -370,6 +412,87 @@ class Gateway:
         self._by_name[identity.agent_name] = runtime
         self._network.host(certifier)
         return runtime
+
+    @property
+    def _inbox_observer(self) -> InboxObserver:
+        metrics = self.metrics
+        return InboxObserver(
+            on_stream_open=metrics.count_stream_open,
+            on_stream_end=metrics.count_stream_end,
+            on_replayed=metrics.count_replayed,
+            on_acknowledged=metrics.count_acknowledged,
+            on_acknowledge_result=metrics.count_acknowledge_result,
+        )
+
+    @property
+    def _send_observer(self) -> SendObserver:
+        metrics = self.metrics
+        return SendObserver(
+            on_send=metrics.count_send,
+            on_delivery_published=metrics.count_published,
+            on_record_consumed=metrics.count_consumed,
+            on_member_outcome=metrics.count_member_outcome,
+            on_collective_result=metrics.count_collective_result,
+            on_key_resolution=metrics.count_idempotency,
+        )
+
+    def _certified(self, certified: Certified) -> None:
+        if certified.resumed:
+            # Its clock spans the downtime: counted as resumed, not observed as latency.
+            self.metrics.count_intents_resumed(certified.kind)
+            return
+        self.metrics.observe_certification(
+            certified.op, certified.kind, max(0.0, time.time() - certified.bound_at)
+        )
+
+    def _attachment(self, state: RouterAttachment) -> None:
+        hosted = len(self._runtimes)
+        for each in RouterAttachment:
+            self.metrics.set_router_attachments(each.value, hosted if each is state else 0)
+
+    async def _gauge_loop(self) -> None:
+        """Refresh the gauges that are read, not counted (house style: no unowned task)."""
+        while True:
+            try:
+                await self._refresh_gauges()
+            except Exception:
+                logger.exception("gauge refresh failed")
+            await asyncio.sleep(GAUGE_INTERVAL)
+
+    async def _refresh_gauges(self) -> None:
+        assert self._store is not None
+        metrics = self.metrics
+        summary = await self._store.unread_summary()
+        now = time.time()
+        counts = {"attached": 0, "detached": 0}
+        oldest = {"attached": 0.0, "detached": 0.0}
+        for agent_id, (count, created) in summary.items():
+            runtime = self._runtimes.get(agent_id)
+            listener = "attached" if runtime is not None and runtime.inbox.listening else "detached"
+            counts[listener] += count
+            oldest[listener] = max(oldest[listener], now - created)
+        for listener in ("attached", "detached"):
+            metrics.set_unacknowledged(listener, counts[listener])
+            metrics.set_oldest_unacked_age(listener, oldest[listener])
+        runtimes = list(self._runtimes.values())
+        metrics.set_agents_hosted(len(runtimes))
+        metrics.set_streams_active(sum(1 for runtime in runtimes if runtime.inbox.listening))
+        metrics.set_streams_window_full(sum(1 for runtime in runtimes if runtime.inbox.window_full))
+        pending = {"direct": 0, "group": 0}
+        open_ops = {"gather": 0, "all_gather": 0}
+        for runtime in runtimes:
+            for kind, count in runtime.certifier.open_intents_by_kind().items():
+                pending[kind] += count
+            for op, count in runtime.collectives.open_counts().items():
+                open_ops[op] += count
+        for kind, count in pending.items():
+            metrics.set_post_intents_pending(kind, count)
+        for op, count in open_ops.items():
+            metrics.set_collectives_open(op, count)
+
+    def auth_refused(self, failure: AuthFailure) -> None:
+        """Count a refused token (never the token itself)."""
+        self.metrics.count_auth_failure(failure.value)
 
     def _deliveries_ready(self, agent_ids: set[str]) -> None:
         for agent_id in agent_ids:

@@ -209,6 +209,10 @@ class GatewayCore(Protocol):
         """True for the operator token (compared in constant time)."""
         ...
 
+    def auth_refused(self, failure: AuthFailure) -> None:
+        """A call's token was refused (counted; the token is never seen here)."""
+        ...
+
     async def register_agent(self, name: str) -> RegisteredAgent:
         """Mint the agent's key and card, host it here, and return a fresh token.
 

@@ -18,7 +18,7 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from gateway.contract.codec import (
@@ -36,7 +36,14 @@ from gateway.contract.errors import (
 from gateway.contract.guidance import LocalGuidance
 from gateway.contract.ids import RandomId
 from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
-from gateway.contract.values import Delivery, InboundItem
+from gateway.contract.values import (
+    CollectiveRequestItem,
+    CollectiveResultItem,
+    Delivery,
+    InboundItem,
+    MulticastItem,
+    OperationFailedItem,
+)
 from gateway.store.errors import StoreError
 from gateway.store.port import Store
 from gateway.store.records import AcknowledgeItem, InboxRow, InboxState, PutInboxItem, Write
@@ -76,6 +83,21 @@ class AcknowledgeResult:
 
     token: str
     error: DeliveryAcknowledgeErrorReason | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InboxObserver:
+    """Metrics hooks of an inbox and its streams."""
+
+    on_stream_open: Callable[[str], None] = lambda result: None
+    """`ok`, `takeover` or `already-listening`."""
+    on_stream_end: Callable[[StreamEndReason], None] = lambda reason: None
+    on_replayed: Callable[[str], None] = lambda item: None
+    on_acknowledged: Callable[[str], None] = lambda item: None
+    on_acknowledge_result: Callable[[str], None] = lambda result: None
+
+
+NULL_INBOX_OBSERVER: Final = InboxObserver()
 
 
 class DeliveryWindow:
@@ -123,8 +145,11 @@ class AgentInbox:
         store: Store,
         next_seq: int,
         window: int,
+        observer: InboxObserver = NULL_INBOX_OBSERVER,
     ) -> None:
         self.agent_id = agent_id
+        self.observer = observer
+        self._offered_seq = 0
         self._store = store
         self._next_seq = next_seq
         self._window = window
@@ -185,13 +210,22 @@ class AgentInbox:
 
         Raises `ListenError` `already-listening` when a stream is open and `takeover` is
         false."""
+        result = "ok"
         if self._stream is not None:
             if not takeover:
+                self.observer.on_stream_open("already-listening")
                 raise ListenError(ListenErrorReason.ALREADY_LISTENING)
             self._stream.end(StreamEndReason.TAKEN_OVER)
+            result = "takeover"
         stream = MessageStream(self, DeliveryWindow(self._window))
         self._stream = stream
+        self.observer.on_stream_open(result)
         return stream
+
+    @property
+    def window_full(self) -> bool:
+        """True while the open stream waits for acknowledgments."""
+        return self._stream is not None and self._stream.window.full
 
     def end_stream(self, reason: StreamEndReason) -> None:
         """End the open stream, if any (shutdown, revocation)."""
@@ -253,8 +287,21 @@ class AgentInbox:
                 error = None
                 if self._stream is not None:
                     self._stream.window.release(token)
+            if error is None and row is not None and row.state is InboxState.UNREAD:
+                self.observer.on_acknowledged(_item_kind(row.item))
+                # The same token twice in one call is retired (and counted) once.
+                rows[token] = replace(row, state=InboxState.ACKNOWLEDGED)
+            self.observer.on_acknowledge_result("ok" if error is None else error.value)
             results.append(AcknowledgeResult(token=token, error=error))
         return results
+
+    def _offer(self, seq: int, item: InboundItem) -> None:
+        if seq <= self._offered_seq:
+            self.observer.on_replayed(_item_kind_of(item))
+        else:
+            self._offered_seq = seq
+        if self.on_offer is not None:
+            self.on_offer(seq, item)
 
 
 STREAM_PAGE: Final = 64
@@ -282,6 +329,7 @@ class MessageStream:
         if self._ended is None:
             self._ended = reason
             self._end_event.set()
+            self._inbox.observer.on_stream_end(reason)
         self._inbox._detach(self)
 
     def close(self) -> None:
@@ -312,8 +360,7 @@ class MessageStream:
             delivery = _decode(row)
             if delivery is None:
                 continue
-            if self._inbox.on_offer is not None:
-                self._inbox.on_offer(row.seq, delivery.item)
+            self._inbox._offer(row.seq, delivery.item)
             self.window.hold(row.token)
             return delivery
 
@@ -335,6 +382,30 @@ class MessageStream:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(waiter, ender, return_exceptions=True)
+
+
+def _item_kind(item: bytes) -> str:
+    """The top-level `kind` of a stored item (for metrics)."""
+    try:
+        value = parse_canonical_json(item)
+    except JsonValueError:
+        return "multicast"
+    kind = value.get("kind") if isinstance(value, dict) else None
+    if kind in ("multicast", "collectiveRequest", "collectiveResult", "operationFailed"):
+        return str(kind)
+    return "multicast"
+
+
+def _item_kind_of(item: InboundItem) -> str:
+    match item:
+        case MulticastItem():
+            return "multicast"
+        case CollectiveRequestItem():
+            return "collectiveRequest"
+        case CollectiveResultItem():
+            return "collectiveResult"
+        case OperationFailedItem():
+            return "operationFailed"
 
 
 def _decode(row: InboxRow) -> Delivery | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Final, assert_never
 
 from gateway.contract.codec import message_to_json
+from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePart, read_collective
 from gateway.contract.content import content_to_json
 from gateway.contract.ids import RandomId, agent_id_order_key
 from gateway.contract.jsonvalue import canonical_json, parse_canonical_json
@@ -86,6 +87,8 @@ class Certified:
     bound_at: float
     kind: str
     """`direct` or `group`, for the certification latency metric."""
+    op: str = "multicast"
+    """What the post carried: multicast, gather, all_gather, answer or close."""
     resumed: bool = False
     """The intent was reloaded after a restart: its latency spans the downtime."""
 
@@ -842,6 +845,7 @@ class Certifier:
                         record_hash=record_hash,
                         bound_at=finished.bound_at,
                         kind=conversation.kind,
+                        op=_post_op(intent.content),
                         resumed=finished.resumed,
                     )
                 )
@@ -1317,6 +1321,19 @@ class Certifier:
                 return True
             case _:
                 assert_never(item)
+
+
+def _post_op(content: Content) -> str:
+    """The metric `op` of an own post, from its collective part."""
+    match read_collective(content).part:
+        case RequestPart(op=op):
+            return op.value
+        case ResponsePart():
+            return "answer"
+        case ClosePart():
+            return "close"
+        case _:
+            return "multicast"
 
 
 class BindRefused(Exception):

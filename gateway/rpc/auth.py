@@ -52,12 +52,16 @@ async def authenticate_agent(
     core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
 ) -> Endpoint:
     """The endpoint the call's agent token names; the admin token is `wrong-role`."""
-    token = bearer_token(context)
-    if core.is_admin(token):
-        raise AuthRefused(AuthFailure.WRONG_ROLE, "the admin token cannot call the agent API")
-    result = await core.authenticate(token)
-    if isinstance(result, AuthFailure):
-        raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
+    try:
+        token = bearer_token(context)
+        if core.is_admin(token):
+            raise AuthRefused(AuthFailure.WRONG_ROLE, "the admin token cannot call the agent API")
+        result = await core.authenticate(token)
+        if isinstance(result, AuthFailure):
+            raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
+    except AuthRefused as refused:
+        core.auth_refused(refused.failure)
+        raise
     return result
 
 
@@ -65,13 +69,17 @@ async def authenticate_admin(
     core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
 ) -> None:
     """Accept only the admin token; an agent's token is `wrong-role`."""
-    token = bearer_token(context)
-    if core.is_admin(token):
-        return
-    result = await core.authenticate(token)
-    if isinstance(result, AuthFailure):
-        raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
-    raise AuthRefused(AuthFailure.WRONG_ROLE, "an agent token cannot call the management API")
+    try:
+        token = bearer_token(context)
+        if core.is_admin(token):
+            return
+        result = await core.authenticate(token)
+        if isinstance(result, AuthFailure):
+            raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
+        raise AuthRefused(AuthFailure.WRONG_ROLE, "an agent token cannot call the management API")
+    except AuthRefused as refused:
+        core.auth_refused(refused.failure)
+        raise
 
 
 _FAILURE_TEXTS: Final = {

@@ -183,6 +183,17 @@ class MemoryStore:
             None,
         )
 
+    async def unread_summary(self) -> dict[str, tuple[int, float]]:
+        self._check_open()
+        summary: dict[str, tuple[int, float]] = {}
+        for agent_id, agent in self._state.agents.items():
+            unread = [
+                row.created_at for row in agent.inbox.values() if row.state is InboxState.UNREAD
+            ]
+            if unread:
+                summary[agent_id] = (len(unread), min(unread))
+        return summary
+
     async def oldest_unread(self, agent_id: str) -> float | None:
         self._check_open()
         return min(

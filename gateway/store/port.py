@@ -61,6 +61,10 @@ class Store(Protocol):
         """One inbox item of this agent by token."""
         ...
 
+    async def unread_summary(self) -> dict[str, tuple[int, float]]:
+        """Per agent with unread items: (count, creation time of the oldest)."""
+        ...
+
     async def oldest_unread(self, agent_id: str) -> float | None:
         """Creation time (epoch seconds) of the agent's oldest unread item."""
         ...

@@ -97,6 +97,9 @@ class SqliteStore:
             functools.partial(tables.read_inbox_by_token, agent_id=agent_id, token=token)
         )
 
+    async def unread_summary(self) -> dict[str, tuple[int, float]]:
+        return await self._db.read(tables.read_unread_summary)
+
     async def oldest_unread(self, agent_id: str) -> float | None:
         return await self._db.read(functools.partial(tables.read_oldest_unread, agent_id=agent_id))
 

@@ -758,3 +758,14 @@ def read_send(db: sqlite3.Connection, agent_id: str, key: str) -> SendRow | None
         run_id=row[2],
         outcome=None if row[3] is None else bytes(row[3]),
     )
+
+
+def read_unread_summary(db: sqlite3.Connection) -> dict[str, tuple[int, float]]:
+    """Per agent with unread items: (count, oldest creation time)."""
+    return {
+        row[0]: (int(row[1]), float(row[2]))
+        for row in db.execute(
+            "SELECT agent_id, COUNT(*), MIN(created_at) FROM inbox WHERE state = 'unread' "
+            "GROUP BY agent_id"
+        )
+    }

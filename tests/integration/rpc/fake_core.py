@@ -158,6 +158,8 @@ class FakeCore:
     """What a send to an address answers instead of delivering."""
     conversation_list: list[ConversationSummary] = field(default_factory=list)
     records: list[HistoryRecord] = field(default_factory=list)
+    auth_failures: list[AuthFailure] = field(default_factory=list)
+    """Refusals the RPC layer reported (the auth-failure metric's input)."""
 
     @property
     def state(self) -> GatewayState:
@@ -176,6 +178,9 @@ class FakeCore:
 
     def is_admin(self, token: str) -> bool:
         return hmac.compare_digest(token.encode(), self.admin_token.encode())
+
+    def auth_refused(self, failure: AuthFailure) -> None:
+        self.auth_failures.append(failure)
 
     async def register_agent(self, name: str) -> RegisteredAgent:
         if not is_agent_name(name):

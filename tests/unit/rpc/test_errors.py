@@ -7,7 +7,7 @@ from typing import Any, cast
 import grpc
 import harness_client
 import pytest
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2
 
 from gateway.contract.errors import (
     CollectiveError,
