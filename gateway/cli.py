@@ -139,6 +139,7 @@ async def _serve(settings: object) -> int:
         "ready",
         extra={
             "listen": gateway.address,
+            "metrics": gateway.metrics_address or "off",
             "data_dir": str(settings.data_dir),
             "admin_token_file": str(gateway.admin_token_path),
         },

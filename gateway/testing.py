@@ -30,7 +30,7 @@ from typing import Final
 
 from gateway.app import Gateway
 from gateway.endpoint.api import RegisteredAgent
-from gateway.settings import Settings
+from gateway.settings import DEFAULT_METRICS_LISTEN, Settings
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,10 @@ async def run_gateway(
         effective = replace(
             base,
             listen="127.0.0.1:0",
-            metrics_listen=None,
+            # Metrics only where a test asks for them, and never on the fixed default port.
+            metrics_listen=None
+            if base.metrics_listen in (None, DEFAULT_METRICS_LISTEN)
+            else base.metrics_listen,
             data_dir=data_dir,
             shutdown_grace=min(base.shutdown_grace, 2.0),
         )
