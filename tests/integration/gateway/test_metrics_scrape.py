@@ -26,7 +26,7 @@ def scrape(gw: RunningGateway) -> str:
     address = gw.gateway.metrics_address
     assert address is not None
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
-        return response.read().decode()
+        return str(response.read().decode())
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
