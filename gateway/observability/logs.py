@@ -7,11 +7,19 @@ never pass them, and content logging is a separate, explicit setting.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import json
 import logging
 import sys
 from typing import Final
+
+LOG_AGENT: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar(
+    "log_agent", default=None
+)
+"""The agent a call acts as, set at the RPC boundary once its token is accepted."""
+LOG_RPC: Final[contextvars.ContextVar[str | None]] = contextvars.ContextVar("log_rpc", default=None)
+"""The RPC method being served."""
 
 _STANDARD: Final = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
@@ -30,6 +38,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        agent, rpc = LOG_AGENT.get(), LOG_RPC.get()
+        if agent is not None:
+            entry["agent"] = agent
+        if rpc is not None:
+            entry["rpc"] = rpc
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value if isinstance(value, str | int | float | bool) else str(value)

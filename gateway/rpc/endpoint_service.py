@@ -16,6 +16,7 @@ from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 from gateway.contract.message_text import parse_message_text
 from gateway.endpoint.api import Endpoint, GatewayCore, GatewayState, NotServing
 from gateway.endpoint.inbox import ACKNOWLEDGE_MAX_TOKENS
+from gateway.observability.logs import LOG_AGENT, LOG_RPC
 from gateway.rpc import convert
 from gateway.rpc.auth import authenticate_agent
 from gateway.rpc.convert import InvalidRequest
@@ -52,15 +53,19 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     def __init__(self, core: GatewayCore) -> None:
         self._core = core
 
-    async def _endpoint(self, context: Context) -> Endpoint:
+    async def _endpoint(self, context: Context, method: str) -> Endpoint:
         check_serving(self._core)
-        return await authenticate_agent(self._core, context)
+        endpoint = await authenticate_agent(self._core, context)
+        # Log lines of this call name the agent and the method, never the token.
+        LOG_AGENT.set(endpoint.agent_name)
+        LOG_RPC.set(method)
+        return endpoint
 
     @unary_rpc
     async def Send(  # noqa: N802 - the gRPC method name
         self, request: endpoint_pb2.SendRequest, context: Context
     ) -> endpoint_pb2.SendResponse:
-        endpoint = await self._endpoint(context)
+        endpoint = await self._endpoint(context, "Send")
         send_input = convert.send_input_from_proto(request.input)
         failure_delivery = convert.failure_delivery_from_proto(request.failure_delivery)
         key = request.idempotency_key if request.HasField("idempotency_key") else None
@@ -76,7 +81,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     async def Messages(  # noqa: N802 - the gRPC method name
         self, request: endpoint_pb2.MessagesRequest, context: Context
     ) -> AsyncGenerator[endpoint_pb2.MessagesResponse, None]:
-        endpoint = await self._endpoint(context)
+        endpoint = await self._endpoint(context, "Messages")
         # ListenError (already-listening) propagates to the wrapper: FAILED_PRECONDITION.
         stream = endpoint.open_stream(takeover=request.takeover)
         try:
@@ -96,7 +101,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     async def Acknowledge(  # noqa: N802 - the gRPC method name
         self, request: endpoint_pb2.AcknowledgeRequest, context: Context
     ) -> endpoint_pb2.AcknowledgeResponse:
-        endpoint = await self._endpoint(context)
+        endpoint = await self._endpoint(context, "Acknowledge")
         tokens = list(request.delivery_tokens)
         if not 1 <= len(tokens) <= ACKNOWLEDGE_MAX_TOKENS:
             raise InvalidRequest(
@@ -111,7 +116,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     async def ParseMessageText(  # noqa: N802 - the gRPC method name
         self, request: endpoint_pb2.ParseMessageTextRequest, context: Context
     ) -> endpoint_pb2.ParseMessageTextResponse:
-        await self._endpoint(context)
+        await self._endpoint(context, "ParseMessageText")
         # A MessageTextError is a status (INVALID_ARGUMENT with the MessageTextError in its
         # details), as operations.md §3's table says for every contract failure, never the
         # response's `error` branch: clients then read every failure one way
@@ -123,6 +128,6 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     async def ReadSend(  # noqa: N802 - the gRPC method name
         self, request: endpoint_pb2.ReadSendRequest, context: Context
     ) -> endpoint_pb2.ReadSendResponse:
-        endpoint = await self._endpoint(context)
+        endpoint = await self._endpoint(context, "ReadSend")
         state = await endpoint.read_send(request.idempotency_key)
         return convert.send_state_to_proto(state)
