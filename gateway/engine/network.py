@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -146,7 +147,15 @@ class Network:
         the feed, the drain and the timers. Returns once the feed is active."""
         stored = await self._store.cursor(SUBSCRIPTION)
         self._cursor = Cursor.decode(stored) if stored is not None else None
-        await self._recover(resumed_cursor=self._cursor is not None)
+        try:
+            await self._recover(resumed_cursor=self._cursor is not None)
+        except (FatalStoreError, RouterClosedError):
+            raise
+        except Exception:
+            # A remote Router that is down at start: the feed keeps trying; sends wait for
+            # the attachment (at most the attach timeout) meanwhile.
+            logger.warning("router unreachable at start; retrying", exc_info=True)
+            self._set_state(RouterAttachment.DETACHED)
         self._spawn(self._drain_loop(), "drain")
         self._spawn(self._feed_loop(), "feed")
         self._spawn(self._tick_loop(), "tick")
@@ -353,38 +362,58 @@ class Network:
     # --- the feed ----------------------------------------------------------------------------
 
     async def _feed_loop(self) -> None:
+        """Read the Router forever: detached on failure with jittered backoff, never giving
+        up; recovering after a restart, a feed gap or an invalid cursor."""
+        backoff = DETACHED_BACKOFF[0]
         while True:
-            self._recipients_changed.clear()
-            poll = asyncio.ensure_future(self._router.poll(self._recipients(), self._cursor))
-            changed = asyncio.ensure_future(self._recipients_changed.wait())
             try:
-                await asyncio.wait({poll, changed}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                # Cancelled helpers finish on their own; awaiting them here could swallow
-                # this task's own cancellation.
-                changed.cancel()
-                if not poll.done():
-                    poll.cancel()
-            if poll.cancelled() or not poll.done():
-                if self._instance_id is not None:
-                    current = await self._router.instance_id()
-                    if current != self._instance_id:
-                        await self._recover(resumed_cursor=False)
-                continue
-            outcome = poll.result()
-            match outcome:
-                case Batch(instance_id=instance) if instance != self._instance_id:
+                if self._state is not RouterAttachment.ACTIVE:
                     await self._recover(resumed_cursor=False)
-                case Batch():
-                    await self._process(outcome)
-                case FeedGap():
-                    self._observer.on_event("feed-gap")
-                    self._cursor = None
+                await self._feed_once()
+                backoff = DETACHED_BACKOFF[0]
+            except (FatalStoreError, RouterClosedError):
+                raise
+            except Exception:
+                logger.warning(
+                    "router feed failed; detached, retrying in %.1f s", backoff, exc_info=True
+                )
+                self._set_state(RouterAttachment.DETACHED)
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+                backoff = min(backoff * 2, DETACHED_BACKOFF[1])
+
+    async def _feed_once(self) -> None:
+        self._recipients_changed.clear()
+        poll = asyncio.ensure_future(self._router.poll(self._recipients(), self._cursor))
+        changed = asyncio.ensure_future(self._recipients_changed.wait())
+        try:
+            await asyncio.wait({poll, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Cancelled helpers finish on their own; awaiting them here could swallow this
+            # task's own cancellation.
+            changed.cancel()
+            if not poll.done():
+                poll.cancel()
+        if poll.cancelled() or not poll.done():
+            if self._instance_id is not None:
+                current = await self._router.instance_id()
+                if current != self._instance_id:
                     await self._recover(resumed_cursor=False)
-                case CursorInvalid():
-                    self._observer.on_event("cursor-invalid")
-                    self._cursor = None
-                    await self._recover(resumed_cursor=False)
+            return
+        outcome = poll.result()
+        match outcome:
+            case Batch(instance_id=instance) if instance != self._instance_id:
+                self._observer.on_event("router-restarted")
+                await self._recover(resumed_cursor=False)
+            case Batch():
+                await self._process(outcome)
+            case FeedGap():
+                self._observer.on_event("feed-gap")
+                self._cursor = None
+                await self._recover(resumed_cursor=False)
+            case CursorInvalid():
+                self._observer.on_event("cursor-invalid")
+                self._cursor = None
+                await self._recover(resumed_cursor=False)
 
     async def _process(self, batch: Batch) -> None:
         effects = Effects()

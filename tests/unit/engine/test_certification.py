@@ -15,7 +15,7 @@ from gateway.contract.jsonvalue import parse_canonical_json
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.crypto import SigningKey, VerifyCache
-from gateway.engine.network import Network
+from gateway.engine.network import Network, NetworkObserver, RouterAttachment
 from gateway.engine.verifier import RegistryEnvelopeVerifier
 from gateway.registry import MemoryRegistry, Registered, RegistryClient
 from gateway.router import InProcessRouter
@@ -180,3 +180,61 @@ async def test_a_group_post_projects_the_canonical_address_and_every_member(worl
     assert message.address == "group:alice,bob,carol"
     assert message.sender == "agent:bob"
     assert message.members == ("agent:alice", "agent:bob", "agent:carol")  # type: ignore[union-attr]
+
+
+class FlakyRouter:
+    """An in-process Router whose first reads and sends fail, like an unreachable one."""
+
+    def __init__(self, inner: InProcessRouter, failures: int) -> None:
+        self.inner = inner
+        self.poll_failures = failures
+        self.send_failures = failures
+
+    async def instance_id(self) -> str:
+        return await self.inner.instance_id()
+
+    async def send(self, expected_instance_id, mode, signed_envelope):
+        if self.send_failures > 0:
+            self.send_failures -= 1
+            raise ConnectionError("router unreachable")
+        return await self.inner.send(expected_instance_id, mode, signed_envelope)
+
+    async def poll(self, recipients, cursor, *, hold=25.0):
+        if self.poll_failures > 0:
+            self.poll_failures -= 1
+            raise ConnectionError("router unreachable")
+        return await self.inner.poll(recipients, cursor, hold=hold)
+
+    def subscribe(self, recipients, cursor, *, hold=25.0):
+        return self.inner.subscribe(recipients, cursor, hold=hold)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_a_feed_that_fails_detaches_retries_and_certifies_once_the_router_answers():
+    registry = MemoryRegistry()
+    cache = VerifyCache()
+    client = RegistryClient(
+        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
+    )
+    router = FlakyRouter(InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache)), failures=2)
+    store = MemoryStore()
+    states = []
+    network = Network(
+        router=router,  # type: ignore[arg-type]
+        store=store,
+        observer=NetworkObserver(on_attachment=states.append),
+    )
+    world = World(registry, client, cache, router.inner, store, network, {})
+    try:
+        await started(world, "alice", "bob")
+        # As the send pipeline does: wait for the attachment, holding no lock.
+        assert await network.wait_attached(10)
+        await world.post("alice", "through a flaky router", "bob")
+        assert RouterAttachment.DETACHED in states
+        assert states[-1] is RouterAttachment.ACTIVE
+    finally:
+        await network.close()
+        await router.close()
+        await client.close()
