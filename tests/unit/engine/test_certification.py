@@ -220,9 +220,9 @@ async def test_a_feed_that_fails_detaches_retries_and_certifies_once_the_router_
     )
     router = FlakyRouter(InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache)), failures=2)
     store = MemoryStore()
-    states = []
+    states: list[RouterAttachment] = []
     network = Network(
-        router=router,  # type: ignore[arg-type]
+        router=router,
         store=store,
         observer=NetworkObserver(on_attachment=states.append),
     )
