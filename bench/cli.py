@@ -155,6 +155,7 @@ async def run(config: BenchConfig) -> BenchResult:
         f"gateway run done in {time.perf_counter() - started:.1f} s: {gateway.posts} posts "
         f"in {gateway.elapsed:.2f} s, gateway exit code {gateway.gateway_exit_code}"
     )
+    _say(_cpu_summary(gateway))
     _report_counts("send failures", gateway.send_failures)
     _report_counts("acknowledge failures", gateway.ack_failures)
     for line in gateway.receiver_errors:
@@ -180,6 +181,19 @@ async def run(config: BenchConfig) -> BenchResult:
         for line in echo.server_problems:
             print(f"  {line}", file=sys.stderr)
     return assemble(config, gateway, echo)
+
+
+def _cpu_summary(gateway: GatewayOutcome) -> str:
+    span = f"over {gateway.measured_over:.2f} s (timed window and drain)"
+    bench = f"bench client {gateway.bench_cpu_seconds:.2f} CPU-s"
+    if gateway.gateway_cpu_seconds is None:
+        return f"CPU {span}: {bench}; gateway unknown (no /proc)"
+    per_post = (
+        f", {1000 * gateway.gateway_cpu_seconds / gateway.posts:.1f} gateway CPU-ms per post"
+        if gateway.posts
+        else ""
+    )
+    return f"CPU {span}: gateway {gateway.gateway_cpu_seconds:.2f} CPU-s, {bench}{per_post}"
 
 
 def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) -> BenchResult:

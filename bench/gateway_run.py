@@ -116,6 +116,12 @@ class GatewayOutcome:
     gateway_problems: tuple[str, ...]
     gateway_problem_count: int
     gateway_exit_code: int | None
+    measured_over: float
+    """Seconds from the start of the timed window to the end of the drain."""
+    gateway_cpu_seconds: float | None
+    """CPU the gateway used over `measured_over` (Linux /proc), a diagnostic for stderr."""
+    bench_cpu_seconds: float
+    """CPU this process used over `measured_over`."""
 
 
 def _is_ready(entry: Mapping[str, Any]) -> bool:
@@ -154,9 +160,15 @@ async def measure_gateway(*, gateway_bin: str, pairs: int, seconds: float) -> Ga
                 "gateway", argv, ready_on="stderr", is_ready=_is_ready
             ) as gateway:
                 target = str(gateway.ready_line["listen"])
+                # A gateway that names its bound metrics address is the authority on it.
+                named = gateway.ready_line.get("metrics")
+                if isinstance(named, str) and named not in ("", "off"):
+                    metrics_address = named
                 token_file = Path(str(gateway.ready_line["admin_token_file"]))
                 admin_token = (await asyncio.to_thread(token_file.read_text, "utf-8")).strip()
-                measured = await _drive(target, admin_token, metrics_address, pairs, seconds)
+                measured = await _drive(
+                    target, admin_token, metrics_address, pairs, seconds, gateway.cpu_seconds
+                )
         except BaseException as failure:
             if gateway is not None:
                 failure.add_note(_problems_note(gateway))
@@ -178,10 +190,17 @@ class _Measured:
     after: CommitCounters | None
     scraped_over: float
     undelivered: int
+    gateway_cpu_seconds: float | None
+    bench_cpu_seconds: float
 
 
 async def _drive(
-    target: str, admin_token: str, metrics_address: str, count: int, seconds: float
+    target: str,
+    admin_token: str,
+    metrics_address: str,
+    count: int,
+    seconds: float,
+    gateway_cpu: Callable[[], float | None],
 ) -> _Measured:
     async with contextlib.AsyncExitStack() as stack:
         management = await connect_management(target, admin_token=admin_token)
@@ -216,6 +235,8 @@ async def _drive(
             ) from None
 
         before = await scrape_commit_counters(metrics_address)
+        gateway_cpu_before = gateway_cpu()
+        bench_cpu_before = time.process_time()
         scrape_started = time.perf_counter()
         started = time.perf_counter()
         stop_at = started + seconds
@@ -227,6 +248,8 @@ async def _drive(
         undelivered = await _wait_delivered(pairs, changed)
         after = await scrape_commit_counters(metrics_address)
         scraped_over = time.perf_counter() - scrape_started
+        bench_cpu = time.process_time() - bench_cpu_before
+        gateway_cpu_after = gateway_cpu()
         await receivers.settle()
         return _Measured(
             pairs=pairs,
@@ -235,6 +258,12 @@ async def _drive(
             after=after,
             scraped_over=scraped_over,
             undelivered=undelivered,
+            gateway_cpu_seconds=(
+                None
+                if gateway_cpu_before is None or gateway_cpu_after is None
+                else gateway_cpu_after - gateway_cpu_before
+            ),
+            bench_cpu_seconds=bench_cpu,
         )
 
 
@@ -401,4 +430,7 @@ def _outcome(measured: _Measured, gw: ChildProcess) -> GatewayOutcome:
         gateway_problems=tuple(gw.problems.kept),
         gateway_problem_count=gw.problems.count,
         gateway_exit_code=gw.exit_code,
+        measured_over=measured.scraped_over,
+        gateway_cpu_seconds=measured.gateway_cpu_seconds,
+        bench_cpu_seconds=measured.bench_cpu_seconds,
     )

@@ -156,6 +156,13 @@ class ChildProcess:
         finally:
             await child._stop()
 
+    def cpu_seconds(self) -> float | None:
+        """User plus system CPU time the child used so far, from /proc (Linux); None where
+        that cannot be read or once the child exited."""
+        if self._process.returncode is not None:
+            return None
+        return process_cpu_seconds(self._process.pid)
+
     async def _read_loop(self, stream: asyncio.StreamReader, is_ready: ReadyCheck | None) -> None:
         while True:
             try:
@@ -219,6 +226,22 @@ class ChildProcess:
                 task.cancel()
             await asyncio.gather(*self._readers, return_exceptions=True)
             self._readers = []
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of process `pid` from `/proc/PID/stat`, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            text = stat.read()
+        ticks_per_second = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    # The command name (field 2) may hold spaces; utime and stime are fields 14 and 15.
+    fields = text.rpartition(")")[2].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / ticks_per_second
+    except (IndexError, ValueError):
+        return None
 
 
 def _json_object(line: str) -> dict[str, Any] | None:
