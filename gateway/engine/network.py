@@ -107,6 +107,7 @@ class Network:
         self._cursor: Cursor | None = None
         self._state = RouterAttachment.RECOVERING
         self._attached = asyncio.Event()
+        self._stopping = asyncio.Event()
         self._recipients_changed = asyncio.Event()
         self._drain: asyncio.Queue[OutboundEnvelope] = asyncio.Queue(maxsize=DRAIN_QUEUE_SIZE)
         self._latches: dict[str, asyncio.Future[str]] = {}
@@ -195,7 +196,9 @@ class Network:
         self.cancel_waiters()
 
     def cancel_waiters(self) -> None:
-        """Answer every waiting send now (shutdown): bound intents go on after restart."""
+        """Answer every waiting send now (shutdown): bound intents go on after restart,
+        unbound ones stop waiting for the attachment."""
+        self._stopping.set()
         for table in (self._latches, self._drained):
             for future in table.values():
                 if not future.done():
@@ -232,14 +235,20 @@ class Network:
             self._attached.clear()
 
     async def wait_attached(self, within: float) -> bool:
-        """Wait until the feed is active; False after `within` seconds (holding no lock)."""
+        """Wait until the feed is active; False after `within` seconds, or at once when
+        shutdown answers waiting sends (holding no lock)."""
         if self._attached.is_set():
             return True
+        waiters = {
+            asyncio.ensure_future(self._attached.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        }
         try:
-            await asyncio.wait_for(self._attached.wait(), within)
-        except TimeoutError:
-            return False
-        return True
+            await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return self._attached.is_set() and not self._stopping.is_set()
 
     def _recipients(self) -> frozenset[str]:
         return frozenset(self._certifiers)
