@@ -9,7 +9,9 @@ See bench/README.md for what each field means.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -214,6 +216,36 @@ def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) ->
     )
 
 
+class Interrupted(Exception):
+    """SIGTERM or SIGINT stopped the run (its children were still stopped)."""
+
+
+async def _run_until_signalled(config: BenchConfig) -> BenchResult:
+    """`run`, cancelled by the first SIGTERM or SIGINT so that every `finally` (which stops
+    the children) runs; later signals are ignored, the stop being bounded anyway."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    received: list[signal.Signals] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        if not received:
+            received.append(signum)
+            task.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        return await run(config)
+    except asyncio.CancelledError:
+        if received:
+            raise Interrupted(received[0].name) from None
+        raise
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bench and print its line; returns the exit code."""
     config = parse_config(argv)
@@ -227,14 +259,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.gateway_run import RunFailed
 
     try:
-        result = uvloop.run(run(config))
+        result = uvloop.run(_run_until_signalled(config))
     except (ChildFailed, RunFailed, HarnessClientError) as failure:
         _say(f"failed: {type(failure).__name__}: {failure}")
         for note in getattr(failure, "__notes__", ()):
             print(note, file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        _say("interrupted")
+    except Interrupted as signalled:
+        _say(f"interrupted by {signalled}; children stopped")
         return EXIT_FAILED
     print(result_line(result), flush=True)
     return 0
