@@ -50,7 +50,9 @@ ACKS_IN_FLIGHT: Final = 256
 SHUTDOWN_GRACE: Final = "5s"
 """The gateway's `--shutdown-grace`: nothing is in flight when the bench stops it."""
 WARMUP: Final = "warmup"
+"""The phase of a pair's first message, sent before the clock starts and never measured."""
 TIMED: Final = "timed"
+"""The phase of every message sent in the timed window."""
 
 
 class RunFailed(Exception):
