@@ -98,16 +98,68 @@ def depth(value: JsonValue) -> int:
     return 1 + max((depth(child) for child in children), default=0)
 
 
+_EXACT_INTEGER: Final = 2.0**53
+"""Below this magnitude an integral binary64 is written by JCS as its exact integer."""
+
+
+class _NeedsReference(Exception):
+    """The fast encoder met a value whose JCS form it does not reproduce."""
+
+
+def _fast_form(value: JsonValue) -> object:
+    """The value prepared for `json.dumps`, or `_NeedsReference` (hot-path shortcut)."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        number = float(value) + 0.0
+        # JCS writes numbers as ECMAScript does; for integral values below 2**53 that is
+        # the plain integer, which json.dumps writes the same way. Anything else (fractions,
+        # exponents, larger integers) takes the reference encoder.
+        if number.is_integer() and abs(number) < _EXACT_INTEGER:
+            return int(number)
+        raise _NeedsReference
+    if isinstance(value, Mapping):
+        # json.dumps sorts keys by code point, JCS by UTF-16 code unit: the two agree on
+        # ASCII keys, which is every key of the protocol; others take the reference path.
+        if not all(isinstance(key, str) and key.isascii() for key in value):
+            raise _NeedsReference
+        return {key: _fast_form(item) for key, item in value.items()}
+    return [_fast_form(item) for item in value]
+
+
 def canonical_json(value: JsonValue) -> bytes:
     """RFC 8785 (JCS) bytes of a JsonValue.
 
     The value should come from `normalize_json`; ints are still accepted and written as
     their float. Raises `JsonValueError` for anything JCS cannot encode.
+
+    Hashing and signing call this a hundred times a post, so values of the common shape
+    (ASCII keys, integral numbers) go through the C `json` encoder, whose output is
+    byte-identical there (a property test pins it against `rfc8785`); everything else takes
+    `rfc8785`, the reference.
     """
+    try:
+        form = _fast_form(value)
+    except _NeedsReference:
+        pass
+    except RecursionError:
+        raise JsonValueError("nesting is too deep") from None
+    else:
+        try:
+            return json.dumps(
+                form, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+            ).encode("utf-8")
+        except (UnicodeEncodeError, ValueError, RecursionError):
+            pass  # lone surrogates and the like: the reference encoder reports them
     try:
         return bytes(rfc8785.dumps(_for_jcs(value)))  # type: ignore[arg-type]
     except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError, TypeError) as error:
         raise JsonValueError(f"not canonicalizable JSON: {error}") from None
+
+
+def reference_canonical_json(value: JsonValue) -> bytes:
+    """RFC 8785 bytes from the reference encoder alone (tests pin the fast path to it)."""
+    return bytes(rfc8785.dumps(_for_jcs(value)))  # type: ignore[arg-type]
 
 
 def canonical_text(value: JsonValue) -> str:

@@ -3,8 +3,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.contract.jsonvalue import (
+    JsonValue,
     JsonValueError,
     canonical_json,
     depth,
@@ -12,6 +15,7 @@ from gateway.contract.jsonvalue import (
     normalize_json,
     parse_canonical_json,
     parse_json,
+    reference_canonical_json,
 )
 
 
@@ -96,3 +100,33 @@ def test_protocol_bytes_must_be_exactly_canonical():
     for data in [b'{"b":1,"a":2}', b'{"a": 1}', b'{"a":1.0}', b"\xef\xbb\xbf{}", b"\xff"]:
         with pytest.raises(JsonValueError):
             parse_canonical_json(data)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(codec="utf-8"), max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(st.characters(codec="utf-8"), max_size=8), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=1000)
+@given(value=json_values)
+def test_the_fast_encoder_is_byte_identical_to_the_rfc8785_reference(value):
+    assert canonical_json(value) == reference_canonical_json(value)
+
+
+def test_the_fast_encoder_agrees_on_the_pitfalls_it_handles_itself():
+    values: list[JsonValue] = [
+        {"b": 1, "a": [True, None, 'x\u2028\x7f/"\\\x01']},
+        {"n": 2**53 - 1, "m": -(2**53 - 1), "z": -0.0},
+        [1.0, 0.0, 100.0],
+    ]
+    for value in values:
+        assert canonical_json(value) == reference_canonical_json(value)
