@@ -121,10 +121,15 @@ def _fast_form(value: JsonValue) -> object:
     if isinstance(value, Mapping):
         # json.dumps sorts keys by code point, JCS by UTF-16 code unit: the two agree on
         # ASCII keys, which is every key of the protocol; others take the reference path.
-        if not all(isinstance(key, str) and key.isascii() for key in value):
-            raise _NeedsReference
-        return {key: _fast_form(item) for key, item in value.items()}
-    return [_fast_form(item) for item in value]
+        form = {}
+        for key, item in value.items():
+            if not (isinstance(key, str) and key.isascii()):
+                raise _NeedsReference
+            form[key] = item if item is None or isinstance(item, bool | str) else _fast_form(item)
+        return form
+    return [
+        item if item is None or isinstance(item, bool | str) else _fast_form(item) for item in value
+    ]
 
 
 def canonical_json(value: JsonValue) -> bytes:
@@ -194,6 +199,8 @@ def _nesting_ok(text: str, limit: int) -> bool:
     # A cheap upper bound on nesting that ignores brackets inside strings only roughly:
     # counting every bracket can only over-estimate, so deep-but-valid input inside
     # strings is refused at worst, never hostile input accepted.
+    if text.count("[") + text.count("{") <= limit:
+        return True  # cannot nest deeper than the brackets it has
     level = 0
     for char in text:
         if char in "[{":

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import itertools
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -1489,8 +1490,12 @@ def conversation_id(member_agent_ids: Iterable[str]) -> str:
     return HashId.CONVERSATION.of(ConversationIdentity.of(member_agent_ids).to_json())
 
 
+@functools.lru_cache(maxsize=4096)
 def membership_hash(descriptor: MembershipDescriptor) -> str:
-    """MembershipHash (`mbr_`) of a descriptor."""
+    """MembershipHash (`mbr_`) of a descriptor.
+
+    Cached: every check of every statement needs it, and a descriptor carries up to 32
+    signed cards; descriptors are immutable values, equal ones hash alike."""
     return HashId.MEMBERSHIP.of(descriptor.to_json())
 
 
