@@ -4,6 +4,12 @@
 Registry, the Router and the Router feed, rebuilds every hosted agent from the store,
 recovers its conversations, and serves gRPC. `await gateway.shutdown()` runs the written
 order of operations.md §5; it is idempotent, and `wait_stopped()` returns once it ran.
+
+The Router and Registry are chosen by the settings (operations.md §1): in-process (the
+embedded mode) unless `router` / `registry` name a standalone process to join, through the
+gRPC clients of `gateway/rpc/` (the Registry key pinned from a setting or fetched once at
+start). With `expose_network` the embedded Router and Registry are also served to other
+daemons on this daemon's own gRPC port, behind the peer token.
 """
 
 from __future__ import annotations
@@ -44,7 +50,13 @@ from gateway.engine.certifier import Certified, Certifier, Identity
 from gateway.engine.crypto import SigningKey, VerifyCache
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
 from gateway.engine.verifier import RegistryEnvelopeVerifier
-from gateway.observability.metrics import Metrics, StoreMetrics
+from gateway.observability.metrics import (
+    DAEMON_GRPC_SERVICES,
+    REGISTRY_SERVICE,
+    ROUTER_SERVICE,
+    Metrics,
+    StoreMetrics,
+)
 from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import (
     KeyAlreadyRegistered,
@@ -55,7 +67,12 @@ from gateway.registry import (
 )
 from gateway.router import InProcessRouter
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
-from gateway.rpc.server import RpcServer, build_server
+from gateway.rpc.peer import PeerGuard, read_peer_token, require_protected_listen
+from gateway.rpc.registry_client import GrpcRegistry
+from gateway.rpc.registry_service import RegistryService
+from gateway.rpc.router_client import GrpcRouter
+from gateway.rpc.router_service import RouterService
+from gateway.rpc.server import RpcServer, ServiceBinding, build_server
 from gateway.settings import Settings
 from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
 from gateway.store.records import PutIdentity, PutToken, RevokeTokens
@@ -130,13 +147,24 @@ class Gateway:
         self._state = GatewayState.STARTING
         self._lock: DataDirLock | None = None
         self._store: SqliteStore | None = None
-        self._registry_port: SqliteRegistry | None = None
+        self._registry_port: SqliteRegistry | GrpcRegistry | None = None
         self._registry: RegistryClient | None = None
-        self._router: InProcessRouter | None = None
+        self._router: InProcessRouter | GrpcRouter | None = None
+        self._router_service: RouterService | None = None
         self._network: Network | None = None
         self._server: RpcServer | None = None
         self._cache = VerifyCache()
-        self.metrics = Metrics(__version__, settings.mode)
+        exposed = [
+            name
+            for name, served in (
+                (ROUTER_SERVICE, settings.exposes_router),
+                (REGISTRY_SERVICE, settings.exposes_registry),
+            )
+            if served
+        ]
+        self.metrics = Metrics(
+            __version__, settings.mode, grpc_services=(*DAEMON_GRPC_SERVICES, *exposed)
+        )
         self._metrics_server: MetricsServer | None = None
         self._gauges: asyncio.Task[None] | None = None
         self._runtimes: dict[str, AgentRuntime] = {}
@@ -148,6 +176,7 @@ class Gateway:
         self._run_id = secrets.token_hex(8)
         """This process's run: keyed sends reserved by another run are indeterminate."""
         self._shutdown_started = False
+        self._hurry = asyncio.Event()
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
         self._fatal_shutdown: asyncio.Task[None] | None = None
@@ -172,11 +201,13 @@ class Gateway:
             # Metrics come up first and go down last, so a scrape sees the whole life.
             self._metrics_server = MetricsServer(self.metrics, settings.metrics_listen)
             self._metrics_server.start()
+        peer_token = read_peer_token(settings.peer_token_file)
         self._lock = DataDirLock.acquire(settings.data_dir)
         self._admin_token, self.admin_token_path = ensure_admin_token(settings)
         # The store holds agents' private seeds: create both files owner-only before SQLite
         # opens them (its -wal and -shm files copy the database file's mode).
-        for name in (STORE_FILE, REGISTRY_FILE):
+        files = (STORE_FILE,) if settings.registry is not None else (STORE_FILE, REGISTRY_FILE)
+        for name in files:
             os.close(os.open(settings.data_dir / name, os.O_CREAT | os.O_WRONLY, 0o600))
         self._store = await SqliteStore.open(
             settings.data_dir / STORE_FILE,
@@ -186,13 +217,26 @@ class Gateway:
             observer=StoreMetrics(self.metrics),
             on_fatal=self._on_fatal,
         )
-        self._registry_port = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
+        if settings.registry is None:
+            self._registry_port = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
+        else:
+            self._registry_port = await GrpcRegistry.connect(
+                settings.registry,
+                peer_token=peer_token,
+                registry_public_key=settings.registry_public_key,
+            )
         self._registry = RegistryClient(
             self._registry_port,
             registry_public_key=self._registry_port.registry_public_key(),
             verify_cache=self._cache,
         )
-        self._router = InProcessRouter(RegistryEnvelopeVerifier(self._registry, cache=self._cache))
+        if settings.router is None:
+            self._router = InProcessRouter(
+                RegistryEnvelopeVerifier(self._registry, cache=self._cache)
+            )
+        else:
+            # A Router that is down at start is fine: the feed retries while DETACHED.
+            self._router = await GrpcRouter.connect(settings.router, peer_token=peer_token)
         self._network = Network(
             router=self._router,
             store=self._store,
@@ -205,7 +249,10 @@ class Gateway:
             ),
         )
         self._server = await build_server(
-            self, settings, interceptors=[MetricsInterceptor(self.metrics)]
+            self,
+            settings,
+            interceptors=[MetricsInterceptor(self.metrics)],
+            services=self._exposed_services(peer_token),
         )
         await self._server.start()
         self._state = GatewayState.RECOVERING
@@ -226,6 +273,32 @@ class Gateway:
         self._gauges.set_name("gauges")
         await self._server.set_serving()
         logger.info("serving listen=%s agents=%d", self._server.address, len(self._runtimes))
+
+    def _exposed_services(self, peer_token: str | None) -> list[ServiceBinding]:
+        """The embedded Router and Registry as services for other daemons (`expose_network`),
+        behind the peer token; open only on a loopback listen address."""
+        settings = self.settings
+        if not (settings.exposes_router or settings.exposes_registry):
+            return []
+        require_protected_listen(
+            settings.listen, peer_token, mtls=settings.tls_client_ca_file is not None
+        )
+        guard = PeerGuard(peer_token)
+        services = []
+        if settings.exposes_router:
+            assert isinstance(self._router, InProcessRouter)
+            self._router_service = RouterService(self._router, guard)
+            services.append(self._router_service.binding())
+        if settings.exposes_registry:
+            assert isinstance(self._registry_port, SqliteRegistry)
+            services.append(RegistryService(self._registry_port, guard).binding())
+        logger.info(
+            "exposing the embedded network router=%s registry=%s peer_token=%s",
+            settings.exposes_router,
+            settings.exposes_registry,
+            "required" if peer_token is not None else "none (loopback only)",
+        )
+        return services
 
     @property
     def metrics_address(self) -> str | None:
@@ -265,7 +338,10 @@ class Gateway:
         await self._stopped.wait()
 
     async def shutdown(self, *, skip_waits: bool = False) -> None:
-        """operations.md §5, one step after another; idempotent."""
+        """operations.md §5, one step after another; idempotent. A second call with
+        `skip_waits` (a second signal) cuts the delay and the grace of the running one."""
+        if skip_waits:
+            self._hurry.set()
         if self._shutdown_started:
             await self._stopped.wait()
             return
@@ -289,7 +365,9 @@ class Gateway:
         if self._server is not None:
             await step(ShutdownStep.NOT_SERVING, self._server.set_not_serving)
         if not skip_waits and self.settings.shutdown_delay > 0:
-            await step(ShutdownStep.DELAY, lambda: asyncio.sleep(self.settings.shutdown_delay))
+            await step(
+                ShutdownStep.DELAY, lambda: self._wait_or_hurry(self.settings.shutdown_delay)
+            )
         # New calls are refused by the state check; streams end now so none holds the grace,
         # and their clients reconnect elsewhere and replay.
         await step(ShutdownStep.REFUSE, self._end_streams)
@@ -307,6 +385,16 @@ class Gateway:
     def _end_streams(self) -> None:
         for runtime in self._runtimes.values():
             runtime.inbox.end_stream(StreamEndReason.SHUTDOWN)
+        if self._router_service is not None:
+            # Other daemons' held reads of the exposed Router would hold the grace too.
+            self._router_service.end_reads()
+
+    async def _wait_or_hurry(self, seconds: float) -> None:
+        hurry = asyncio.ensure_future(self._hurry.wait())
+        try:
+            await asyncio.wait({hurry}, timeout=seconds)
+        finally:
+            hurry.cancel()
 
     async def _stop_server(self, grace: float) -> None:
         assert self._server is not None
@@ -314,9 +402,18 @@ class Gateway:
         # turns a bound send into delivery-pending (it is proposed again after restart).
         answer_at = max(0.0, grace - SHUTDOWN_ANSWER_MARGIN)
         stopper = asyncio.ensure_future(self._server.stop(grace))
-        done, _ = await asyncio.wait({stopper}, timeout=answer_at)
-        if not done and self._network is not None:
-            self._network.cancel_waiters()
+        hurry = asyncio.ensure_future(self._hurry.wait())
+        try:
+            await asyncio.wait(
+                {stopper, hurry}, timeout=answer_at, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            hurry.cancel()
+        if not stopper.done():
+            if self._network is not None:
+                self._network.cancel_waiters()
+            if self._hurry.is_set():
+                await self._server.stop(0)
         await stopper
 
     async def _stop_metrics(self) -> None:

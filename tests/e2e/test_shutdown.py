@@ -1,0 +1,108 @@
+"""Graceful shutdown of a real daemon process under traffic (operations.md §5).
+
+SIGTERM turns health NOT_SERVING before the server stops; every call waiting at the time
+gets an answer; no bound intent is lost: after a restart every one of them certifies."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import grpc
+import harness_client
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness_client import HarnessClientError, MessageInput
+
+from gateway.testing import RunningDaemon, run_daemon
+from tests.support import eventually
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+SENDS = 40
+
+
+async def health(address: str, service: str) -> int:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+        return int(response.status)
+
+
+async def tokens_for(daemon: RunningDaemon, *names: str) -> dict[str, str]:
+    async with await harness_client.connect_management(
+        daemon.address, admin_token=daemon.admin_token
+    ) as client:
+        return {name: (await client.register_agent(name)).token for name in names}
+
+
+def open_intents(data_dir: Path) -> int:
+    with sqlite3.connect(f"file:{data_dir / 'gateway.sqlite3'}?mode=ro", uri=True) as db:
+        return int(
+            db.execute("SELECT COUNT(*) FROM post_intents WHERE state = 'open'").fetchone()[0]
+        )
+
+
+def intents(data_dir: Path) -> tuple[int, int]:
+    with sqlite3.connect(f"file:{data_dir / 'gateway.sqlite3'}?mode=ro", uri=True) as db:
+        total = db.execute("SELECT COUNT(*) FROM post_intents").fetchone()[0]
+        certified = db.execute(
+            "SELECT COUNT(DISTINCT post_id) FROM certified_records WHERE author IN "
+            "(SELECT agent_id FROM identities WHERE agent_name = 'alice')"
+        ).fetchone()[0]
+        return int(total), int(certified)
+
+
+async def test_sigterm_under_traffic_flips_health_first_answers_every_call_and_loses_no_intent():
+    async with run_daemon(extra_args=("--shutdown-delay", "1s")) as daemon:
+        tokens = await tokens_for(daemon, "alice", "bob")
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert await health(daemon.address, "harness.v1.HarnessEndpointService") == serving
+        async with await harness_client.connect(daemon.address, token=tokens["alice"]) as alice:
+
+            async def one(index: int) -> str:
+                try:
+                    await alice.send(MessageInput(to="agent:bob", text=f"under traffic {index}"))
+                except HarnessClientError as error:
+                    return type(error).__name__
+                return "ok"
+
+            calls = [asyncio.ensure_future(one(index)) for index in range(SENDS)]
+            await asyncio.sleep(0)  # let the first sends leave before the signal
+            daemon.process.send_signal(15)
+            # During the shutdown delay the process still answers health: NOT_SERVING.
+            not_serving = await eventually(
+                lambda: health(daemon.address, "harness.v1.HarnessEndpointService"),
+                lambda status: status == health_pb2.HealthCheckResponse.NOT_SERVING,
+                within=5,
+            )
+            assert not_serving == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert await health(daemon.address, "liveness") == serving
+            outcomes = await asyncio.wait_for(asyncio.gather(*calls), 60)
+        assert len(outcomes) == SENDS  # every waiting call got an answer
+        returncode = await asyncio.wait_for(daemon.process.wait(), 60)
+        assert returncode == 0, daemon.stderr
+        await daemon.restart()
+        # Every intent bound before the signal certifies after the restart.
+        await eventually(
+            lambda: asyncio.to_thread(open_intents, daemon.data_dir),
+            lambda count: count == 0,
+            within=60,
+        )
+        total, certified = await asyncio.to_thread(intents, daemon.data_dir)
+        assert certified == total
+        assert outcomes.count("ok") <= total
+
+
+async def test_a_second_signal_skips_the_waits():
+    async with run_daemon(extra_args=("--shutdown-delay", "30s")) as daemon:
+        daemon.process.send_signal(15)
+        await eventually(
+            lambda: health(daemon.address, "harness.v1.HarnessEndpointService"),
+            lambda status: status == health_pb2.HealthCheckResponse.NOT_SERVING,
+            within=5,
+        )
+        daemon.process.send_signal(2)
+        returncode = await asyncio.wait_for(daemon.process.wait(), 20)
+        assert returncode == 0, daemon.stderr
