@@ -1,8 +1,19 @@
-"""`harness-gateway`: the process entry point (serve, check-config, version).
+"""`harness-gateway`: the process entry point (serve, router, registry, check-config, version).
 
 `serve` with no flags is the embedded default: in-process Router and Registry, SQLite under
-the data directory, 127.0.0.1 only. It logs one `ready` line with the bound addresses and
-shuts down in the written order on SIGTERM or SIGINT (a second signal skips the waits).
+the data directory, 127.0.0.1 only. `serve --router grpc://HOST:7771 --registry
+grpc://HOST:7772` joins a standalone Router and Registry instead (the `joined` mode), and
+`serve --expose-network` serves the embedded ones to other daemons.
+
+`router` and `registry` are the standalone roles (`gateway.standalone`), on 127.0.0.1:7771
+and 127.0.0.1:7772 by default; the Router joins a Registry to verify signatures.
+
+Peer calls carry the token of `--peer-token-file` (HARNESS_PEER_TOKEN_FILE) when one is
+set, and the Router and Registry then require it. Without a peer token they run open, which
+is only allowed on a loopback listen address: a one-machine deployment or a test network.
+
+Every process logs one `ready` line with its bound addresses and shuts down in its written
+order on SIGTERM or SIGINT (a second signal skips the waits).
 """
 
 from __future__ import annotations
@@ -14,9 +25,20 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 from gateway import __version__
-from gateway.settings import SettingsError, describe, load_settings
+from gateway.settings import (
+    REGISTRY_LISTEN,
+    REGISTRY_METRICS_LISTEN,
+    ROUTER_LISTEN,
+    ROUTER_METRICS_LISTEN,
+    Settings,
+    SettingsError,
+    default_registry_data_dir,
+    describe,
+    load_settings,
+)
 
 logger = logging.getLogger("harness.gateway")
 
@@ -24,18 +46,16 @@ EXIT_USAGE = 2
 """Exit code of invalid flags or settings."""
 
 
-def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", help="gRPC address, HOST:PORT (default 127.0.0.1:7770)")
+def _add_common_flags(parser: argparse.ArgumentParser, *, listen: str, metrics: str) -> None:
+    parser.add_argument("--listen", help=f"gRPC address, HOST:PORT (default {listen})")
     parser.add_argument(
-        "--metrics-listen", help="Prometheus address, HOST:PORT or off (default 127.0.0.1:9770)"
+        "--metrics-listen", help=f"Prometheus address, HOST:PORT or off (default {metrics})"
     )
     parser.add_argument(
-        "--data-dir", help="data directory (default $XDG_STATE_HOME/harness-gateway)"
+        "--peer-token-file",
+        help="file holding the daemon-to-daemon token (sent to, and required by, the Router "
+        "and Registry); without one they run open on loopback only",
     )
-    parser.add_argument("--stream-window", help="unacknowledged deliveries per stream (256)")
-    parser.add_argument("--commit-delay", help="group commit window, e.g. 2ms")
-    parser.add_argument("--commit-max-batch", help="most writes per group commit (512)")
-    parser.add_argument("--send-certify-timeout", help="certification wait of a send, e.g. 30s")
     parser.add_argument("--shutdown-delay", help="serve on after health turns NOT_SERVING, e.g. 5s")
     parser.add_argument("--shutdown-grace", help="in-flight calls' grace at shutdown, e.g. 30s")
     parser.add_argument(
@@ -48,6 +68,49 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_registry_join_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--registry-public-key",
+        help="the Registry's public key to pin (b64); fetched once at start when absent",
+    )
+
+
+def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
+    _add_common_flags(parser, listen="127.0.0.1:7770", metrics="127.0.0.1:9770")
+    parser.add_argument(
+        "--data-dir", help="data directory (default $XDG_STATE_HOME/harness-gateway)"
+    )
+    parser.add_argument(
+        "--router", help="join a standalone Router, grpc://HOST:PORT (default: in-process)"
+    )
+    parser.add_argument(
+        "--registry", help="join a standalone Registry, grpc://HOST:PORT (default: in-process)"
+    )
+    _add_registry_join_flags(parser)
+    parser.add_argument(
+        "--expose-network",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve the embedded Router and Registry to other daemons on the gRPC port",
+    )
+    parser.add_argument(
+        "--serve-router",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve only the embedded Router to other daemons",
+    )
+    parser.add_argument(
+        "--serve-registry",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve only the embedded Registry to other daemons",
+    )
+    parser.add_argument("--stream-window", help="unacknowledged deliveries per stream (256)")
+    parser.add_argument("--commit-delay", help="group commit window, e.g. 2ms")
+    parser.add_argument("--commit-max-batch", help="most writes per group commit (512)")
+    parser.add_argument("--send-certify-timeout", help="certification wait of a send, e.g. 30s")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness-gateway", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -55,6 +118,17 @@ def _build_parser() -> argparse.ArgumentParser:
         "serve", help="run the gateway daemon (embedded default with no flags)"
     )
     _add_serve_flags(serve)
+    router = commands.add_parser("router", help="run a standalone Router")
+    _add_common_flags(router, listen=ROUTER_LISTEN, metrics=ROUTER_METRICS_LISTEN)
+    router.add_argument(
+        "--registry", help="the Registry that signs senders' cards, grpc://HOST:PORT (required)"
+    )
+    _add_registry_join_flags(router)
+    registry = commands.add_parser("registry", help="run a standalone Registry")
+    _add_common_flags(registry, listen=REGISTRY_LISTEN, metrics=REGISTRY_METRICS_LISTEN)
+    registry.add_argument(
+        "--data-dir", help="data directory (default $XDG_STATE_HOME/harness-registry)"
+    )
     check = commands.add_parser(
         "check-config", help="validate settings and print the effective values"
     )
@@ -63,21 +137,24 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_FLAG_NAMES = (
-    "listen",
-    "metrics_listen",
-    "data_dir",
-    "stream_window",
-    "commit_delay",
-    "commit_max_batch",
-    "send_certify_timeout",
-    "shutdown_delay",
-    "shutdown_grace",
-    "reflection",
-    "log_format",
-    "log_level",
-    "uvloop",
-)
+def _role_defaults(command: str) -> dict[str, object]:
+    """The settings a standalone role changes below the environment and flags."""
+    match command:
+        case "router":
+            return {
+                "role": "router",
+                "listen": ROUTER_LISTEN,
+                "metrics_listen": ROUTER_METRICS_LISTEN,
+            }
+        case "registry":
+            return {
+                "role": "registry",
+                "listen": REGISTRY_LISTEN,
+                "metrics_listen": REGISTRY_METRICS_LISTEN,
+                "data_dir": default_registry_data_dir(),
+            }
+        case _:
+            return {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,9 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"harness-gateway {__version__}")
         return 0
-    flags = {name: getattr(args, name) for name in _FLAG_NAMES}
+    flags = {name: value for name, value in vars(args).items() if name != "command"}
     try:
-        settings = load_settings(flags=flags)
+        settings = load_settings(flags=flags, defaults=_role_defaults(args.command))
     except SettingsError as error:
         for problem in error.errors:
             print(f"harness-gateway: {problem}", file=sys.stderr)
@@ -99,20 +176,93 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gateway.observability.logs import configure_logging
 
     configure_logging(log_format=settings.log_format, level=settings.log_level)
+    run = {"router": _router, "registry": _registry}.get(args.command, _serve)
     if settings.uvloop:
         # Installed here only: libraries and tests never set a loop policy (house style 8).
         import uvloop
 
-        return uvloop.run(_serve(settings))
-    return asyncio.run(_serve(settings))
+        return uvloop.run(run(settings))
+    return asyncio.run(run(settings))
 
 
-async def _serve(settings: object) -> int:
-    from gateway.app import Gateway
-    from gateway.settings import Settings
+def _cannot_start(error: BaseException) -> int:
+    logger.error("cannot start: %s", error)
+    print(f"harness-gateway: {error}", file=sys.stderr)
+    return 1
+
+
+class _Stoppable(Protocol):
+    exit_code: int
+
+    async def shutdown(self, *, skip_waits: bool = False) -> None: ...
+
+    async def wait_stopped(self) -> None: ...
+
+
+async def _run_until_stopped(process: _Stoppable, ready: dict[str, str]) -> int:
+    """Log `ready`, shut down on SIGTERM or SIGINT (a second signal skips the waits), and
+    return the exit code once stopped."""
+    loop = asyncio.get_running_loop()
+    shutdowns: list[asyncio.Task[None]] = []
+
+    def on_signal() -> None:
+        # A second signal skips the waits of steps 3 and 5 (operations.md §5).
+        shutdowns.append(
+            loop.create_task(process.shutdown(skip_waits=bool(shutdowns)), name="shutdown")
+        )
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
+    logger.info("ready", extra=ready)
+    await process.wait_stopped()
+    await asyncio.gather(*shutdowns, return_exceptions=True)
+    return process.exit_code
+
+
+async def _router(settings: Settings) -> int:
+    from gateway.registry import RegistryError
+    from gateway.standalone import StandaloneRouter
+
+    try:
+        router = await StandaloneRouter.start(settings)
+    except (OSError, ValueError, RegistryError) as error:
+        return _cannot_start(error)
+    return await _run_until_stopped(
+        router,
+        {
+            "role": "router",
+            "listen": router.address,
+            "metrics": router.metrics_address or "off",
+            "instance_id": router.instance_id,
+        },
+    )
+
+
+async def _registry(settings: Settings) -> int:
+    from gateway.registry import RegistryError
+    from gateway.standalone import StandaloneRegistry
     from gateway.store import DataDirLocked
 
-    assert isinstance(settings, Settings)
+    try:
+        registry = await StandaloneRegistry.start(settings)
+    except (DataDirLocked, OSError, ValueError, RegistryError) as error:
+        return _cannot_start(error)
+    return await _run_until_stopped(
+        registry,
+        {
+            "role": "registry",
+            "listen": registry.address,
+            "metrics": registry.metrics_address or "off",
+            "data_dir": str(registry.data_dir),
+        },
+    )
+
+
+async def _serve(settings: Settings) -> int:
+    from gateway.app import Gateway
+    from gateway.registry import RegistryError
+    from gateway.store import DataDirLocked
+
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         gateway = await Gateway.start(settings)
@@ -120,33 +270,21 @@ async def _serve(settings: object) -> int:
         logger.error("%s", error)
         print(f"harness-gateway: {error}", file=sys.stderr)
         return 1
-    except OSError as error:
-        logger.error("cannot start: %s", error)
-        print(f"harness-gateway: {error}", file=sys.stderr)
-        return 1
-    loop = asyncio.get_running_loop()
-    shutdowns: list[asyncio.Task[None]] = []
-
-    def on_signal() -> None:
-        # A second signal skips the waits of steps 3 and 5 (operations.md §5).
-        shutdowns.append(
-            loop.create_task(gateway.shutdown(skip_waits=bool(shutdowns)), name="shutdown")
-        )
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal)
-    logger.info(
-        "ready",
-        extra={
+    except (OSError, ValueError, RegistryError) as error:
+        # A bind failure, an unusable peer setting, or a Registry to join that could not
+        # be reached for its key.
+        return _cannot_start(error)
+    return await _run_until_stopped(
+        gateway,
+        {
+            "role": "serve",
+            "mode": settings.mode,
             "listen": gateway.address,
             "metrics": gateway.metrics_address or "off",
             "data_dir": str(settings.data_dir),
             "admin_token_file": str(gateway.admin_token_path),
         },
     )
-    await gateway.wait_stopped()
-    await asyncio.gather(*shutdowns, return_exceptions=True)
-    return gateway.exit_code
 
 
 if __name__ == "__main__":

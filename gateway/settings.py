@@ -17,6 +17,17 @@ from typing import Final, Literal
 
 DEFAULT_LISTEN: Final = "127.0.0.1:7770"
 DEFAULT_METRICS_LISTEN: Final = "127.0.0.1:9770"
+ROUTER_LISTEN: Final = "127.0.0.1:7771"
+"""The standalone Router's default gRPC address (operations.md §1)."""
+ROUTER_METRICS_LISTEN: Final = "127.0.0.1:9771"
+"""The standalone Router's default `/metrics` address."""
+REGISTRY_LISTEN: Final = "127.0.0.1:7772"
+"""The standalone Registry's default gRPC address (operations.md §1)."""
+REGISTRY_METRICS_LISTEN: Final = "127.0.0.1:9772"
+"""The standalone Registry's default `/metrics` address."""
+
+PEER_SCHEME: Final = "grpc://"
+"""The one scheme of a Router or Registry to join (`nats://` and PostgreSQL come later)."""
 
 
 def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -28,13 +39,22 @@ def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "harness-gateway"
 
 
+def default_registry_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/harness-registry`, beside (never inside) a daemon's data directory."""
+    return default_data_dir(env).with_name("harness-registry")
+
+
 LogFormat = Literal["json", "text", "auto"]
+Role = Literal["serve", "router", "registry"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Every setting of a gateway process, with the embedded defaults."""
 
+    role: Role = "serve"
+    """The process: the daemon (`serve`) or a standalone `router` or `registry`; set by the
+    subcommand, never by a variable."""
     listen: str = DEFAULT_LISTEN
     """gRPC listen address (`HOST:PORT`; port 0 takes a free port)."""
     metrics_listen: str | None = DEFAULT_METRICS_LISTEN
@@ -42,13 +62,21 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     """Where the store, the lock and the generated admin token live."""
     router: str | None = None
-    """A Router to join (`grpc://HOST:PORT`); None runs the in-process ring."""
+    """A Router to join (`grpc://HOST:PORT`; `HOST:PORT` is accepted and normalised); None
+    runs the in-process ring."""
     registry: str | None = None
-    """A Registry to join (`grpc://HOST:PORT`); None runs it in-process."""
+    """A Registry to join (`grpc://HOST:PORT`, normalised as `router`); None runs it
+    in-process. The standalone Router needs one to verify envelope signatures."""
+    registry_public_key: str | None = None
+    """The pinned Registry key (`b64` of 32 bytes) for a joined Registry; None fetches it
+    once with `GetRegistryKey` at start."""
     serve_router: bool = False
     """Expose the embedded Router to other daemons."""
     serve_registry: bool = False
     """Expose the embedded Registry to other daemons."""
+    expose_network: bool = False
+    """Expose both the embedded Router and Registry to other daemons, on the daemon's own
+    gRPC port (`--expose-network`); the same as `serve_router` and `serve_registry`."""
     reflection: bool | None = None
     """gRPC server reflection; None means on in the embedded mode, else off."""
     stream_window: int = 256
@@ -86,7 +114,9 @@ class Settings:
     admin_token_file: Path | None = None
     """File holding the operator token; None generates `<data-dir>/admin-token` (embedded)."""
     peer_token_file: Path | None = None
-    """File holding the daemon-to-daemon token."""
+    """File holding the daemon-to-daemon token (at least 32 characters). Daemons send it to
+    the Router and Registry; the Router and Registry (standalone or exposed) then require
+    it. Without one they run open, which is allowed on a loopback address only."""
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
@@ -100,18 +130,30 @@ class Settings:
 
     @property
     def embedded(self) -> bool:
-        """True when Router and Registry both run in-process."""
-        return self.router is None and self.registry is None
+        """True for a daemon whose Router and Registry both run in-process."""
+        return self.role == "serve" and self.router is None and self.registry is None
 
     @property
     def reflection_enabled(self) -> bool:
-        """Reflection as configured, defaulting by mode."""
+        """Reflection as configured, defaulting by mode (on only in the embedded mode)."""
         return self.embedded if self.reflection is None else self.reflection
 
     @property
     def mode(self) -> str:
-        """The `mode` label of `harness_build_info`."""
+        """The `mode` label of `harness_build_info`: `embedded`, `joined`, or the role."""
+        if self.role != "serve":
+            return self.role
         return "embedded" if self.embedded else "joined"
+
+    @property
+    def exposes_router(self) -> bool:
+        """True when the daemon serves its embedded Router to other daemons."""
+        return self.role == "serve" and (self.expose_network or self.serve_router)
+
+    @property
+    def exposes_registry(self) -> bool:
+        """True when the daemon serves its embedded Registry to other daemons."""
+        return self.role == "serve" and (self.expose_network or self.serve_registry)
 
 
 class SettingsError(ValueError):
@@ -167,6 +209,29 @@ def _address(text: str) -> str:
     return text
 
 
+def _peer(text: str) -> str:
+    """`HOST:PORT` or `grpc://HOST:PORT`, as `grpc://HOST:PORT`."""
+    stripped = text.strip()
+    address = stripped.removeprefix(PEER_SCHEME).rstrip("/")
+    if "://" in address:
+        raise ValueError(f"only {PEER_SCHEME}HOST:PORT is supported, got {text!r}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT or {PEER_SCHEME}HOST:PORT, got {text!r}")
+    return PEER_SCHEME + address
+
+
+_B64_KEY = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
+
+
+def _public_key(text: str) -> str:
+    """Unpadded base64url of exactly 32 bytes (43 characters, no trailing bits)."""
+    key = text.strip()
+    if not _B64_KEY.fullmatch(key):
+        raise ValueError("expected the b64 (unpadded base64url) of a 32-byte Ed25519 key")
+    return key
+
+
 def _log_format(text: str) -> str:
     if text not in ("json", "text", "auto"):
         raise ValueError(f"expected json, text or auto, got {text!r}")
@@ -190,10 +255,12 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "listen": _address,
     "metrics_listen": _optional_address,
     "data_dir": Path,
-    "router": str,
-    "registry": str,
+    "router": _peer,
+    "registry": _peer,
+    "registry_public_key": _public_key,
     "serve_router": parse_bool,
     "serve_registry": parse_bool,
+    "expose_network": parse_bool,
     "reflection": parse_bool,
     "stream_window": _positive_int,
     "commit_delay": parse_duration,
@@ -233,17 +300,23 @@ def env_name(setting: str) -> str:
 
 
 def load_settings(
-    env: Mapping[str, str] | None = None, flags: Mapping[str, object] | None = None
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+    *,
+    defaults: Mapping[str, object] | None = None,
 ) -> Settings:
     """Defaults, then `HARNESS_*` from `env`, then `flags` (already typed or text).
 
-    Raises `SettingsError` listing every invalid value.
+    `defaults` (typed values) replace the embedded defaults below the environment: a
+    standalone role's own ports, data directory and `role`. Raises `SettingsError`
+    listing every invalid value.
     """
     env = os.environ if env is None else env
     values: dict[str, object] = {}
     errors: list[str] = []
     data_dir_env = {key: env[key] for key in ("XDG_STATE_HOME", "HOME") if key in env}
     values["data_dir"] = default_data_dir(data_dir_env)
+    values.update(defaults or {})
     for name, parser in _PARSERS.items():
         variable = env_name(name)
         if variable in env and env[variable] != "":
@@ -272,6 +345,16 @@ def _check_ranges(values: Mapping[str, object]) -> list[str]:
     timeout = values.get("send_certify_timeout")
     if isinstance(timeout, float) and not 1.0 <= timeout <= 600.0:
         errors.append("send_certify_timeout: must be between 1s and 600s")
+    exposes = bool(values.get("expose_network"))
+    if values.get("router") is not None and (exposes or values.get("serve_router")):
+        errors.append("expose_network: a daemon joined to a Router cannot serve its own")
+    if values.get("registry") is not None and (exposes or values.get("serve_registry")):
+        errors.append("expose_network: a daemon joined to a Registry cannot serve its own")
+    if values.get("role") == "router" and values.get("registry") is None:
+        errors.append(
+            "registry: the standalone Router needs a Registry (--registry grpc://HOST:PORT) "
+            "to verify envelope signatures"
+        )
     return errors
 
 

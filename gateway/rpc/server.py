@@ -5,13 +5,19 @@ port, `server.address` says which), and `await server.start()` starts serving. H
 follows operations.md §3: `""` and the two `harness.v1` services are NOT_SERVING until the
 core calls `set_serving()`, and NOT_SERVING for good once `set_not_serving()` is called
 after serving began or `stop()` is called; `liveness` is SERVING from listen to exit.
+
+Peer services (`RouterService`, `RegistryService`) come as `ServiceBinding`s: a daemon
+exposing its embedded Router and Registry passes them to `build_server` next to its own,
+and the standalone `router` and `registry` processes serve them alone through
+`build_peer_server`. Each binding's name joins the readiness names and reflection.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import grpc
@@ -23,6 +29,7 @@ from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, management_
 from gateway.endpoint.api import GatewayCore
 from gateway.rpc.endpoint_service import HarnessEndpointService
 from gateway.rpc.management_service import ManagementService
+from gateway.rpc.peer import PEER_MAX_MESSAGE_BYTES
 from gateway.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -46,6 +53,18 @@ MAX_PING_STRIKES: Final = 2
 """Pings faster than the accepted interval tolerated before GOAWAY `too_many_pings`."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceBinding:
+    """One more service for a server: its full name (health and reflection) and how to add
+    its servicer. Built by `gateway.rpc.router_service` and `gateway.rpc.registry_service`,
+    so callers outside `gateway/rpc/` never touch grpc."""
+
+    name: str
+    """The full service name, e.g. `harness.v1.RouterService`."""
+    add: Callable[[grpc.aio.Server], None]
+    """Adds the servicer to a server before it starts."""
+
+
 class RpcServerState(enum.StrEnum):
     """An RpcServer's lifecycle (house style 9)."""
 
@@ -57,8 +76,13 @@ class RpcServerState(enum.StrEnum):
     """Stopped; it cannot start again."""
 
 
-def server_options(settings: Settings) -> list[tuple[str, int]]:
-    """The channel arguments of operations.md §3's keepalive and limits table."""
+def server_options(
+    settings: Settings, *, max_send_bytes: int = MAX_SEND_MESSAGE_BYTES
+) -> list[tuple[str, int]]:
+    """The channel arguments of operations.md §3's keepalive and limits table.
+
+    `max_send_bytes` is raised to `PEER_MAX_MESSAGE_BYTES` where a Router is served: one
+    batch may pass 4 MiB once its recipient tags are counted."""
 
     def ms(seconds: float) -> int:
         return round(seconds * 1000)
@@ -77,7 +101,7 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.max_connection_age_ms", ms(settings.max_connection_age)),
         ("grpc.max_connection_age_grace_ms", ms(settings.max_connection_age_grace)),
         ("grpc.max_receive_message_length", settings.max_receive_bytes),
-        ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", max_send_bytes),
         # A fixed port that another process holds must fail the bind, not share it.
         ("grpc.so_reuseport", 0),
     ]
@@ -86,10 +110,17 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
 class RpcServer:
     """A bound gRPC server: start, flip health, stop."""
 
-    def __init__(self, server: grpc.aio.Server, health: HealthServicer, address: str) -> None:
+    def __init__(
+        self,
+        server: grpc.aio.Server,
+        health: HealthServicer,
+        address: str,
+        readiness_names: Sequence[str] = READINESS_NAMES,
+    ) -> None:
         self._server = server
         self._health = health
         self._address = address
+        self._readiness_names = tuple(readiness_names)
         self._state = RpcServerState.BOUND
         self._served = False
         self._readiness_ended = False
@@ -122,13 +153,13 @@ class RpcServer:
         if self._state is RpcServerState.STOPPED or self._readiness_ended:
             return
         self._served = True
-        for name in READINESS_NAMES:
+        for name in self._readiness_names:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def set_not_serving(self) -> None:
         """Readiness NOT_SERVING; after serving began this is for good (shutdown step 2)."""
         self._readiness_ended = self._served
-        for name in READINESS_NAMES:
+        for name in self._readiness_names:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def stop(self, grace: float | None) -> None:
@@ -171,28 +202,74 @@ async def build_server(
     settings: Settings,
     *,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    services: Sequence[ServiceBinding] = (),
 ) -> RpcServer:
     """Build the server over `core` and bind `settings.listen`; call `start()` to serve.
 
     `interceptors` run around every call in order (the `grpc_server_*` metrics interceptor
-    goes here). Raises `OSError` when the address cannot be bound."""
+    goes here); `services` are served beside the agent and operator APIs (a daemon's
+    exposed Router and Registry). Raises `OSError` when the address cannot be bound."""
+
+    def add_endpoint(server: grpc.aio.Server) -> None:
+        endpoint_pb2_grpc.add_HarnessEndpointServiceServicer_to_server(
+            HarnessEndpointService(core), server
+        )
+
+    def add_management(server: grpc.aio.Server) -> None:
+        management_pb2_grpc.add_ManagementServiceServicer_to_server(ManagementService(core), server)
+
+    return await _build(
+        settings,
+        interceptors=interceptors,
+        services=(
+            ServiceBinding(name=ENDPOINT_SERVICE, add=add_endpoint),
+            ServiceBinding(name=MANAGEMENT_SERVICE, add=add_management),
+            *services,
+        ),
+        max_send_bytes=PEER_MAX_MESSAGE_BYTES if services else MAX_SEND_MESSAGE_BYTES,
+    )
+
+
+async def build_peer_server(
+    settings: Settings,
+    services: Sequence[ServiceBinding],
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> RpcServer:
+    """Build a server of peer services alone (the standalone `router` and `registry`), with
+    health and reflection as `build_server`'s, and bind `settings.listen`."""
+    return await _build(
+        settings,
+        interceptors=interceptors,
+        services=services,
+        max_send_bytes=PEER_MAX_MESSAGE_BYTES,
+    )
+
+
+async def _build(
+    settings: Settings,
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor],
+    services: Sequence[ServiceBinding],
+    max_send_bytes: int,
+) -> RpcServer:
     server = grpc.aio.server(
         interceptors=list(interceptors),
-        options=server_options(settings),
+        options=server_options(settings, max_send_bytes=max_send_bytes),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    endpoint_pb2_grpc.add_HarnessEndpointServiceServicer_to_server(
-        HarnessEndpointService(core), server
-    )
-    management_pb2_grpc.add_ManagementServiceServicer_to_server(ManagementService(core), server)
+    for service in services:
+        service.add(server)
+    names = tuple(service.name for service in services)
+    readiness = ("", *names)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    for name in READINESS_NAMES:
+    for name in readiness:
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     if settings.reflection_enabled:
         reflection.enable_server_reflection(
-            (ENDPOINT_SERVICE, MANAGEMENT_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME),
+            (*names, HEALTH_SERVICE, reflection.SERVICE_NAME),
             server,
         )
     credentials = _credentials(settings)
@@ -207,4 +284,4 @@ async def build_server(
     if port == 0:
         await server.stop(None)
         raise OSError(f"cannot listen on {settings.listen}")
-    return RpcServer(server, health, _bound_address(settings.listen, port))
+    return RpcServer(server, health, _bound_address(settings.listen, port), readiness)

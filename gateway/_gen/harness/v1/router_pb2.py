@@ -22,51 +22,52 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17harness/v1/router.proto\x12\nharness.v1\"{\n\x18RouterServiceSendRequest\x12\x1c\n\x14\x65xpected_instance_id\x18\x01 \x01(\t\x12(\n\x04mode\x18\x02 \x01(\x0e\x32\x1a.harness.v1.RouterSendMode\x12\x17\n\x0fsigned_envelope\x18\x03 \x01(\x0c\"\xf0\x04\n\x19RouterServiceSendResponse\x12\x42\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x0b\x32..harness.v1.RouterServiceSendResponse.AcceptedH\x00\x12Q\n\x10router_restarted\x18\x02 \x01(\x0b\x32\x35.harness.v1.RouterServiceSendResponse.RouterRestartedH\x00\x12O\n\x0fmessage_invalid\x18\x03 \x01(\x0b\x32\x34.harness.v1.RouterServiceSendResponse.MessageInvalidH\x00\x12Y\n\x14idempotency_conflict\x18\x04 \x01(\x0b\x32\x39.harness.v1.RouterServiceSendResponse.IdempotencyConflictH\x00\x12\\\n\x16retry_identity_unknown\x18\x05 \x01(\x0b\x32:.harness.v1.RouterServiceSendResponse.RetryIdentityUnknownH\x00\x1a/\n\x08\x41\x63\x63\x65pted\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x1a&\n\x0fRouterRestarted\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x1a \n\x0eMessageInvalid\x12\x0e\n\x06\x64\x65tail\x18\x01 \x01(\t\x1a\x15\n\x13IdempotencyConflict\x1a\x16\n\x14RetryIdentityUnknownB\x08\n\x06result\"I\n\x0bRouterEntry\x12\r\n\x05order\x18\x01 \x01(\x04\x12\x17\n\x0fsigned_envelope\x18\x02 \x01(\x0c\x12\x12\n\nrecipients\x18\x03 \x03(\t\"\\\n\x0bRouterBatch\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x0c\x12(\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x17.harness.v1.RouterEntry\"\x1e\n\x07\x46\x65\x65\x64Gap\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"\x0f\n\rCursorInvalid\"A\n\x0bPollRequest\x12\x12\n\nrecipients\x18\x01 \x03(\t\x12\x13\n\x06\x63ursor\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\t\n\x07_cursor\"\xa0\x01\n\x0cPollResponse\x12(\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x17.harness.v1.RouterBatchH\x00\x12\'\n\x08\x66\x65\x65\x64_gap\x18\x02 \x01(\x0b\x32\x13.harness.v1.FeedGapH\x00\x12\x33\n\x0e\x63ursor_invalid\x18\x03 \x01(\x0b\x32\x19.harness.v1.CursorInvalidH\x00\x42\x08\n\x06result\"F\n\x10SubscribeRequest\x12\x12\n\nrecipients\x18\x01 \x03(\t\x12\x13\n\x06\x63ursor\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\t\n\x07_cursor\"\xa5\x01\n\x11SubscribeResponse\x12(\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x17.harness.v1.RouterBatchH\x00\x12\'\n\x08\x66\x65\x65\x64_gap\x18\x02 \x01(\x0b\x32\x13.harness.v1.FeedGapH\x00\x12\x33\n\x0e\x63ursor_invalid\x18\x03 \x01(\x0b\x32\x19.harness.v1.CursorInvalidH\x00\x42\x08\n\x06result\"\x14\n\x12GetInstanceRequest\"*\n\x13GetInstanceResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\t*l\n\x0eRouterSendMode\x12 \n\x1cROUTER_SEND_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUTER_SEND_MODE_INITIAL\x10\x01\x12\x1a\n\x16ROUTER_SEND_MODE_RETRY\x10\x02\x32\xbb\x02\n\rRouterService\x12S\n\x04Send\x12$.harness.v1.RouterServiceSendRequest\x1a%.harness.v1.RouterServiceSendResponse\x12\x39\n\x04Poll\x12\x17.harness.v1.PollRequest\x1a\x18.harness.v1.PollResponse\x12J\n\tSubscribe\x12\x1c.harness.v1.SubscribeRequest\x1a\x1d.harness.v1.SubscribeResponse0\x01\x12N\n\x0bGetInstance\x12\x1e.harness.v1.GetInstanceRequest\x1a\x1f.harness.v1.GetInstanceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17harness/v1/router.proto\x12\nharness.v1\x1a\x1egoogle/protobuf/duration.proto\"{\n\x18RouterServiceSendRequest\x12\x1c\n\x14\x65xpected_instance_id\x18\x01 \x01(\t\x12(\n\x04mode\x18\x02 \x01(\x0e\x32\x1a.harness.v1.RouterSendMode\x12\x17\n\x0fsigned_envelope\x18\x03 \x01(\x0c\"\xf0\x04\n\x19RouterServiceSendResponse\x12\x42\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x0b\x32..harness.v1.RouterServiceSendResponse.AcceptedH\x00\x12Q\n\x10router_restarted\x18\x02 \x01(\x0b\x32\x35.harness.v1.RouterServiceSendResponse.RouterRestartedH\x00\x12O\n\x0fmessage_invalid\x18\x03 \x01(\x0b\x32\x34.harness.v1.RouterServiceSendResponse.MessageInvalidH\x00\x12Y\n\x14idempotency_conflict\x18\x04 \x01(\x0b\x32\x39.harness.v1.RouterServiceSendResponse.IdempotencyConflictH\x00\x12\\\n\x16retry_identity_unknown\x18\x05 \x01(\x0b\x32:.harness.v1.RouterServiceSendResponse.RetryIdentityUnknownH\x00\x1a/\n\x08\x41\x63\x63\x65pted\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x1a&\n\x0fRouterRestarted\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x1a \n\x0eMessageInvalid\x12\x0e\n\x06\x64\x65tail\x18\x01 \x01(\t\x1a\x15\n\x13IdempotencyConflict\x1a\x16\n\x14RetryIdentityUnknownB\x08\n\x06result\"I\n\x0bRouterEntry\x12\r\n\x05order\x18\x01 \x01(\x04\x12\x17\n\x0fsigned_envelope\x18\x02 \x01(\x0c\x12\x12\n\nrecipients\x18\x03 \x03(\t\"\\\n\x0bRouterBatch\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\x0c\x12(\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x17.harness.v1.RouterEntry\"\x1e\n\x07\x46\x65\x65\x64Gap\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"\x0f\n\rCursorInvalid\"j\n\x0bPollRequest\x12\x12\n\nrecipients\x18\x01 \x03(\t\x12\x13\n\x06\x63ursor\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x12\'\n\x04hold\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\t\n\x07_cursor\"\xa0\x01\n\x0cPollResponse\x12(\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x17.harness.v1.RouterBatchH\x00\x12\'\n\x08\x66\x65\x65\x64_gap\x18\x02 \x01(\x0b\x32\x13.harness.v1.FeedGapH\x00\x12\x33\n\x0e\x63ursor_invalid\x18\x03 \x01(\x0b\x32\x19.harness.v1.CursorInvalidH\x00\x42\x08\n\x06result\"o\n\x10SubscribeRequest\x12\x12\n\nrecipients\x18\x01 \x03(\t\x12\x13\n\x06\x63ursor\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x12\'\n\x04hold\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\t\n\x07_cursor\"\xa5\x01\n\x11SubscribeResponse\x12(\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x17.harness.v1.RouterBatchH\x00\x12\'\n\x08\x66\x65\x65\x64_gap\x18\x02 \x01(\x0b\x32\x13.harness.v1.FeedGapH\x00\x12\x33\n\x0e\x63ursor_invalid\x18\x03 \x01(\x0b\x32\x19.harness.v1.CursorInvalidH\x00\x42\x08\n\x06result\"\x14\n\x12GetInstanceRequest\"*\n\x13GetInstanceResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\t*l\n\x0eRouterSendMode\x12 \n\x1cROUTER_SEND_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18ROUTER_SEND_MODE_INITIAL\x10\x01\x12\x1a\n\x16ROUTER_SEND_MODE_RETRY\x10\x02\x32\xbb\x02\n\rRouterService\x12S\n\x04Send\x12$.harness.v1.RouterServiceSendRequest\x1a%.harness.v1.RouterServiceSendResponse\x12\x39\n\x04Poll\x12\x17.harness.v1.PollRequest\x1a\x18.harness.v1.PollResponse\x12J\n\tSubscribe\x12\x1c.harness.v1.SubscribeRequest\x1a\x1d.harness.v1.SubscribeResponse0\x01\x12N\n\x0bGetInstance\x12\x1e.harness.v1.GetInstanceRequest\x1a\x1f.harness.v1.GetInstanceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gateway._gen.harness.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROUTERSENDMODE']._serialized_start=1545
-  _globals['_ROUTERSENDMODE']._serialized_end=1653
-  _globals['_ROUTERSERVICESENDREQUEST']._serialized_start=39
-  _globals['_ROUTERSERVICESENDREQUEST']._serialized_end=162
-  _globals['_ROUTERSERVICESENDRESPONSE']._serialized_start=165
-  _globals['_ROUTERSERVICESENDRESPONSE']._serialized_end=789
-  _globals['_ROUTERSERVICESENDRESPONSE_ACCEPTED']._serialized_start=611
-  _globals['_ROUTERSERVICESENDRESPONSE_ACCEPTED']._serialized_end=658
-  _globals['_ROUTERSERVICESENDRESPONSE_ROUTERRESTARTED']._serialized_start=660
-  _globals['_ROUTERSERVICESENDRESPONSE_ROUTERRESTARTED']._serialized_end=698
-  _globals['_ROUTERSERVICESENDRESPONSE_MESSAGEINVALID']._serialized_start=700
-  _globals['_ROUTERSERVICESENDRESPONSE_MESSAGEINVALID']._serialized_end=732
-  _globals['_ROUTERSERVICESENDRESPONSE_IDEMPOTENCYCONFLICT']._serialized_start=734
-  _globals['_ROUTERSERVICESENDRESPONSE_IDEMPOTENCYCONFLICT']._serialized_end=755
-  _globals['_ROUTERSERVICESENDRESPONSE_RETRYIDENTITYUNKNOWN']._serialized_start=757
-  _globals['_ROUTERSERVICESENDRESPONSE_RETRYIDENTITYUNKNOWN']._serialized_end=779
-  _globals['_ROUTERENTRY']._serialized_start=791
-  _globals['_ROUTERENTRY']._serialized_end=864
-  _globals['_ROUTERBATCH']._serialized_start=866
-  _globals['_ROUTERBATCH']._serialized_end=958
-  _globals['_FEEDGAP']._serialized_start=960
-  _globals['_FEEDGAP']._serialized_end=990
-  _globals['_CURSORINVALID']._serialized_start=992
-  _globals['_CURSORINVALID']._serialized_end=1007
-  _globals['_POLLREQUEST']._serialized_start=1009
-  _globals['_POLLREQUEST']._serialized_end=1074
-  _globals['_POLLRESPONSE']._serialized_start=1077
-  _globals['_POLLRESPONSE']._serialized_end=1237
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=1239
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=1309
-  _globals['_SUBSCRIBERESPONSE']._serialized_start=1312
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=1477
-  _globals['_GETINSTANCEREQUEST']._serialized_start=1479
-  _globals['_GETINSTANCEREQUEST']._serialized_end=1499
-  _globals['_GETINSTANCERESPONSE']._serialized_start=1501
-  _globals['_GETINSTANCERESPONSE']._serialized_end=1543
-  _globals['_ROUTERSERVICE']._serialized_start=1656
-  _globals['_ROUTERSERVICE']._serialized_end=1971
+  _globals['_ROUTERSENDMODE']._serialized_start=1659
+  _globals['_ROUTERSENDMODE']._serialized_end=1767
+  _globals['_ROUTERSERVICESENDREQUEST']._serialized_start=71
+  _globals['_ROUTERSERVICESENDREQUEST']._serialized_end=194
+  _globals['_ROUTERSERVICESENDRESPONSE']._serialized_start=197
+  _globals['_ROUTERSERVICESENDRESPONSE']._serialized_end=821
+  _globals['_ROUTERSERVICESENDRESPONSE_ACCEPTED']._serialized_start=643
+  _globals['_ROUTERSERVICESENDRESPONSE_ACCEPTED']._serialized_end=690
+  _globals['_ROUTERSERVICESENDRESPONSE_ROUTERRESTARTED']._serialized_start=692
+  _globals['_ROUTERSERVICESENDRESPONSE_ROUTERRESTARTED']._serialized_end=730
+  _globals['_ROUTERSERVICESENDRESPONSE_MESSAGEINVALID']._serialized_start=732
+  _globals['_ROUTERSERVICESENDRESPONSE_MESSAGEINVALID']._serialized_end=764
+  _globals['_ROUTERSERVICESENDRESPONSE_IDEMPOTENCYCONFLICT']._serialized_start=766
+  _globals['_ROUTERSERVICESENDRESPONSE_IDEMPOTENCYCONFLICT']._serialized_end=787
+  _globals['_ROUTERSERVICESENDRESPONSE_RETRYIDENTITYUNKNOWN']._serialized_start=789
+  _globals['_ROUTERSERVICESENDRESPONSE_RETRYIDENTITYUNKNOWN']._serialized_end=811
+  _globals['_ROUTERENTRY']._serialized_start=823
+  _globals['_ROUTERENTRY']._serialized_end=896
+  _globals['_ROUTERBATCH']._serialized_start=898
+  _globals['_ROUTERBATCH']._serialized_end=990
+  _globals['_FEEDGAP']._serialized_start=992
+  _globals['_FEEDGAP']._serialized_end=1022
+  _globals['_CURSORINVALID']._serialized_start=1024
+  _globals['_CURSORINVALID']._serialized_end=1039
+  _globals['_POLLREQUEST']._serialized_start=1041
+  _globals['_POLLREQUEST']._serialized_end=1147
+  _globals['_POLLRESPONSE']._serialized_start=1150
+  _globals['_POLLRESPONSE']._serialized_end=1310
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1312
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1423
+  _globals['_SUBSCRIBERESPONSE']._serialized_start=1426
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1591
+  _globals['_GETINSTANCEREQUEST']._serialized_start=1593
+  _globals['_GETINSTANCEREQUEST']._serialized_end=1613
+  _globals['_GETINSTANCERESPONSE']._serialized_start=1615
+  _globals['_GETINSTANCERESPONSE']._serialized_end=1657
+  _globals['_ROUTERSERVICE']._serialized_start=1770
+  _globals['_ROUTERSERVICE']._serialized_end=2085
 # @@protoc_insertion_point(module_scope)

@@ -9,6 +9,7 @@ and a peer token or mTLS certificate; a version mismatch is FAILED_PRECONDITION 
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -342,6 +343,7 @@ class PollRequest(_message.Message):
 
     RECIPIENTS_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
     cursor: _builtins.bytes
     """The cursor from the previous batch; unset anchors at the tail (an immediate empty
     batch naming the instance, replaying nothing).
@@ -350,15 +352,22 @@ class PollRequest(_message.Message):
     def recipients(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The `AgentId`s the daemon hosts (one subscription per daemon)."""
 
+    @_builtins.property
+    def hold(self) -> _duration_pb2.Duration:
+        """How long the Router may hold the call while there is nothing to return: unset is
+        25 s, longer is shortened to 25 s, zero or negative answers at once.
+        """
+
     def __init__(
         self,
         *,
         recipients: _abc.Iterable[_builtins.str] | None = ...,
         cursor: _builtins.bytes | None = ...,
+        hold: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor", "hold", b"hold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor", "recipients", b"recipients"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor", "hold", b"hold", "recipients", b"recipients"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cursor: _TypeAlias = _typing.Literal["cursor"]  # noqa: Y015
     _WhichOneofArgType__cursor: _TypeAlias = _typing.Literal["_cursor", b"_cursor"]  # noqa: Y015
@@ -412,21 +421,29 @@ class SubscribeRequest(_message.Message):
 
     RECIPIENTS_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
     cursor: _builtins.bytes
     """The cursor from the previous batch; unset anchors at the tail."""
     @_builtins.property
     def recipients(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The `AgentId`s the daemon hosts (one subscription per daemon)."""
 
+    @_builtins.property
+    def hold(self) -> _duration_pb2.Duration:
+        """The interval of empty batches while there is nothing to deliver: unset is 25 s,
+        longer is shortened to 25 s; it must be positive.
+        """
+
     def __init__(
         self,
         *,
         recipients: _abc.Iterable[_builtins.str] | None = ...,
         cursor: _builtins.bytes | None = ...,
+        hold: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor", "hold", b"hold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor", "recipients", b"recipients"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor", b"_cursor", "cursor", b"cursor", "hold", b"hold", "recipients", b"recipients"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cursor: _TypeAlias = _typing.Literal["cursor"]  # noqa: Y015
     _WhichOneofArgType__cursor: _TypeAlias = _typing.Literal["_cursor", b"_cursor"]  # noqa: Y015

@@ -1,0 +1,289 @@
+"""`GrpcRegistry`: a `RegistryPort` over a standalone Registry's `harness.v1.RegistryService`.
+
+A joined daemon (`serve --registry grpc://HOST:PORT`) wraps it in the same verifying,
+caching `RegistryClient` as the embedded SQLite Registry. The pinned Registry key, which
+every card is verified against, is configured (`--registry-public-key`) or fetched once
+with `GetRegistryKey` when the client connects; it never changes afterwards.
+
+Failures, as `RegistryPort` promises: `RegistryVersionMismatch` for FAILED_PRECONDITION
+with `ErrorInfo` `VERSION_MISMATCH`, an answer announcing another `harness-version`, or a
+card of another `version`; `RegistryUnavailable` for everything else (unreachable, the
+10-second deadline, a malformed answer); `ValueError` for arguments no Registry accepts,
+checked here before any call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from types import TracebackType
+from typing import Any, NoReturn, Self
+
+import grpc
+
+from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
+from gateway.contract.addresses import is_agent_name
+from gateway.contract.ids import RandomId, b64, unb64
+from gateway.engine import protocol as p
+from gateway.engine.crypto import PUBLIC_KEY_SIZE, is_public_key_text
+from gateway.registry import (
+    LIST_LIMIT_MAX,
+    REGISTRY_DEADLINE,
+    KeyAlreadyRegistered,
+    NameTaken,
+    Registered,
+    RegisterOutcome,
+    RegistryUnavailable,
+    RegistryVersionMismatch,
+)
+from gateway.registry.port import check_list_arguments, check_registration
+from gateway.rpc.peer import (
+    answered_version,
+    call_metadata,
+    describe_failure,
+    is_version_mismatch,
+    open_peer_channel,
+    peer_target,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class GrpcRegistryState(enum.StrEnum):
+    """Lifecycle of a `GrpcRegistry`."""
+
+    OPEN = "open"
+    """Answering calls."""
+    CLOSED = "closed"
+    """Closed; every call raises `RegistryUnavailable`."""
+
+
+def decode_card(data: bytes) -> p.SignedAgentCard:
+    """The `SignedAgentCard` of JCS bytes a Registry returned.
+
+    A card (or signed wrapper) of another `version` is `RegistryVersionMismatch`; any
+    other malformation `RegistryUnavailable`. The signature is the caller's to verify."""
+    try:
+        return p.decode(data, p.SignedAgentCard)
+    except p.ProtocolError as error:
+        if _other_version(data):
+            raise RegistryVersionMismatch(
+                "the registry returned a card of another version"
+            ) from None
+        logger.error("registry returned an undecodable card: %s", error.detail)
+        raise RegistryUnavailable("the registry returned an undecodable card") from None
+
+
+def _other_version(data: bytes) -> bool:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return False
+    if not isinstance(value, dict):
+        return False
+    card = value.get("card")
+    versions = [value.get("version"), card.get("version") if isinstance(card, dict) else None]
+    return any(isinstance(version, str) and version != p.VERSION for version in versions)
+
+
+class GrpcRegistry:
+    """A `RegistryPort` whose Registry is a `RegistryService` across the network.
+
+    Create it with `await GrpcRegistry.connect(target, ...)`, which pins the Registry key;
+    `close()` (or leaving `async with`) closes the channel."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        target: str,
+        peer_token: str | None,
+        registry_public_key: str,
+        deadline: float,
+    ) -> None:
+        """Use `connect`; this only wires what it prepared."""
+        self._channel = channel
+        self._stub = registry_pb2_grpc.RegistryServiceStub(channel)
+        self._target = target
+        self._metadata = call_metadata(peer_token)
+        self._key = registry_public_key
+        self._deadline = deadline
+        self._state = GrpcRegistryState.OPEN
+
+    @classmethod
+    async def connect(
+        cls,
+        target: str,
+        *,
+        peer_token: str | None = None,
+        registry_public_key: str | None = None,
+        deadline: float = REGISTRY_DEADLINE,
+    ) -> Self:
+        """A client of the Registry at `HOST:PORT` or `grpc://HOST:PORT`.
+
+        With `registry_public_key` (`b64` of 32 bytes) that key is pinned and nothing is
+        called; without it the key is fetched with `GetRegistryKey`, waiting up to
+        `deadline` seconds for the Registry to come up. Raises `ValueError` for a malformed
+        target or key, `RegistryUnavailable` or `RegistryVersionMismatch` when the fetch
+        fails."""
+        address = peer_target(target)
+        if registry_public_key is not None and not is_public_key_text(registry_public_key):
+            raise ValueError("the registry public key must be b64 of 32 raw bytes")
+        channel = open_peer_channel(address)
+        client = cls(
+            channel,
+            target=address,
+            peer_token=peer_token,
+            registry_public_key=registry_public_key or "",
+            deadline=deadline,
+        )
+        if registry_public_key is None:
+            try:
+                client._key = await client._fetch_key()
+            except BaseException:
+                await channel.close()
+                raise
+            logger.info("registry key fetched target=%s", address)
+        return client
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> GrpcRegistryState:
+        """OPEN until `close()`."""
+        return self._state
+
+    @property
+    def target(self) -> str:
+        """The Registry's `HOST:PORT`."""
+        return self._target
+
+    async def close(self) -> None:
+        """Close the channel, ending every call in flight; idempotent."""
+        if self._state is GrpcRegistryState.CLOSED:
+            return
+        self._state = GrpcRegistryState.CLOSED
+        await self._channel.close()
+
+    def registry_public_key(self) -> str:
+        """The pinned key (`b64`): configured, or fetched at connect."""
+        return self._key
+
+    async def register(self, agent_name: str, public_key: str) -> RegisterOutcome:
+        """See `RegistryPort.register`."""
+        check_registration(agent_name, public_key)
+        raw = unb64(public_key)
+        assert raw is not None
+        response = await self._call(
+            self._stub.Register,
+            registry_pb2.RegisterRequest(agent_name=agent_name, public_key=raw),
+        )
+        match response.WhichOneof("result"):
+            case "registered":
+                return Registered(card=decode_card(response.registered.signed_card))
+            case "name_taken":
+                return NameTaken()
+            case "key_already_registered":
+                return KeyAlreadyRegistered()
+            case other:
+                raise RegistryUnavailable(f"the registry answered a registration with {other!r}")
+
+    async def lookup_by_id(self, agent_id: str) -> p.SignedAgentCard | None:
+        """See `RegistryPort.lookup_by_id`; a malformed id is looked up nowhere."""
+        if not RandomId.AGENT.is_valid(agent_id):
+            return None
+        return await self._lookup(registry_pb2.LookupRequest(agent_id=agent_id))
+
+    async def lookup_by_name(self, agent_name: str) -> p.SignedAgentCard | None:
+        """See `RegistryPort.lookup_by_name`; a malformed name is looked up nowhere."""
+        if not is_agent_name(agent_name):
+            return None
+        return await self._lookup(registry_pb2.LookupRequest(agent_name=agent_name))
+
+    async def list(
+        self, after_agent_id: str | None = None, limit: int = LIST_LIMIT_MAX
+    ) -> tuple[p.SignedAgentCard, ...]:
+        """See `RegistryPort.list`."""
+        check_list_arguments(after_agent_id, limit)
+        request = registry_pb2.ListRequest(limit=limit)
+        if after_agent_id is not None:
+            request.after_agent_id = after_agent_id
+        response = await self._call(self._stub.List, request)
+        if len(response.signed_cards) > limit:
+            raise RegistryUnavailable("the registry listed more cards than asked")
+        return tuple(decode_card(data) for data in response.signed_cards)
+
+    async def _lookup(self, request: registry_pb2.LookupRequest) -> p.SignedAgentCard | None:
+        response = await self._call(self._stub.Lookup, request)
+        match response.WhichOneof("result"):
+            case "found":
+                return decode_card(response.found.signed_card)
+            case "not_found":
+                return None
+            case other:
+                raise RegistryUnavailable(f"the registry answered a lookup with {other!r}")
+
+    async def _fetch_key(self) -> str:
+        # wait_for_ready: a Registry started a moment ago may not listen yet; the deadline
+        # still bounds the wait.
+        response = await self._call(
+            self._stub.GetRegistryKey, registry_pb2.GetRegistryKeyRequest(), wait_for_ready=True
+        )
+        if len(response.public_key) != PUBLIC_KEY_SIZE:
+            raise RegistryUnavailable("the registry's key is not 32 bytes")
+        return b64(response.public_key)
+
+    async def _call(self, method: Any, request: Any, *, wait_for_ready: bool = False) -> Any:
+        if self._state is not GrpcRegistryState.OPEN:
+            raise RegistryUnavailable(f"the registry client is {self._state.value}")
+        call = method(
+            request, metadata=self._metadata, timeout=self._deadline, wait_for_ready=wait_for_ready
+        )
+        try:
+            response = await call
+            announced = answered_version(await call.initial_metadata())
+        except grpc.aio.AioRpcError as error:
+            self._raise_for(error)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed() and (task is None or task.cancelling() == 0):
+                # Cancelled by `close()`, not by the caller.
+                raise RegistryUnavailable("the registry client closed") from None
+            raise
+        if announced is not None:
+            raise RegistryVersionMismatch(f"the registry at {self._target} speaks {announced}")
+        return response
+
+    def _closed(self) -> bool:
+        return self._state is GrpcRegistryState.CLOSED
+
+    def _raise_for(self, error: grpc.aio.AioRpcError) -> NoReturn:
+        if self._closed():
+            raise RegistryUnavailable("the registry client closed") from None
+        if is_version_mismatch(error):
+            logger.error(
+                "the registry at %s speaks another harness-version: %s",
+                self._target,
+                describe_failure(error),
+            )
+            raise RegistryVersionMismatch(
+                f"the registry at {self._target} refused our version"
+            ) from None
+        if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
+            # Arguments are checked before every call, so this is a Registry that judges
+            # them differently: a caller defect by `RegistryPort`'s rules.
+            raise ValueError(f"the registry refused the arguments: {error.details()}") from None
+        raise RegistryUnavailable(
+            f"the registry at {self._target} failed the call: {describe_failure(error)}"
+        ) from None

@@ -1,0 +1,321 @@
+"""`GrpcRouter`: a `RouterPort` over a standalone Router's `harness.v1.RouterService`.
+
+A joined daemon (`serve --router grpc://HOST:PORT`) reads and sends through it exactly as
+through the in-process ring: every protocol outcome is the same closed record, translated
+once here. What a remote Router adds is transport failure, and that always raises:
+
+- `RouterUnavailable` (a `ConnectionError`): the call failed or timed out, so the Router
+  may or may not have acted on it. The daemon's drain and feed treat it as "Router
+  unreachable": DETACHED, retry with backoff, never give up.
+- `RouterVersionMismatch` (a `RouterUnavailable`): FAILED_PRECONDITION with `ErrorInfo`
+  `VERSION_MISMATCH`, or an answer announcing another `harness-version`; a send waiting
+  for attachment ends at once with `version-mismatch` (engine.md §6 step 6).
+- `RouterClosedError`: this client was closed; held polls and subscriptions end with it.
+
+Deadlines (engine.md §4, §6): a send and `instance_id` 10 s; a poll its hold (25 s at
+most) plus 10 s, so 35 s by default; a subscription has no deadline, but a stream silent
+for longer than its hold plus 10 s is dead (the Router sends an empty batch every hold),
+and keepalive finds a half-open connection within about 40 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import AsyncGenerator
+from types import TracebackType
+from typing import Any, Final, NoReturn, Self
+
+import grpc
+from google.protobuf import duration_pb2
+
+from gateway._gen.harness.v1 import router_pb2, router_pb2_grpc
+from gateway.router import (
+    POLL_HOLD,
+    Accepted,
+    Batch,
+    Cursor,
+    CursorInvalid,
+    Entry,
+    FeedGap,
+    IdempotencyConflict,
+    MessageInvalid,
+    PollOutcome,
+    RetryIdentityUnknown,
+    RouterClosedError,
+    RouterRestarted,
+    RouterState,
+    SendMode,
+    SendOutcome,
+)
+from gateway.rpc.peer import (
+    answered_version,
+    call_metadata,
+    describe_failure,
+    is_version_mismatch,
+    open_peer_channel,
+    peer_target,
+)
+
+logger = logging.getLogger(__name__)
+
+ROUTER_SEND_DEADLINE: Final = 10.0
+"""Seconds a Router send may take (engine.md §6 "Router send deadline 10 s")."""
+
+ROUTER_CALL_DEADLINE: Final = 10.0
+"""Seconds a `GetInstance` may take: an immediate answer, bounded as a send."""
+
+POLL_DEADLINE_MARGIN: Final = 10.0
+"""Seconds a poll's deadline exceeds its hold: 25 s hold, 35 s deadline (engine.md §4)."""
+
+_MODES: Final = {
+    SendMode.INITIAL: router_pb2.ROUTER_SEND_MODE_INITIAL,
+    SendMode.RETRY: router_pb2.ROUTER_SEND_MODE_RETRY,
+}
+
+
+class RouterUnavailable(ConnectionError):
+    """A call to the remote Router failed, timed out or got an answer that makes no sense;
+    it may or may not have taken effect. `detail` says why (never a token)."""
+
+    def __init__(self, detail: str, *, code: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.code = code
+        """The gRPC status code's name, when the call ended with one."""
+
+
+class RouterVersionMismatch(RouterUnavailable):
+    """The Router speaks another `harness-version`: nothing was done, and retrying
+    cannot help until one side is upgraded."""
+
+
+def hold_duration(hold: float) -> duration_pb2.Duration:
+    """The wire form of a hold: clamped to 0..`POLL_HOLD` seconds."""
+    duration = duration_pb2.Duration()
+    duration.FromTimedelta(dt.timedelta(seconds=min(max(hold, 0.0), POLL_HOLD)))
+    return duration
+
+
+def send_outcome(response: router_pb2.RouterServiceSendResponse) -> SendOutcome:
+    """The closed outcome a `RouterServiceSendResponse` carries (`RouterUnavailable` when
+    it carries none)."""
+    match response.WhichOneof("result"):
+        case "accepted":
+            return Accepted(
+                instance_id=response.accepted.instance_id, digest=response.accepted.digest
+            )
+        case "router_restarted":
+            return RouterRestarted(instance_id=response.router_restarted.instance_id)
+        case "message_invalid":
+            return MessageInvalid(detail=response.message_invalid.detail)
+        case "idempotency_conflict":
+            return IdempotencyConflict()
+        case "retry_identity_unknown":
+            return RetryIdentityUnknown()
+        case other:
+            raise RouterUnavailable(f"the router answered a send with {other!r}")
+
+
+def read_outcome(response: router_pb2.PollResponse | router_pb2.SubscribeResponse) -> PollOutcome:
+    """The closed outcome a `PollResponse` or `SubscribeResponse` carries
+    (`RouterUnavailable` for an empty or malformed answer)."""
+    match response.WhichOneof("result"):
+        case "batch":
+            batch = response.batch
+            cursor = Cursor.decode(batch.cursor)
+            if cursor is None:
+                raise RouterUnavailable("the router answered a malformed cursor")
+            return Batch(
+                instance_id=batch.instance_id,
+                cursor=cursor,
+                entries=tuple(
+                    Entry(
+                        order=entry.order,
+                        signed_envelope=entry.signed_envelope,
+                        recipients=tuple(entry.recipients),
+                    )
+                    for entry in batch.entries
+                ),
+            )
+        case "feed_gap":
+            return FeedGap(instance_id=response.feed_gap.instance_id)
+        case "cursor_invalid":
+            return CursorInvalid()
+        case other:
+            raise RouterUnavailable(f"the router answered a read with {other!r}")
+
+
+class GrpcRouter:
+    """A `RouterPort` whose Router is a `RouterService` across the network.
+
+    Create it with `await GrpcRouter.connect(target, peer_token=...)`; the channel
+    connects on first use, so a Router that is down at start only makes the first calls
+    raise `RouterUnavailable`. `close()` (or leaving `async with`) ends held polls and
+    subscriptions with `RouterClosedError`.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, *, target: str, peer_token: str | None) -> None:
+        """Use `connect`; this only wires what it prepared."""
+        self._channel = channel
+        self._stub = router_pb2_grpc.RouterServiceStub(channel)
+        self._target = target
+        self._metadata = call_metadata(peer_token)
+        self._state = RouterState.OPEN
+
+    @classmethod
+    async def connect(cls, target: str, *, peer_token: str | None = None) -> Self:
+        """A client of the Router at `HOST:PORT` or `grpc://HOST:PORT`.
+
+        Raises `ValueError` (`PeerConfigError`) for a malformed target; never waits for the
+        Router."""
+        address = peer_target(target)
+        return cls(open_peer_channel(address), target=address, peer_token=peer_token)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> RouterState:
+        """OPEN until `close()`."""
+        return self._state
+
+    @property
+    def target(self) -> str:
+        """The Router's `HOST:PORT`."""
+        return self._target
+
+    async def close(self) -> None:
+        """Close the channel, ending every call in flight; idempotent."""
+        if self._state is RouterState.CLOSED:
+            return
+        self._state = RouterState.CLOSED
+        await self._channel.close()
+
+    async def instance_id(self) -> str:
+        """The Router's current instance (`GetInstance`)."""
+        response = await self._unary(
+            self._stub.GetInstance, router_pb2.GetInstanceRequest(), ROUTER_CALL_DEADLINE
+        )
+        return str(response.instance_id)
+
+    async def send(
+        self, expected_instance_id: str, mode: SendMode, signed_envelope: bytes
+    ) -> SendOutcome:
+        """One `Send` within `ROUTER_SEND_DEADLINE`; see `RouterPort.send`."""
+        request = router_pb2.RouterServiceSendRequest(
+            expected_instance_id=expected_instance_id,
+            mode=_MODES[mode],
+            signed_envelope=signed_envelope,
+        )
+        response = await self._unary(self._stub.Send, request, ROUTER_SEND_DEADLINE)
+        return send_outcome(response)
+
+    async def poll(
+        self, recipients: frozenset[str], cursor: Cursor | None, *, hold: float = POLL_HOLD
+    ) -> PollOutcome:
+        """One `Poll`, with a deadline of its hold plus `POLL_DEADLINE_MARGIN`."""
+        request = router_pb2.PollRequest(recipients=sorted(recipients))
+        if cursor is not None:
+            request.cursor = cursor.encode()
+        request.hold.CopyFrom(hold_duration(hold))
+        deadline = min(max(hold, 0.0), POLL_HOLD) + POLL_DEADLINE_MARGIN
+        response = await self._unary(self._stub.Poll, request, deadline)
+        return read_outcome(response)
+
+    async def subscribe(
+        self, recipients: frozenset[str], cursor: Cursor | None, *, hold: float = POLL_HOLD
+    ) -> AsyncGenerator[PollOutcome, None]:
+        """`Subscribe` as an async generator; see `RouterPort.subscribe`. A stream that
+        stays silent past its hold plus `POLL_DEADLINE_MARGIN` raises `RouterUnavailable`."""
+        if not hold > 0:
+            raise ValueError("a subscription needs a positive hold")
+        self._check_open()
+        request = router_pb2.SubscribeRequest(recipients=sorted(recipients))
+        if cursor is not None:
+            request.cursor = cursor.encode()
+        request.hold.CopyFrom(hold_duration(hold))
+        silence = min(hold, POLL_HOLD) + POLL_DEADLINE_MARGIN
+        call = self._stub.Subscribe(request, metadata=self._metadata)
+        checked = False
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(silence):
+                        response = await call.read()
+                        if not checked:
+                            self._check_version(await call.initial_metadata())
+                            checked = True
+                except TimeoutError:
+                    raise RouterUnavailable(
+                        f"the router subscription was silent for {silence:g} s"
+                    ) from None
+                except grpc.aio.AioRpcError as error:
+                    self._raise_for(error)
+                except asyncio.CancelledError:
+                    self._raise_if_closed()
+                    raise
+                if response is grpc.aio.EOF:
+                    return
+                assert isinstance(response, router_pb2.SubscribeResponse)
+                outcome = read_outcome(response)
+                yield outcome
+                if isinstance(outcome, FeedGap | CursorInvalid):
+                    return
+        finally:
+            call.cancel()
+
+    def _check_open(self) -> None:
+        if self._state is not RouterState.OPEN:
+            raise RouterClosedError(self._state)
+
+    def _raise_if_closed(self) -> None:
+        """A call cancelled by `close()` (not by its caller) is `RouterClosedError`."""
+        task = asyncio.current_task()
+        if self._state is RouterState.CLOSED and (task is None or task.cancelling() == 0):
+            raise RouterClosedError(self._state) from None
+
+    def _check_version(self, metadata: Any) -> None:
+        announced = answered_version(metadata)
+        if announced is not None:
+            raise RouterVersionMismatch(f"the router at {self._target} speaks {announced}")
+
+    def _raise_for(self, error: grpc.aio.AioRpcError) -> NoReturn:
+        if self._state is RouterState.CLOSED:
+            raise RouterClosedError(self._state) from None
+        if is_version_mismatch(error):
+            logger.error(
+                "the router at %s speaks another harness-version: %s",
+                self._target,
+                describe_failure(error),
+            )
+            raise RouterVersionMismatch(
+                f"the router at {self._target} refused our version: {describe_failure(error)}",
+                code=error.code().name,
+            ) from None
+        raise RouterUnavailable(
+            f"the router at {self._target} failed the call: {describe_failure(error)}",
+            code=error.code().name,
+        ) from None
+
+    async def _unary(self, method: Any, request: Any, deadline: float) -> Any:
+        self._check_open()
+        call = method(request, metadata=self._metadata, timeout=deadline)
+        try:
+            response = await call
+            self._check_version(await call.initial_metadata())
+        except grpc.aio.AioRpcError as error:
+            self._raise_for(error)
+        except asyncio.CancelledError:
+            self._raise_if_closed()
+            raise
+        return response

@@ -1,0 +1,359 @@
+"""The standalone process roles: `harness-gateway router` and `harness-gateway registry`.
+
+Joined daemons (`serve --router grpc://HOST:7771 --registry grpc://HOST:7772`) share one
+Router and one Registry, each its own process (operations.md §1):
+
+- `StandaloneRouter` serves the in-process ring (`InProcessRouter`) as
+  `harness.v1.RouterService`. It verifies every envelope's signature under its sender's
+  card, so it joins a Registry itself (`--registry`). One process, no replication: a
+  restart is a new instance, and the daemons recover (engine.md §5.9).
+- `StandaloneRegistry` serves a `SqliteRegistry` under its data directory (exclusively
+  locked) as `harness.v1.RegistryService`; the Registry's signing seed lives in that file.
+
+Both follow the daemon's lifecycle: `await X.start(settings)` opens everything, binds,
+and turns health SERVING (the readiness names are NOT_SERVING until then, `liveness` from
+listen to exit); `await x.shutdown()` runs the written order below, is idempotent, and
+`wait_stopped()` returns once it ran. Peer calls need the peer token when one is
+configured; without one the process only listens on loopback (`require_protected_listen`).
+
+Shutdown (SIGTERM or SIGINT; a second signal skips the waits):
+
+1. Log `shutdown requested`; the state becomes STOPPING.
+2. Health: every name except `liveness` goes NOT_SERVING, so probes stop routing here.
+3. Wait `shutdown_delay` while still serving.
+4. Router only: end held polls and subscriptions (UNAVAILABLE, `SHUTTING_DOWN`), so no
+   read holds the grace; daemons keep their cursors and resume.
+5. `server.stop(grace)`: in-flight sends and lookups finish.
+6. Close the backend: the ring and the Router's Registry client; the Registry's database
+   and the data-directory lock.
+7. Stop the metrics server, log `stopped` with each step's duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+from gateway import __version__
+from gateway.engine import protocol as p
+from gateway.engine.crypto import VerifyCache
+from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.observability.metrics import (
+    HEALTH_SERVICE,
+    REFLECTION_SERVICE,
+    REGISTRY_SERVICE,
+    ROUTER_SERVICE,
+    Metrics,
+)
+from gateway.observability.metrics_server import MetricsServer
+from gateway.registry import RegistryClient, SqliteRegistry
+from gateway.router import InProcessRouter, VerifiedEnvelope
+from gateway.rpc.metrics_interceptor import MetricsInterceptor
+from gateway.rpc.peer import PeerGuard, read_peer_token, require_protected_listen
+from gateway.rpc.registry_client import GrpcRegistry
+from gateway.rpc.registry_service import RegistryService
+from gateway.rpc.router_service import RouterService
+from gateway.rpc.server import RpcServer, build_peer_server
+from gateway.settings import Settings
+from gateway.store import DataDirLock
+
+logger = logging.getLogger(__name__)
+
+REGISTRY_FILE: Final = "registry.sqlite3"
+"""The standalone Registry's database in its data directory (as the embedded one's)."""
+
+DIRECTORY_MODE: Final = 0o700
+"""Permissions of a data directory the Registry creates: its database holds a seed."""
+
+
+class ProcessState(enum.StrEnum):
+    """The lifecycle of a standalone process (house style 9)."""
+
+    STARTING = "starting"
+    """Opening its backend and binding; health NOT_SERVING."""
+    SERVING = "serving"
+    """Taking peer calls."""
+    STOPPING = "stopping"
+    """Running the shutdown steps."""
+    STOPPED = "stopped"
+    """Everything closed."""
+
+
+class ShutdownStep(enum.StrEnum):
+    """The shutdown steps, as logged with their durations."""
+
+    NOT_SERVING = "health-not-serving"
+    DELAY = "delay"
+    END_READS = "end-reads"
+    DRAIN = "server-stop"
+    BACKEND = "close-backend"
+    METRICS = "stop-metrics"
+
+
+class _CardFirstVerifier:
+    """The Router's `EnvelopeVerifier`, failing (not refusing) while the Registry is down.
+
+    `RegistryEnvelopeVerifier` answers `message_invalid` when the sender's card cannot be
+    fetched, and a daemon discards what the Router calls invalid. Looking the sender up
+    first lets a Registry outage raise instead (`RegistryError`), which the service answers
+    UNAVAILABLE and the daemon retries; the card is then cached for the real check."""
+
+    def __init__(self, registry: RegistryClient, *, cache: VerifyCache) -> None:
+        self._registry = registry
+        self._verifier = RegistryEnvelopeVerifier(registry, cache=cache)
+
+    async def verify(self, signed_envelope: bytes) -> VerifiedEnvelope | str:
+        try:
+            sender = p.decode_signed_envelope(signed_envelope).envelope.sender_agent_id
+        except p.ProtocolError:
+            sender = None
+        if sender is not None:
+            await self._registry.lookup_by_id(sender)  # RegistryError propagates
+        return await self._verifier.verify(signed_envelope)
+
+
+class _StandaloneProcess:
+    """What both roles share: metrics, the peer server, health and the shutdown order."""
+
+    def __init__(self, settings: Settings, grpc_service: str) -> None:
+        self.settings = settings
+        self.metrics = Metrics(
+            __version__,
+            settings.mode,
+            grpc_services=(grpc_service, HEALTH_SERVICE, REFLECTION_SERVICE),
+        )
+        self._metrics_server: MetricsServer | None = None
+        self._server: RpcServer | None = None
+        self._state = ProcessState.STARTING
+        self._shutdown_started = False
+        self._stopped = asyncio.Event()
+        self._peer_token: str | None = None
+        self.exit_code = 0
+
+    @property
+    def state(self) -> ProcessState:
+        """The lifecycle state."""
+        return self._state
+
+    @property
+    def address(self) -> str:
+        """The bound gRPC address (`HOST:PORT`)."""
+        assert self._server is not None, "the process has not bound its address"
+        return self._server.address
+
+    @property
+    def metrics_address(self) -> str | None:
+        """The bound `/metrics` address, when metrics are on."""
+        return None if self._metrics_server is None else self._metrics_server.address
+
+    def _peer_guard(self) -> PeerGuard:
+        settings = self.settings
+        token = self._peer_token = read_peer_token(settings.peer_token_file)
+        require_protected_listen(
+            settings.listen, token, mtls=settings.tls_client_ca_file is not None
+        )
+        if token is None:
+            logger.warning(
+                "no peer token configured: peer calls are not authenticated (loopback only)"
+            )
+        return PeerGuard(token)
+
+    def _start_metrics(self) -> None:
+        if self.settings.metrics_listen is not None:
+            # Metrics come up first and go down last, so a scrape sees the whole life.
+            self._metrics_server = MetricsServer(self.metrics, self.settings.metrics_listen)
+            self._metrics_server.start()
+
+    async def _serve(self, server: RpcServer) -> None:
+        self._server = server
+        await server.start()
+        await server.set_serving()
+        self._state = ProcessState.SERVING
+        logger.info("serving role=%s listen=%s", self.settings.role, server.address)
+
+    async def wait_stopped(self) -> None:
+        """Return once `shutdown` has completed."""
+        await self._stopped.wait()
+
+    async def shutdown(self, *, skip_waits: bool = False) -> None:
+        """The written order (module docstring); idempotent, safe before start ended."""
+        if self._shutdown_started:
+            await self._stopped.wait()
+            return
+        self._shutdown_started = True
+        logger.info("shutdown requested")
+        self._state = ProcessState.STOPPING
+        durations: dict[str, float] = {}
+
+        async def step(name: ShutdownStep, action: Callable[[], Awaitable[None]]) -> None:
+            started = time.monotonic()
+            try:
+                await action()
+            except Exception:
+                logger.exception("shutdown step failed step=%s", name.value)
+                self.exit_code = 1
+            durations[name.value] = round(time.monotonic() - started, 3)
+
+        server = self._server
+        if server is not None:
+            await step(ShutdownStep.NOT_SERVING, server.set_not_serving)
+        if server is not None and not skip_waits and self.settings.shutdown_delay > 0:
+            await step(ShutdownStep.DELAY, lambda: asyncio.sleep(self.settings.shutdown_delay))
+        await step(ShutdownStep.END_READS, self._end_reads)
+        if server is not None:
+            grace = 0.0 if skip_waits else self.settings.shutdown_grace
+            await step(ShutdownStep.DRAIN, lambda: server.stop(grace))
+        await step(ShutdownStep.BACKEND, self._close_backend)
+        await step(ShutdownStep.METRICS, self._stop_metrics)
+        self._state = ProcessState.STOPPED
+        logger.info("stopped steps=%s", durations)
+        self._stopped.set()
+
+    async def _close_after_failed_start(self) -> None:
+        if self._server is not None:
+            await self._server.stop(None)
+        await self._close_backend()
+        await self._stop_metrics()
+        self._state = ProcessState.STOPPED
+        self._stopped.set()
+
+    async def _end_reads(self) -> None:
+        """Step 4; nothing to end by default."""
+
+    async def _close_backend(self) -> None:
+        """Step 6."""
+
+    async def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await asyncio.to_thread(self._metrics_server.stop)
+
+
+class StandaloneRouter(_StandaloneProcess):
+    """`harness-gateway router`: one volatile ring behind `RouterService`."""
+
+    def __init__(self, settings: Settings) -> None:
+        """Use `start`; nothing is opened here."""
+        super().__init__(settings, ROUTER_SERVICE)
+        self._registry_port: GrpcRegistry | None = None
+        self._registry: RegistryClient | None = None
+        self._ring: InProcessRouter | None = None
+        self._service: RouterService | None = None
+
+    @classmethod
+    async def start(cls, settings: Settings) -> StandaloneRouter:
+        """Join the Registry, open the ring, bind and serve. On failure, what was opened is
+        closed and the error raised (`OSError`, `PeerConfigError`, `RegistryError`)."""
+        process = cls(settings)
+        try:
+            await process._start()
+        except BaseException:
+            await process._close_after_failed_start()
+            raise
+        return process
+
+    @property
+    def instance_id(self) -> str:
+        """The ring's `RouterInstanceId` (new with every start)."""
+        assert self._ring is not None
+        return self._ring.status().instance_id
+
+    async def _start(self) -> None:
+        settings = self.settings
+        assert settings.registry is not None, "load_settings requires a registry for a router"
+        guard = self._peer_guard()
+        self._start_metrics()
+        cache = VerifyCache()
+        self._registry_port = await GrpcRegistry.connect(
+            settings.registry,
+            peer_token=self._peer_token,
+            registry_public_key=settings.registry_public_key,
+        )
+        self._registry = RegistryClient(
+            self._registry_port,
+            registry_public_key=self._registry_port.registry_public_key(),
+            verify_cache=cache,
+        )
+        self._ring = InProcessRouter(_CardFirstVerifier(self._registry, cache=cache))
+        self._service = RouterService(self._ring, guard)
+        server = await build_peer_server(
+            settings, [self._service.binding()], interceptors=[MetricsInterceptor(self.metrics)]
+        )
+        await self._serve(server)
+
+    async def _end_reads(self) -> None:
+        if self._service is not None:
+            self._service.end_reads()
+
+    async def _close_backend(self) -> None:
+        if self._ring is not None:
+            await self._ring.close()
+        if self._registry is not None:
+            await self._registry.close()
+        if self._registry_port is not None:
+            await self._registry_port.close()
+
+
+class StandaloneRegistry(_StandaloneProcess):
+    """`harness-gateway registry`: a `SqliteRegistry` behind `RegistryService`."""
+
+    def __init__(self, settings: Settings) -> None:
+        """Use `start`; nothing is opened here."""
+        super().__init__(settings, REGISTRY_SERVICE)
+        self._lock: DataDirLock | None = None
+        self._registry: SqliteRegistry | None = None
+
+    @classmethod
+    async def start(cls, settings: Settings) -> StandaloneRegistry:
+        """Lock the data directory, open the database, bind and serve. On failure, what was
+        opened is closed and the error raised (`DataDirLocked`, `OSError`,
+        `PeerConfigError`, `RegistryUnavailable`)."""
+        process = cls(settings)
+        try:
+            await process._start()
+        except BaseException:
+            await process._close_after_failed_start()
+            raise
+        return process
+
+    @property
+    def registry_public_key(self) -> str:
+        """`b64` of the key that signs every card (what daemons may pin)."""
+        assert self._registry is not None
+        return self._registry.registry_public_key()
+
+    @property
+    def data_dir(self) -> Path:
+        """The locked data directory."""
+        return self.settings.data_dir
+
+    async def _start(self) -> None:
+        settings = self.settings
+        guard = self._peer_guard()
+        self._start_metrics()
+        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
+        self._lock = DataDirLock.acquire(settings.data_dir)
+        path = settings.data_dir / REGISTRY_FILE
+        # Owner-only before SQLite opens it: the file holds the Registry's private seed.
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        self._registry = await SqliteRegistry.open(path)
+        server = await build_peer_server(
+            settings,
+            [RegistryService(self._registry, guard).binding()],
+            interceptors=[MetricsInterceptor(self.metrics)],
+        )
+        await self._serve(server)
+
+    async def _close_backend(self) -> None:
+        try:
+            if self._registry is not None:
+                await self._registry.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
