@@ -14,6 +14,7 @@ no shortcut for members hosted in the same process (architecture decision 2).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
@@ -73,6 +74,7 @@ class OutboundEnvelope:
 
     agent_id: str
     row_id: int
+    conversation_id: str
     post_id: str | None
     signed_envelope: bytes
 
@@ -337,6 +339,14 @@ class Certifier:
         conversation = self._conversations.get(conversation_id)
         return None if conversation is None else conversation.descriptor
 
+    def rewrap(self, signed_envelope: bytes) -> tuple[bytes, str]:
+        """The same body in a fresh outer envelope (new MessageId, re-signed), after the
+        Router forgot the old retry identity (engine.md §4: inner statements are never
+        re-signed). Returns the new bytes and MessageId."""
+        signed = p.decode_signed_envelope(signed_envelope)
+        envelope = dataclasses.replace(signed.envelope, message_id=RandomId.MESSAGE.mint())
+        return p.encode(p.sign_envelope(self.identity.key, envelope)), envelope.message_id
+
     def was_proposed(self, post_id: str) -> bool:
         """True when the open intent's proposal was queued (it is or was live)."""
         return any(
@@ -485,7 +495,11 @@ class Certifier:
         )
         effects.envelopes.append(
             OutboundEnvelope(
-                agent_id=self.agent_id, row_id=row_id, post_id=post_id, signed_envelope=data
+                agent_id=self.agent_id,
+                row_id=row_id,
+                conversation_id=conversation.id,
+                post_id=post_id,
+                signed_envelope=data,
             )
         )
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Final
 
+from gateway.contract.errors import SendError, SendErrorReason
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certified, Certifier, Effects, OutboundEnvelope
 from gateway.router import (
@@ -38,10 +39,12 @@ from gateway.router import (
     RouterClosedError,
     RouterPort,
     RouterRestarted,
+    RouterVersionMismatch,
     SendMode,
+    envelope_digest,
 )
 from gateway.store.port import Store
-from gateway.store.records import OutboxState, PutCursor, SetOutboxState, Write
+from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,11 @@ DRAIN_QUEUE_SIZE: Final = 65_536
 
 DRAIN_BATCH: Final = 512
 """Most envelopes one drain pass sends before recording their acceptance in one write."""
+
+QUICK_RETRIES: Final = 3
+"""Quick retries of an ambiguous Router send before backing off (engine.md §4)."""
+QUICK_RETRY_DELAY: Final = 0.025
+"""Seconds between the quick retries."""
 
 DETACHED_BACKOFF: Final = (0.1, 5.0)
 """Seconds of jittered backoff while the Router is unreachable: first and ceiling."""
@@ -108,6 +116,7 @@ class Network:
         self._state = RouterAttachment.RECOVERING
         self._attached = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._version_mismatch = asyncio.Event()
         self._recipients_changed = asyncio.Event()
         self._drain: asyncio.Queue[OutboundEnvelope] = asyncio.Queue(maxsize=DRAIN_QUEUE_SIZE)
         self._latches: dict[str, asyncio.Future[str]] = {}
@@ -225,6 +234,8 @@ class Network:
             self._observer.on_fatal(error)
 
     def _set_state(self, state: RouterAttachment) -> None:
+        if state is RouterAttachment.ACTIVE:
+            self._version_mismatch.clear()
         if state is not self._state:
             logger.info("router attachment state=%s", state.value)
         self._state = state
@@ -236,18 +247,24 @@ class Network:
 
     async def wait_attached(self, within: float) -> bool:
         """Wait until the feed is active; False after `within` seconds, or at once when
-        shutdown answers waiting sends (holding no lock)."""
+        shutdown answers waiting sends (holding no lock). Raises `SendError`
+        `version-mismatch` at once when the Router speaks another version (§6 step 6)."""
         if self._attached.is_set():
             return True
+        if self._version_mismatch.is_set():
+            raise SendError(SendErrorReason.VERSION_MISMATCH)
         waiters = {
             asyncio.ensure_future(self._attached.wait()),
             asyncio.ensure_future(self._stopping.wait()),
+            asyncio.ensure_future(self._version_mismatch.wait()),
         }
         try:
             await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()
+        if self._version_mismatch.is_set() and not self._attached.is_set():
+            raise SendError(SendErrorReason.VERSION_MISMATCH)
         return self._attached.is_set() and not self._stopping.is_set()
 
     def _recipients(self) -> frozenset[str]:
@@ -332,6 +349,13 @@ class Network:
                 await self._store.apply(done)
 
     async def _send_one(self, envelope: OutboundEnvelope) -> OutboxState | None:
+        """Send one stored envelope until the Router answers (engine.md §4 client rules):
+        an ambiguous failure sends the same bytes again as a `retry` (three tries 25 ms
+        apart, then jittered backoff without end); a forgotten retry identity re-wraps the
+        outer envelope under a fresh MessageId, replacing the stored row."""
+        mode = SendMode.INITIAL
+        data = envelope.signed_envelope
+        attempts = 0
         backoff = DETACHED_BACKOFF[0]
         while True:
             instance = self._instance_id
@@ -339,34 +363,73 @@ class Network:
                 await asyncio.sleep(backoff)
                 continue
             try:
-                outcome = await self._router.send(
-                    instance, SendMode.INITIAL, envelope.signed_envelope
-                )
+                outcome = await self._router.send(instance, mode, data)
             except RouterClosedError:
                 raise
-            except Exception:
-                logger.warning("router send failed; retrying", exc_info=True)
+            except RouterVersionMismatch:
+                logger.error("the Router speaks another protocol version")
+                self._version_mismatch.set()
                 self._set_state(RouterAttachment.DETACHED)
-                await asyncio.sleep(backoff)
+                await asyncio.sleep(DETACHED_BACKOFF[1])
+                continue
+            except Exception:
+                # It may have been appended: only the same bytes as a retry are safe now.
+                mode = SendMode.RETRY
+                attempts += 1
+                if attempts <= QUICK_RETRIES:
+                    await asyncio.sleep(QUICK_RETRY_DELAY)
+                    continue
+                logger.warning("router send failed; retrying in %.1f s", backoff, exc_info=True)
+                self._set_state(RouterAttachment.DETACHED)
+                await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
                 backoff = min(backoff * 2, DETACHED_BACKOFF[1])
                 continue
             match outcome:
-                case Accepted():
+                case Accepted(digest=digest) if digest == envelope_digest(data):
                     if envelope.post_id is not None:
                         future = self._drained.pop(envelope.post_id, None)
                         if future is not None and not future.done():
                             future.set_result(None)
                     return OutboxState.ACCEPTED
+                case Accepted():
+                    logger.error("the Router accepted other bytes under our identity; retrying")
+                    mode = SendMode.RETRY
+                    await asyncio.sleep(backoff)
                 case RouterRestarted():
                     # Recovery re-sends what is still worth sending under the new instance.
                     self._recipients_changed.set()
                     return OutboxState.DISCARDED
+                case RetryIdentityUnknown():
+                    certifier = self._certifiers.get(envelope.agent_id)
+                    if certifier is None:
+                        return OutboxState.DISCARDED
+                    data, message_id = certifier.rewrap(data)
+                    await self.commit_writes(
+                        [
+                            PutOutbox(
+                                agent_id=envelope.agent_id,
+                                row_id=envelope.row_id,
+                                conversation_id=envelope.conversation_id,
+                                post_id=envelope.post_id,
+                                message_id=message_id,
+                                envelope=data,
+                                state=OutboxState.PENDING,
+                            )
+                        ]
+                    )
+                    mode = SendMode.INITIAL
                 case MessageInvalid(detail=detail):
                     logger.error("router refused our envelope as invalid: %s", detail)
                     return OutboxState.DISCARDED
-                case IdempotencyConflict() | RetryIdentityUnknown():
-                    logger.error("router refused our envelope's identity")
+                case IdempotencyConflict():
+                    logger.error("router refused our envelope's identity as a conflict")
                     return OutboxState.DISCARDED
+
+    async def commit_writes(self, writes: list[Write]) -> None:
+        """Commit writes that change no in-memory state (a fatal failure stops the daemon)."""
+        effects = Effects()
+        effects.writes.extend(writes)
+        await self.commit(effects)
 
     # --- the feed ----------------------------------------------------------------------------
 

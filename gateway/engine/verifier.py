@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gateway.engine import protocol as p
 from gateway.engine.crypto import VerifyCache
-from gateway.registry import Found, RegistryClient, RegistryError
+from gateway.registry import Found, RegistryClient
 from gateway.router import VerifiedEnvelope
 
 
@@ -21,17 +21,18 @@ class RegistryEnvelopeVerifier:
         self._cache = cache
 
     async def verify(self, signed_envelope: bytes) -> VerifiedEnvelope | str:
-        """The envelope's routing facts, or why it is invalid."""
+        """The envelope's routing facts, or why it is invalid.
+
+        Raises `RegistryError` when the sender's card cannot be fetched."""
         try:
             signed = p.decode_signed_envelope(signed_envelope)
             body_size = len(signed.envelope.body_bytes())
         except p.ProtocolError as error:
             return error.detail
         sender = signed.envelope.sender_agent_id
-        try:
-            outcome = await self._registry.lookup_by_id(sender)
-        except RegistryError as error:
-            return f"the sender's card is unavailable: {error}"
+        # A Registry outage raises (RegistryError): the sender retries; it is not the
+        # envelope's fault, so it must not be refused as invalid.
+        outcome = await self._registry.lookup_by_id(sender)
         if not isinstance(outcome, Found):
             return "the sender is not registered"
         if not p.verify_envelope_signature(signed, outcome.card.card.public_key, cache=self._cache):

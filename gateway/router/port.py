@@ -71,6 +71,22 @@ class RouterClosedError(RuntimeError):
         self.state = state
 
 
+class RouterUnavailable(ConnectionError):
+    """A call to the remote Router failed, timed out or got an answer that makes no sense;
+    it may or may not have taken effect. `detail` says why (never a token)."""
+
+    def __init__(self, detail: str, *, code: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.code = code
+        """The gRPC status code's name, when the call ended with one."""
+
+
+class RouterVersionMismatch(RouterUnavailable):
+    """The Router speaks another `harness-version`: nothing was done, and retrying
+    cannot help until one side is upgraded."""
+
+
 class RouterState(enum.StrEnum):
     """Lifecycle of a Router object held by a daemon."""
 

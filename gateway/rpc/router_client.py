@@ -49,6 +49,7 @@ from gateway.router import (
     SendMode,
     SendOutcome,
 )
+from gateway.router.port import RouterUnavailable, RouterVersionMismatch
 from gateway.rpc.peer import (
     answered_version,
     call_metadata,
@@ -73,22 +74,6 @@ _MODES: Final = {
     SendMode.INITIAL: router_pb2.ROUTER_SEND_MODE_INITIAL,
     SendMode.RETRY: router_pb2.ROUTER_SEND_MODE_RETRY,
 }
-
-
-class RouterUnavailable(ConnectionError):
-    """A call to the remote Router failed, timed out or got an answer that makes no sense;
-    it may or may not have taken effect. `detail` says why (never a token)."""
-
-    def __init__(self, detail: str, *, code: str | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.code = code
-        """The gRPC status code's name, when the call ended with one."""
-
-
-class RouterVersionMismatch(RouterUnavailable):
-    """The Router speaks another `harness-version`: nothing was done, and retrying
-    cannot help until one side is upgraded."""
 
 
 def hold_duration(hold: float) -> duration_pb2.Duration:

@@ -238,3 +238,44 @@ async def test_a_feed_that_fails_detaches_retries_and_certifies_once_the_router_
         await network.close()
         await router.close()
         await client.close()
+
+
+class LossyAnswerRouter(FlakyRouter):
+    """A Router that appends an envelope and then loses the answer (a timed-out call)."""
+
+    def __init__(self, inner: InProcessRouter, losses: int) -> None:
+        super().__init__(inner, failures=0)
+        self.losses = losses
+        self.modes: list[str] = []
+
+    async def send(self, expected_instance_id, mode, signed_envelope):
+        self.modes.append(mode.value)
+        outcome = await self.inner.send(expected_instance_id, mode, signed_envelope)
+        if self.losses > 0:
+            self.losses -= 1
+            raise ConnectionError("the answer was lost after the append")
+        return outcome
+
+
+async def test_an_ambiguous_send_is_retried_with_the_same_bytes_as_a_retry():
+    registry = MemoryRegistry()
+    cache = VerifyCache()
+    client = RegistryClient(
+        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
+    )
+    router = LossyAnswerRouter(
+        InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache)), losses=1
+    )
+    store = MemoryStore()
+    network = Network(router=router, store=store)
+    world = World(registry, client, cache, router.inner, store, network, {})
+    try:
+        await started(world, "alice", "bob")
+        await world.post("alice", "once, even if the answer was lost", "bob")
+        assert router.modes[:2] == ["initial", "retry"]
+        rows = await records_of(world, "bob", "alice")
+        assert len(rows) == 1
+    finally:
+        await network.close()
+        await router.close()
+        await client.close()

@@ -46,6 +46,8 @@ def test_the_public_face_of_the_router_package_is_pinned():
             "RouterPort",
             "RouterRestarted",
             "RouterState",
+            "RouterUnavailable",
+            "RouterVersionMismatch",
             "SendMode",
             "SendOutcome",
             "VerifiedEnvelope",
