@@ -24,15 +24,12 @@ from gateway.router import (
     RingSettings,
     RouterClosedError,
     RouterPort,
+    RouterUnavailable,
+    RouterVersionMismatch,
     SendMode,
 )
 from gateway.rpc.peer import PeerGuard, is_version_mismatch
-from gateway.rpc.router_client import (
-    POLL_DEADLINE_MARGIN,
-    GrpcRouter,
-    RouterUnavailable,
-    RouterVersionMismatch,
-)
+from gateway.rpc.router_client import POLL_DEADLINE_MARGIN, GrpcRouter
 from gateway.rpc.router_service import RouterService
 from gateway.rpc.server import RpcServer, build_peer_server
 from gateway.settings import Settings
