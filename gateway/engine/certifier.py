@@ -77,6 +77,8 @@ class OutboundEnvelope:
     conversation_id: str
     post_id: str | None
     signed_envelope: bytes
+    retry: bool = False
+    """Sent before (a restart cut its outcome): only the same bytes as a retry are safe."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,6 +246,8 @@ class Certifier:
         self._next_commit_seq = next_commit_seq
         self._next_outbox_row = next_outbox_row
         self._conversations: dict[str, _Conversation] = {}
+        self.pending_outbox: list[OutboundEnvelope] = []
+        """Envelopes stored before a restart and not known accepted: sent again as retries."""
         self.instance_id: str | None = None
         """The Router instance this member reads from (None until anchored)."""
 
@@ -286,6 +290,17 @@ class Certifier:
             ):
                 body = p.decode(reanchor.body, p.ReanchorBody)
                 conversation.reanchor = _Reanchor(body=body, anchor_hash=reanchor.anchor_hash)
+        self.pending_outbox = [
+            OutboundEnvelope(
+                agent_id=self.agent_id,
+                row_id=row.row_id,
+                conversation_id=row.conversation_id,
+                post_id=row.post_id,
+                signed_envelope=row.envelope,
+                retry=True,
+            )
+            for row in snapshot.pending_outbox
+        ]
         for intent_row in snapshot.open_intents:
             conversation = self._conversations.get(intent_row.conversation_id)
             if conversation is None:
@@ -969,6 +984,10 @@ class Certifier:
             if conversation.head is None:
                 self._swap_genesis(conversation, effects, now=now)
             elif self._anchor_instance(conversation) != instance_id:
+                # Catch up first (§5.9): another member may hold a record or a completed
+                # re-anchor this one missed; the vote goes out meanwhile and is replaced
+                # if catch-up moves the head or the anchor.
+                self._start_catch_up(conversation, effects, now=now)
                 self._start_reanchor(conversation, effects, now=now)
             else:
                 if not resumed_cursor:
@@ -1061,6 +1080,10 @@ class Certifier:
         if body.router_instance_id != self.instance_id:
             return
         if body.previous_anchor_hash != conversation.anchor_hash:
+            # The voter re-anchors from an anchor this member does not hold: one of the two
+            # is behind on a completed re-anchor (a crash between two adoptions). Catch-up
+            # brings the one behind the CompletedReanchor; the one ahead answers it.
+            self._start_catch_up(conversation, effects, now=now)
             return
         if body.selected_record_hash != conversation.head:
             # A vote naming a record this member lacks: catch up first (§5.9).
@@ -1148,6 +1171,14 @@ class Certifier:
             )
         )
         effects.writes.append(self._conversation_write(conversation))
+        if (
+            self._anchor_instance(conversation) != self.instance_id
+            and conversation.head is not None
+        ):
+            # Adopted late (by relay or catch-up) an anchor of an older instance: re-anchor
+            # again on the instance this member reads from now.
+            self._start_reanchor(conversation, effects, now=now)
+            return
         if conversation.intents:
             self._propose(conversation, conversation.intents[0], effects, now=now)
 

@@ -166,6 +166,12 @@ class Network:
             # the attachment (at most the attach timeout) meanwhile.
             logger.warning("router unreachable at start; retrying", exc_info=True)
             self._set_state(RouterAttachment.DETACHED)
+        for certifier in self._certifiers.values():
+            # Rows stored before a restart whose outcome is unknown: the same bytes again as
+            # retries (a new Router instance answers router_restarted and they are dropped).
+            for envelope in certifier.pending_outbox:
+                self._drain.put_nowait(envelope)
+            certifier.pending_outbox = []
         self._spawn(self._drain_loop(), "drain")
         self._spawn(self._feed_loop(), "feed")
         self._spawn(self._tick_loop(), "tick")
@@ -291,8 +297,8 @@ class Network:
             try:
                 self._drain.put_nowait(envelope)
             except asyncio.QueueFull:
-                # The rows are durable; they are sent again after a restart. Full means the
-                # Router has been unreachable for a long time.
+                # The rows are durable and sent again (as retries) after a restart. Full means
+                # the Router has been unreachable for a long time.
                 logger.warning(
                     "drain queue full; envelope left in the outbox row=%d", envelope.row_id
                 )
@@ -353,7 +359,7 @@ class Network:
         an ambiguous failure sends the same bytes again as a `retry` (three tries 25 ms
         apart, then jittered backoff without end); a forgotten retry identity re-wraps the
         outer envelope under a fresh MessageId, replacing the stored row."""
-        mode = SendMode.INITIAL
+        mode = SendMode.RETRY if envelope.retry else SendMode.INITIAL
         data = envelope.signed_envelope
         attempts = 0
         backoff = DETACHED_BACKOFF[0]

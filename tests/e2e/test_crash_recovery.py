@@ -223,18 +223,6 @@ async def kill_as_soon_as_one_member_adopts(daemon: RunningDaemon, before: dict[
     assert await daemon.kill() == -9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SendError,
-    reason=(
-        "BUG (engine, §5.9): a SIGKILL after one member of a non-empty conversation adopted a"
-        " CompletedReanchor and before the other did leaves the members on different anchors;"
-        " at the next restart their re-anchor votes name different previousAnchorHash values,"
-        " each ignores the other's vote (certifier._on_reanchor_vote returns on"
-        " previous_anchor_hash mismatch without catch-up), and the conversation never posts"
-        " again: bound intents stay open forever (sends end delivery-pending)."
-    ),
-)
 @pytest.mark.timeout(180)
 async def test_a_sigkill_between_two_members_adopting_a_reanchor_does_not_strand_their_conversation():
     async with run_daemon() as daemon:
