@@ -132,7 +132,7 @@ class DaemonFailed(Exception):
         self.stderr = stderr
 
 
-def daemon_command() -> list[str]:
+def gateway_command() -> list[str]:
     """The `harness-gateway` command of this interpreter's environment."""
     script = Path(sys.executable).with_name("harness-gateway")
     if script.exists():
@@ -143,7 +143,7 @@ def daemon_command() -> list[str]:
     return [sys.executable, "-m", "gateway.cli"]
 
 
-def _hermetic_environment() -> dict[str, str]:
+def hermetic_environment() -> dict[str, str]:
     """The caller's environment without `HARNESS_*` settings: flags alone decide."""
     return {name: value for name, value in os.environ.items() if not name.startswith("HARNESS_")}
 
@@ -182,7 +182,7 @@ class RunningDaemon:
     def command(self) -> list[str]:
         """The full command line of the next start."""
         return [
-            *daemon_command(),
+            *gateway_command(),
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -211,7 +211,7 @@ class RunningDaemon:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=_hermetic_environment(),
+            env=hermetic_environment(),
             limit=DAEMON_LINE_LIMIT,
         )
         ready: asyncio.Future[dict[str, object] | None] = asyncio.get_running_loop().create_future()
@@ -306,31 +306,41 @@ class RunningDaemon:
         process: asyncio.subprocess.Process,
         ready: asyncio.Future[dict[str, object] | None],
     ) -> None:
-        """Keep every line (bounded) so the pipe never fills, and resolve `ready` with the
-        `ready` line, or None at end-of-file without one."""
-        stream = process.stderr
-        assert stream is not None
-        try:
-            while True:
-                try:
-                    raw = await stream.readline()
-                except ValueError:
-                    self.log.append(f"<a stderr line longer than {DAEMON_LINE_LIMIT} bytes>")
-                    continue
-                if not raw:
-                    return
-                text = raw.decode("utf-8", errors="replace").rstrip("\n")
-                self.log.append(text)
-                if not ready.done():
-                    entry = _ready_entry(text)
-                    if entry is not None:
-                        ready.set_result(entry)
-        finally:
+        await pump_stderr(process, self.log, ready, line_limit=DAEMON_LINE_LIMIT)
+
+
+async def pump_stderr(
+    process: asyncio.subprocess.Process,
+    log: collections.deque[str],
+    ready: asyncio.Future[dict[str, object] | None],
+    *,
+    line_limit: int,
+) -> None:
+    """Keep every stderr line of a process (bounded by `log`) so the pipe never fills, and
+    resolve `ready` with the `ready` log entry, or None at end-of-file without one."""
+    stream = process.stderr
+    assert stream is not None
+    try:
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:
+                log.append(f"<a stderr line longer than {line_limit} bytes>")
+                continue
+            if not raw:
+                return
+            text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            log.append(text)
             if not ready.done():
-                ready.set_result(None)
+                entry = ready_entry(text)
+                if entry is not None:
+                    ready.set_result(entry)
+    finally:
+        if not ready.done():
+            ready.set_result(None)
 
 
-def _ready_entry(line: str) -> dict[str, object] | None:
+def ready_entry(line: str) -> dict[str, object] | None:
     """The `ready` log entry, if `line` is it."""
     try:
         entry = json.loads(line)

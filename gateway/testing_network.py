@@ -25,18 +25,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import secrets
-import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
+
+from gateway.testing import gateway_command, hermetic_environment, pump_stderr
 
 logger = logging.getLogger(__name__)
 
@@ -74,32 +73,6 @@ class ProcessFailed(Exception):
         super().__init__(f"{message}\n--- stderr ---\n{stderr}")
         self.returncode = returncode
         self.stderr = stderr
-
-
-def gateway_command() -> list[str]:
-    """The `harness-gateway` command of this interpreter's environment."""
-    script = Path(sys.executable).with_name("harness-gateway")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("harness-gateway")
-    if found is not None:
-        return [found]
-    return [sys.executable, "-m", "gateway.cli"]
-
-
-def _hermetic_environment() -> dict[str, str]:
-    """The caller's environment without `HARNESS_*` settings: flags alone decide."""
-    return {name: value for name, value in os.environ.items() if not name.startswith("HARNESS_")}
-
-
-def _ready_entry(line: str) -> dict[str, object] | None:
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(entry, dict) and entry.get("msg") == "ready" and "listen" in entry:
-        return entry
-    return None
 
 
 class NetworkProcess:
@@ -190,7 +163,7 @@ class NetworkProcess:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=_hermetic_environment(),
+            env=hermetic_environment(),
             limit=LINE_LIMIT,
         )
         ready: asyncio.Future[dict[str, object] | None] = asyncio.get_running_loop().create_future()
@@ -300,28 +273,7 @@ class NetworkProcess:
         process: asyncio.subprocess.Process,
         ready: asyncio.Future[dict[str, object] | None],
     ) -> None:
-        """Keep every line (bounded) so the pipe never fills; resolve `ready` with the
-        `ready` entry, or None at end-of-file without one."""
-        stream = process.stderr
-        assert stream is not None
-        try:
-            while True:
-                try:
-                    raw = await stream.readline()
-                except ValueError:
-                    self.log.append(f"<a stderr line longer than {LINE_LIMIT} bytes>")
-                    continue
-                if not raw:
-                    return
-                text = raw.decode("utf-8", errors="replace").rstrip("\n")
-                self.log.append(text)
-                if not ready.done():
-                    entry = _ready_entry(text)
-                    if entry is not None:
-                        ready.set_result(entry)
-        finally:
-            if not ready.done():
-                ready.set_result(None)
+        await pump_stderr(process, self.log, ready, line_limit=LINE_LIMIT)
 
 
 @dataclass(slots=True, kw_only=True)
