@@ -65,7 +65,7 @@ from gateway.registry import (
     RegistryClient,
     SqliteRegistry,
 )
-from gateway.router import InProcessRouter
+from gateway.router import InProcessRouter, RingSettings
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, read_peer_token, require_protected_listen
 from gateway.rpc.registry_client import GrpcRegistry
@@ -232,7 +232,10 @@ class Gateway:
         )
         if settings.router is None:
             self._router = InProcessRouter(
-                RegistryEnvelopeVerifier(self._registry, cache=self._cache)
+                RegistryEnvelopeVerifier(self._registry, cache=self._cache),
+                settings=RingSettings(
+                    max_entries=settings.ring_max_entries, max_bytes=settings.ring_max_bytes
+                ),
             )
         else:
             # A Router that is down at start is fine: the feed retries while DETACHED.

@@ -68,6 +68,11 @@ def _add_common_flags(parser: argparse.ArgumentParser, *, listen: str, metrics: 
     )
 
 
+def _add_ring_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ring-max-entries", help="Router ring entries kept (4096)")
+    parser.add_argument("--ring-max-bytes", help="Router ring bytes kept, e.g. 64MiB")
+
+
 def _add_registry_join_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--registry-public-key",
@@ -105,6 +110,7 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="serve only the embedded Registry to other daemons",
     )
+    _add_ring_flags(parser)
     parser.add_argument("--stream-window", help="unacknowledged deliveries per stream (256)")
     parser.add_argument("--commit-delay", help="group commit window, e.g. 2ms")
     parser.add_argument("--commit-max-batch", help="most writes per group commit (512)")
@@ -124,6 +130,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--registry", help="the Registry that signs senders' cards, grpc://HOST:PORT (required)"
     )
     _add_registry_join_flags(router)
+    _add_ring_flags(router)
     registry = commands.add_parser("registry", help="run a standalone Registry")
     _add_common_flags(registry, listen=REGISTRY_LISTEN, metrics=REGISTRY_METRICS_LISTEN)
     registry.add_argument(

@@ -79,6 +79,10 @@ class Settings:
     gRPC port (`--expose-network`); the same as `serve_router` and `serve_registry`."""
     reflection: bool | None = None
     """gRPC server reflection; None means on in the embedded mode, else off."""
+    ring_max_entries: int = 4096
+    """Entries the in-process Router ring keeps before evicting the oldest (engine.md §4)."""
+    ring_max_bytes: int = 64 << 20
+    """Bytes of envelopes the in-process Router ring keeps."""
     stream_window: int = 256
     """Unacknowledged deliveries a `Messages` stream may hold; the rest wait in the store."""
     commit_delay: float = 0.002
@@ -262,6 +266,8 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "serve_registry": parse_bool,
     "expose_network": parse_bool,
     "reflection": parse_bool,
+    "ring_max_entries": _positive_int,
+    "ring_max_bytes": parse_size,
     "stream_window": _positive_int,
     "commit_delay": parse_duration,
     "commit_max_batch": _positive_int,

@@ -53,7 +53,7 @@ from gateway.observability.metrics import (
 )
 from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import RegistryClient, SqliteRegistry
-from gateway.router import InProcessRouter, VerifiedEnvelope
+from gateway.router import InProcessRouter, RingSettings, VerifiedEnvelope
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, read_peer_token, require_protected_listen
 from gateway.rpc.registry_client import GrpcRegistry
@@ -279,7 +279,12 @@ class StandaloneRouter(_StandaloneProcess):
             registry_public_key=self._registry_port.registry_public_key(),
             verify_cache=cache,
         )
-        self._ring = InProcessRouter(_CardFirstVerifier(self._registry, cache=cache))
+        self._ring = InProcessRouter(
+            _CardFirstVerifier(self._registry, cache=cache),
+            settings=RingSettings(
+                max_entries=settings.ring_max_entries, max_bytes=settings.ring_max_bytes
+            ),
+        )
         self._service = RouterService(self._ring, guard)
         server = await build_peer_server(
             settings, [self._service.binding()], interceptors=[MetricsInterceptor(self.metrics)]

@@ -350,12 +350,14 @@ async def run_network(
     *,
     peer_token: bool = True,
     daemon_args: Sequence[str] = (),
+    router_args: Sequence[str] = (),
 ) -> AsyncIterator[RunningNetwork]:
     """A Registry, a Router and `daemons` joined daemons, each a real process on
     127.0.0.1:0, once every one logged `ready`.
 
     `peer_token` False runs the network open (no `--peer-token-file`, loopback only);
-    `daemon_args` are extra `serve` flags for every daemon. Every process is always stopped
+    `daemon_args` are extra `serve` flags for every daemon, `router_args` extra `router`
+    flags. Every process is always stopped
     when the block ends (daemons first, SIGTERM then SIGKILL past the bound), whether the
     block raised or not, and the temporary directories are removed afterwards."""
     if daemons < 0:
@@ -368,7 +370,7 @@ async def run_network(
         registry = NetworkProcess(
             "registry", "registry", data_dir=registry_dir, args=_peer_args(token_file)
         )
-        router = NetworkProcess("router", "router", data_dir=None, args=[])
+        router = NetworkProcess("router", "router", data_dir=None, args=list(router_args))
         network = RunningNetwork(
             registry=registry,
             router=router,
