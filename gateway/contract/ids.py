@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import functools
 import hashlib
 import re
 import secrets
@@ -82,16 +83,24 @@ class RandomId(enum.Enum):
 
     def decode(self, text: object) -> bytes | None:
         """The identifier's bytes, or None when `text` is not a valid identifier of this kind."""
-        if not isinstance(text, str) or len(text) != self.text_length:
+        if not isinstance(text, str):
             return None
-        if not text.startswith(self.prefix):
-            return None
-        data = unb64(text[len(self.prefix) :])
-        return data if data is not None and len(data) == self.size else None
+        prefix, size = self.value
+        return _decode_id(prefix, size, text)
 
     def is_valid(self, text: object) -> bool:
         """True when `text` is a valid identifier of this kind."""
         return self.decode(text) is not None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decode_id(prefix: str, size: int, text: str) -> bytes | None:
+    """Decode one identifier text (cached: the same AgentIds and hashes are checked in
+    every protocol object that names them)."""
+    if len(text) != len(prefix) + (size * 8 + 5) // 6 or not text.startswith(prefix):
+        return None
+    data = unb64(text[len(prefix) :])
+    return data if data is not None and len(data) == size else None
 
 
 def agent_id_order_key(agent_id: str) -> bytes:
@@ -130,10 +139,7 @@ class HashId(enum.Enum):
 
     def is_valid(self, text: object) -> bool:
         """True when `text` has this prefix and a canonical 32-byte digest."""
-        if not isinstance(text, str) or len(text) != len(self.prefix) + 43:
-            return False
-        data = unb64(text[len(self.prefix) :]) if text.startswith(self.prefix) else None
-        return data is not None and len(data) == 32
+        return isinstance(text, str) and _decode_id(self.value[0], 32, text) is not None
 
 
 def domain_bytes(artifact: str, value: JsonValue) -> bytes:

@@ -107,29 +107,33 @@ class _NeedsReference(Exception):
 
 
 def _fast_form(value: JsonValue) -> object:
-    """The value prepared for `json.dumps`, or `_NeedsReference` (hot-path shortcut)."""
-    if value is None or isinstance(value, bool | str):
+    """The value prepared for `json.dumps`, or `_NeedsReference` (hot-path shortcut).
+
+    Concrete types are tested first (`type(...) is`): ABC checks cost more than the
+    encoding itself on this path."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
         return value
-    if isinstance(value, int | float):
-        number = float(value) + 0.0
+    if kind is dict or isinstance(value, Mapping):
+        # json.dumps sorts keys by code point, JCS by UTF-16 code unit: the two agree on
+        # ASCII keys, which is every key of the protocol; others take the reference path.
+        form = {}
+        for key, item in value.items():  # type: ignore[union-attr]
+            if type(key) is not str or not key.isascii():
+                raise _NeedsReference
+            form[key] = _fast_form(item)
+        return form
+    if kind is float or kind is int:
+        number = float(value) + 0.0  # type: ignore[arg-type]
         # JCS writes numbers as ECMAScript does; for integral values below 2**53 that is
         # the plain integer, which json.dumps writes the same way. Anything else (fractions,
         # exponents, larger integers) takes the reference encoder.
         if number.is_integer() and abs(number) < _EXACT_INTEGER:
             return int(number)
         raise _NeedsReference
-    if isinstance(value, Mapping):
-        # json.dumps sorts keys by code point, JCS by UTF-16 code unit: the two agree on
-        # ASCII keys, which is every key of the protocol; others take the reference path.
-        form = {}
-        for key, item in value.items():
-            if not (isinstance(key, str) and key.isascii()):
-                raise _NeedsReference
-            form[key] = item if item is None or isinstance(item, bool | str) else _fast_form(item)
-        return form
-    return [
-        item if item is None or isinstance(item, bool | str) else _fast_form(item) for item in value
-    ]
+    if kind is tuple or kind is list or isinstance(value, Sequence):
+        return [_fast_form(item) for item in value]  # type: ignore[union-attr]
+    raise _NeedsReference
 
 
 def canonical_json(value: JsonValue) -> bytes:
