@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Final, assert_never
+from typing import Any, Final, assert_never
 
 from gateway.store.records import (
     AcknowledgeItem,
@@ -460,24 +460,44 @@ def _max(db: sqlite3.Connection, sql: str, agent_id: str) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+_RECORD_COLUMNS: Final = "record_hash, conversation_id, depth, author, post_id, record, commit_seq"
+_INTENT_COLUMNS: Final = "post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at"
+
+
+def _record_row(row: Sequence[Any]) -> RecordRow:
+    return RecordRow(
+        record_hash=row[0],
+        conversation_id=row[1],
+        depth=row[2],
+        author=row[3],
+        post_id=row[4],
+        record=row[5],
+        commit_seq=row[6],
+    )
+
+
+def _intent_row(row: Sequence[Any]) -> IntentRow:
+    return IntentRow(
+        post_id=row[0],
+        conversation_id=row[1],
+        bind_seq=row[2],
+        intent=row[3],
+        state=IntentState(row[4]),
+        record_hash=row[5],
+        bound_at=row[6],
+    )
+
+
 def read_snapshot(db: sqlite3.Connection, agent_id: str) -> AgentSnapshot:
     """Everything one agent rebuilds from at start."""
     key = (agent_id,)
     return AgentSnapshot(
         conversations=tuple(read_conversations(db, agent_id)),
         open_intents=tuple(
-            IntentRow(
-                post_id=row[0],
-                conversation_id=row[1],
-                bind_seq=row[2],
-                intent=row[3],
-                state=IntentState(row[4]),
-                record_hash=row[5],
-                bound_at=row[6],
-            )
+            _intent_row(row)
             for row in db.execute(
-                "SELECT post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at "
-                "FROM post_intents WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq",
+                f"SELECT {_INTENT_COLUMNS} FROM post_intents "  # noqa: S608 - fixed columns
+                "WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq",
                 key,
             )
         ),
@@ -632,19 +652,10 @@ def read_records(
 ) -> list[RecordRow]:
     """Certified records of a conversation after a depth, in chain order."""
     return [
-        RecordRow(
-            record_hash=row[0],
-            conversation_id=row[1],
-            depth=row[2],
-            author=row[3],
-            post_id=row[4],
-            record=row[5],
-            commit_seq=row[6],
-        )
+        _record_row(row)
         for row in db.execute(
-            "SELECT record_hash, conversation_id, depth, author, post_id, record, commit_seq "
-            "FROM certified_records WHERE agent_id = ? AND conversation_id = ? AND depth > ? "
-            "ORDER BY depth LIMIT ?",
+            f"SELECT {_RECORD_COLUMNS} FROM certified_records "  # noqa: S608 - fixed columns
+            "WHERE agent_id = ? AND conversation_id = ? AND depth > ? ORDER BY depth LIMIT ?",
             (agent_id, conversation_id, after_depth, limit),
         )
     ]
@@ -655,41 +666,21 @@ def read_record_by_hash(
 ) -> RecordRow | None:
     """One certified record by its hash."""
     row = db.execute(
-        "SELECT record_hash, conversation_id, depth, author, post_id, record, commit_seq "
-        "FROM certified_records WHERE agent_id = ? AND record_hash = ?",
+        f"SELECT {_RECORD_COLUMNS} FROM certified_records "  # noqa: S608 - fixed columns
+        "WHERE agent_id = ? AND record_hash = ?",
         (agent_id, record_hash),
     ).fetchone()
-    if row is None:
-        return None
-    return RecordRow(
-        record_hash=row[0],
-        conversation_id=row[1],
-        depth=row[2],
-        author=row[3],
-        post_id=row[4],
-        record=row[5],
-        commit_seq=row[6],
-    )
+    return None if row is None else _record_row(row)
 
 
 def read_intent(db: sqlite3.Connection, agent_id: str, post_id: str) -> IntentRow | None:
     """One post intent by PostId."""
     row = db.execute(
-        "SELECT post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at "
-        "FROM post_intents WHERE agent_id = ? AND post_id = ?",
+        f"SELECT {_INTENT_COLUMNS} FROM post_intents "  # noqa: S608 - fixed columns
+        "WHERE agent_id = ? AND post_id = ?",
         (agent_id, post_id),
     ).fetchone()
-    if row is None:
-        return None
-    return IntentRow(
-        post_id=row[0],
-        conversation_id=row[1],
-        bind_seq=row[2],
-        intent=row[3],
-        state=IntentState(row[4]),
-        record_hash=row[5],
-        bound_at=row[6],
-    )
+    return None if row is None else _intent_row(row)
 
 
 def read_conversations(db: sqlite3.Connection, agent_id: str) -> list[ConversationRow]:
