@@ -1,9 +1,10 @@
 """The baseline: bare `grpc.aio` unary echoes at the gateway run's concurrency.
 
-The gateway run has one sending caller per pair, each waiting for its `Send` before the next;
-the baseline has as many callers, each on its own channel (as each agent has its own), each
-waiting for its echo before the next, for the same time. The ratio of the two throughputs says
-what certification, storage and delivery cost over a round trip through grpc alone.
+The gateway run has one connection per sender, and `burst` sending tasks on it, each waiting
+for its `Send` before the next; the baseline has as many channels with as many callers on
+each (senders x burst calls in flight), each waiting for its echo before the next, for the
+same time. The ratio of the two throughputs says what certification, storage and delivery
+cost over a round trip through grpc alone.
 """
 
 from __future__ import annotations
@@ -55,20 +56,23 @@ def _is_ready(entry: Mapping[str, Any]) -> bool:
     return entry.get("msg") == "ready" and isinstance(entry.get("listen"), str)
 
 
-async def measure_echo(*, callers: int, seconds: float, payload: bytes) -> EchoOutcome:
-    """Start the echo server, drive `callers` sequential callers for `seconds`, stop it."""
+async def measure_echo(
+    *, channels: int, callers_per_channel: int, seconds: float, payload: bytes
+) -> EchoOutcome:
+    """Start the echo server, drive `callers_per_channel` sequential callers on each of
+    `channels` channels for `seconds`, stop it."""
     argv = [sys.executable, "-m", "bench.echo_server"]
     async with ChildProcess.run(
         "echo server", argv, ready_on="stdout", is_ready=_is_ready, cwd=REPO_ROOT
     ) as server:
         target = str(server.ready_line["listen"])
-        channels = [grpc.aio.insecure_channel(target) for _ in range(callers)]
+        opened = [grpc.aio.insecure_channel(target) for _ in range(channels)]
         try:
             echoes: list[grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = [
-                channel.unary_unary(METHOD_PATH) for channel in channels
+                channel.unary_unary(METHOD_PATH) for channel in opened
             ]
             async with asyncio.timeout(CHANNEL_READY_TIMEOUT):
-                await asyncio.gather(*(channel.channel_ready() for channel in channels))
+                await asyncio.gather(*(channel.channel_ready() for channel in opened))
             # One echo each before the clock starts: connections and call paths are warm.
             await asyncio.gather(*(echo(payload, timeout=ECHO_TIMEOUT) for echo in echoes))
             tally = EchoTally()
@@ -76,10 +80,11 @@ async def measure_echo(*, callers: int, seconds: float, payload: bytes) -> EchoO
             stop_at = started + seconds
             async with asyncio.TaskGroup() as group:
                 for echo in echoes:
-                    group.create_task(_caller(echo, payload, stop_at, tally))
+                    for _ in range(callers_per_channel):
+                        group.create_task(_caller(echo, payload, stop_at, tally))
             elapsed = time.perf_counter() - started
         finally:
-            for channel in channels:
+            for channel in opened:
                 with contextlib.suppress(Exception):
                     await channel.close()
     return EchoOutcome(

@@ -1,8 +1,10 @@
-"""`python -m bench` (`make bench`): certified direct multicasts against a bare gRPC echo.
+"""`python -m bench` (`make bench`): certified multicasts against a bare gRPC echo.
 
-Starts a real `harness-gateway serve` process, drives K agent pairs through it for a fixed
-time, then drives a bare `grpc.aio` unary echo server (its own process) with as many callers
-for as long, and prints ONE JSON line on stdout. Progress and any trouble go to stderr.
+Starts real `harness-gateway` processes (one daemon, or `--daemons 2` joined through a
+standalone Router and Registry), drives K conversations through them for a fixed time (direct
+pairs, or groups with `--group-size`; `--burst` sends in flight per sender), then drives a bare
+`grpc.aio` unary echo server (its own process) with as many calls in flight for as long, and
+prints ONE JSON line on stdout. Progress and any trouble go to stderr.
 See bench/README.md for what each field means.
 """
 
@@ -14,12 +16,22 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from bench.result import BenchResult, Percentiles, rate, ratio, result_line, this_machine
+from bench.plan import GROUP_MAX_MEMBERS, GROUP_MIN_MEMBERS, MAX_DAEMONS, PAIR_SIZE
+from bench.result import (
+    BenchResult,
+    Percentiles,
+    RunMode,
+    per_post_ms,
+    rate,
+    ratio,
+    result_line,
+    this_machine,
+)
 
 if TYPE_CHECKING:
     from bench.baseline import EchoOutcome
@@ -34,7 +46,15 @@ QUICK_PAIRS: Final = 2
 QUICK_SECONDS: Final = 2.0
 """Seconds of a `--quick` run's timed window."""
 MAX_PAIRS: Final = 256
-"""Most pairs accepted: each pair holds two gRPC connections in this one process."""
+"""Most pairs (or groups) accepted: each sender has its own gRPC connection in this process."""
+MAX_AGENTS: Final = 2 * MAX_PAIRS
+"""Most agents (pairs x group size) accepted: each agent holds a gRPC connection and a
+stream in this one process, as the pair mode always allowed."""
+MAX_BURST: Final = 256
+"""Most sends one sender keeps in flight (`--burst`)."""
+MAX_IN_FLIGHT: Final = 4096
+"""Most calls in flight in all (pairs x burst): each is a task here, and the baseline runs
+as many echo callers."""
 MAX_SECONDS: Final = 3600.0
 """Longest timed window accepted, in seconds: an hour is past any useful run."""
 EXIT_FAILED: Final = 1
@@ -46,17 +66,53 @@ class BenchConfig:
     """What to run."""
 
     pairs: int
+    """K: conversations, so K senders (pairs, or groups of `group_size`)."""
     seconds: float
+    burst: int
+    """Sends each sender keeps in flight."""
+    group_size: int
+    """Agents per conversation, the sender included: 2 is a direct pair."""
+    daemons: int
     gateway_bin: str
 
+    @property
+    def in_flight(self) -> int:
+        """Calls in flight at once, in the gateway run and in the baseline alike."""
+        return self.pairs * self.burst
 
-def _positive_int(text: str) -> int:
+    @property
+    def mode(self) -> RunMode:
+        """The result line's `mode`."""
+        return RunMode(burst=self.burst, group_size=self.group_size, daemons=self.daemons)
+
+
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_PAIRS:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_PAIRS}, not {value}")
+
+
+def _between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in `low..high`."""
+
+    def parse(text: str) -> int:
+        value = _whole_number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, not {value}")
+        return value
+
+    return parse
+
+
+def _group_size(text: str) -> int:
+    value = _whole_number(text)
+    if value != PAIR_SIZE and not GROUP_MIN_MEMBERS <= value <= GROUP_MAX_MEMBERS:
+        # A group of two does not exist: `group:<one name>` is refused, never made direct.
+        raise argparse.ArgumentTypeError(
+            f"must be {PAIR_SIZE} (direct pairs) or {GROUP_MIN_MEMBERS} to "
+            f"{GROUP_MAX_MEMBERS} (groups), not {value}"
+        )
     return value
 
 
@@ -84,16 +140,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description=(
-            "Measure certified direct multicasts through a real harness-gateway process "
-            "against a bare grpc.aio unary echo at the same concurrency; print one JSON line."
+            "Measure certified multicasts through real harness-gateway processes against "
+            "a bare grpc.aio unary echo with as many calls in flight; print one JSON line."
         ),
     )
     parser.add_argument(
         "--pairs",
-        type=_positive_int,
+        type=_between(1, MAX_PAIRS),
         default=None,
-        help=f"sender/receiver agent pairs, one concurrent sender each (default {DEFAULT_PAIRS}; "
-        f"{QUICK_PAIRS} with --quick)",
+        help=f"conversations, one sender each: sender/receiver pairs, or groups with "
+        f"--group-size (default {DEFAULT_PAIRS}; {QUICK_PAIRS} with --quick)",
     )
     parser.add_argument(
         "--seconds",
@@ -101,6 +157,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"length of each timed window (default {DEFAULT_SECONDS:g}; "
         f"{QUICK_SECONDS:g} with --quick)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=_between(1, MAX_BURST),
+        default=1,
+        help="sends each sender keeps in flight to its conversation (default 1); the baseline "
+        "runs pairs x burst concurrent echo callers",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=_group_size,
+        default=PAIR_SIZE,
+        help=f"agents per conversation, the sender included: {PAIR_SIZE} is direct pairs "
+        f"(default), {GROUP_MIN_MEMBERS}..{GROUP_MAX_MEMBERS} makes each a group whose sender "
+        "sends to group:<the others>",
+    )
+    parser.add_argument(
+        "--daemons",
+        type=_between(1, MAX_DAEMONS),
+        default=1,
+        help="1: one daemon with its embedded Router and Registry (default); 2: a standalone "
+        "Registry and Router and two daemons, every sender on one, its receivers on the other",
     )
     parser.add_argument(
         "--quick",
@@ -118,18 +196,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
     """The run `argv` asks for; exits 2 on invalid flags (argparse)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     pairs = args.pairs if args.pairs is not None else (QUICK_PAIRS if args.quick else DEFAULT_PAIRS)
     seconds = (
         args.seconds
         if args.seconds is not None
         else (QUICK_SECONDS if args.quick else DEFAULT_SECONDS)
     )
+    # The flags are each in range; their products bound what this one process holds.
+    if pairs * args.group_size > MAX_AGENTS:
+        parser.error(
+            f"--pairs {pairs} x --group-size {args.group_size} is "
+            f"{pairs * args.group_size} agents, over {MAX_AGENTS}"
+        )
+    if pairs * args.burst > MAX_IN_FLIGHT:
+        parser.error(
+            f"--pairs {pairs} x --burst {args.burst} is {pairs * args.burst} calls in flight, "
+            f"over {MAX_IN_FLIGHT}"
+        )
     return BenchConfig(
         pairs=pairs,
         seconds=seconds,
+        burst=args.burst,
+        group_size=args.group_size,
+        daemons=args.daemons,
         gateway_bin=args.gateway_bin or _default_gateway_bin(),
     )
+
+
+def describe_load(config: BenchConfig) -> str:
+    """The gateway run's load in words, for stderr."""
+    if config.group_size == PAIR_SIZE:
+        shape = f"{config.pairs} pair{'s' if config.pairs != 1 else ''}"
+    else:
+        shape = f"{config.pairs} group{'s' if config.pairs != 1 else ''} of {config.group_size}"
+    if config.burst > 1:
+        shape += f", {config.burst} sends in flight per sender"
+    if config.daemons > 1:
+        shape += (
+            f", senders and receivers on separate daemons ({config.daemons} daemons, "
+            "standalone Router and Registry)"
+        )
+    return shape
 
 
 def _say(text: str) -> None:
@@ -147,15 +256,21 @@ async def run(config: BenchConfig) -> BenchResult:
     # Imported here: `--help` and the unit tests need neither grpc nor the client.
     from bench.baseline import measure_echo
     from bench.gateway_run import TIMED, measure_gateway, stamp_text
+    from bench.plan import plan_groups
 
-    _say(f"gateway run: {config.pairs} pairs for {config.seconds:g} s ({config.gateway_bin})")
+    _say(f"gateway run: {describe_load(config)} for {config.seconds:g} s ({config.gateway_bin})")
     started = time.perf_counter()
     gateway = await measure_gateway(
-        gateway_bin=config.gateway_bin, pairs=config.pairs, seconds=config.seconds
+        gateway_bin=config.gateway_bin,
+        plans=plan_groups(config.pairs, group_size=config.group_size, daemons=config.daemons),
+        daemons=config.daemons,
+        burst=config.burst,
+        seconds=config.seconds,
     )
+    exits = ", ".join(f"{report.name} exit code {report.exit_code}" for report in gateway.processes)
     _say(
         f"gateway run done in {time.perf_counter() - started:.1f} s: {gateway.posts} posts "
-        f"in {gateway.elapsed:.2f} s, gateway exit code {gateway.gateway_exit_code}"
+        f"in {gateway.elapsed:.2f} s, {exits}"
     )
     _say(_cpu_summary(gateway))
     _report_counts("send failures", gateway.send_failures)
@@ -163,19 +278,34 @@ async def run(config: BenchConfig) -> BenchResult:
     for line in gateway.receiver_errors:
         _say(line)
     if gateway.undelivered:
-        _say(f"{gateway.undelivered} certified post(s) not delivered within the drain bound")
+        _say(
+            f"{gateway.undelivered} delivery(ies) of certified posts not seen within the "
+            "drain bound"
+        )
     if gateway.strangers:
         _say(f"{gateway.strangers} delivery(ies) that were not bench messages")
-    if gateway.gateway_problem_count:
-        _say(f"gateway logged {gateway.gateway_problem_count} warning/error/non-JSON line(s):")
-        for line in gateway.gateway_problems:
-            print(f"  {line}", file=sys.stderr)
+    for report in gateway.processes:
+        if report.problem_count:
+            _say(f"{report.name} logged {report.problem_count} warning/error/non-JSON line(s):")
+            for line in report.problems:
+                print(f"  {line}", file=sys.stderr)
     if gateway.commits_per_second is None:
-        _say("no harness_store_commit_batch_size on --metrics-listen: store fields are null")
+        _say(
+            "no harness_store_commit_batch_size on some daemon's --metrics-listen: "
+            "store fields are null"
+        )
 
-    _say(f"baseline run: {config.pairs} concurrent unary echo callers for {config.seconds:g} s")
+    callers = f"{config.in_flight} concurrent unary echo callers"
+    if config.burst > 1:
+        callers += f" ({config.pairs} channels x {config.burst})"
+    _say(f"baseline run: {callers} for {config.seconds:g} s")
     payload = stamp_text(TIMED).encode()
-    echo = await measure_echo(callers=config.pairs, seconds=config.seconds, payload=payload)
+    echo = await measure_echo(
+        channels=config.pairs,
+        callers_per_channel=config.burst,
+        seconds=config.seconds,
+        payload=payload,
+    )
     _say(f"baseline run done: {echo.calls} echoes in {echo.elapsed:.2f} s")
     _report_counts("echo failures", echo.failures)
     if echo.server_problem_count:
@@ -189,13 +319,17 @@ def _cpu_summary(gateway: GatewayOutcome) -> str:
     span = f"over {gateway.measured_over:.2f} s (timed window and drain)"
     bench = f"bench client {gateway.bench_cpu_seconds:.2f} CPU-s"
     if gateway.gateway_cpu_seconds is None:
-        return f"CPU {span}: {bench}; gateway unknown (no /proc)"
-    per_post = (
-        f", {1000 * gateway.gateway_cpu_seconds / gateway.posts:.1f} gateway CPU-ms per post"
-        if gateway.posts
-        else ""
+        return f"CPU {span}: {bench}; gateway unknown (no /proc, or a process exited)"
+    shares = ", ".join(
+        f"{report.name} {report.cpu_seconds:.2f}"
+        for report in gateway.processes
+        if report.cpu_seconds is not None
     )
-    return f"CPU {span}: gateway {gateway.gateway_cpu_seconds:.2f} CPU-s, {bench}{per_post}"
+    # One process is the whole gateway; several are worth seeing apart.
+    shares = f" ({shares})" if len(gateway.processes) > 1 else ""
+    per_post_value = per_post_ms(gateway.gateway_cpu_seconds, gateway.posts)
+    per_post = "" if per_post_value is None else f", {per_post_value:.1f} gateway CPU-ms per post"
+    return f"CPU {span}: gateway {gateway.gateway_cpu_seconds:.2f} CPU-s{shares}, {bench}{per_post}"
 
 
 def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) -> BenchResult:
@@ -206,11 +340,13 @@ def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) ->
         machine=this_machine(),
         pairs=config.pairs,
         seconds=config.seconds,
+        mode=config.mode,
         certified_posts_per_second=posts_per_second,
         send_latency_ms=Percentiles.of_ns(gateway.send_latencies_ns),
         send_to_delivery_ms=Percentiles.of_ns(gateway.delivery_latencies_ns),
         store_commits_per_second=gateway.commits_per_second,
         mean_commit_batch_size=gateway.mean_commit_batch_size,
+        gateway_cpu_ms_per_post=per_post_ms(gateway.gateway_cpu_seconds, gateway.posts),
         baseline_unary_echo_per_second=echo_per_second,
         ratio_to_baseline=ratio(posts_per_second, echo_per_second),
     )

@@ -13,6 +13,7 @@ import math
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,6 +29,33 @@ class CommitCounters:
 
     commits: float
     writes: float
+
+
+def sum_counters(scrapes: Sequence[CommitCounters | None]) -> CommitCounters | None:
+    """The counters of several daemons added up; None when any daemon gave none, since a sum
+    over some of them would pass for the whole deployment's figure."""
+    if not scrapes or any(scrape is None for scrape in scrapes):
+        return None
+    present = [scrape for scrape in scrapes if scrape is not None]
+    return CommitCounters(
+        commits=sum(scrape.commits for scrape in present),
+        writes=sum(scrape.writes for scrape in present),
+    )
+
+
+def commit_rates(
+    before: CommitCounters | None, after: CommitCounters | None, seconds: float
+) -> tuple[float | None, float | None]:
+    """`(commits per second, writes per commit)` between two scrapes `seconds` apart: the
+    first None when either scrape is missing or no time passed, the second also when no
+    commit happened."""
+    if before is None or after is None:
+        return None, None
+    commits = after.commits - before.commits
+    writes = after.writes - before.writes
+    per_second = round(commits / seconds, 1) if seconds > 0 else None
+    mean_batch = round(writes / commits, 2) if commits > 0 else None
+    return per_second, mean_batch
 
 
 def free_port() -> int:

@@ -244,6 +244,26 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def cpu_between(
+    before: Mapping[str, float | None], after: Mapping[str, float | None]
+) -> dict[str, float | None]:
+    """CPU seconds each process (by name) used between two readings; None for a process
+    unreadable at either (or missing from `after`)."""
+    spent: dict[str, float | None] = {}
+    for name, start in before.items():
+        end = after.get(name)
+        spent[name] = None if start is None or end is None else max(0.0, end - start)
+    return spent
+
+
+def total_cpu(spent: Mapping[str, float | None]) -> float | None:
+    """The CPU seconds of all the processes together; None when there are none or any one's
+    share is unknown, since a sum over some of them would understate the cost."""
+    if not spent or any(value is None for value in spent.values()):
+        return None
+    return sum(value for value in spent.values() if value is not None)
+
+
 def _json_object(line: str) -> dict[str, Any] | None:
     try:
         entry = json.loads(line)

@@ -18,11 +18,13 @@ RESULT_KEYS: tuple[str, ...] = (
     "machine",
     "pairs",
     "seconds",
+    "mode",
     "certified_posts_per_second",
     "send_latency_ms",
     "send_to_delivery_ms",
     "store_commits_per_second",
     "mean_commit_batch_size",
+    "gateway_cpu_ms_per_post",
     "baseline_unary_echo_per_second",
     "ratio_to_baseline",
 )
@@ -49,6 +51,21 @@ def this_machine() -> Machine:
         platform=platform.platform(),
         python=f"{platform.python_implementation()} {platform.python_version()}",
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMode:
+    """The shape of the load: how many sends each sender keeps in flight, how many agents
+    each conversation has, how many daemons host them."""
+
+    burst: int
+    group_size: int
+    """2 for direct pairs; 3..32 for group conversations (the sender included)."""
+    daemons: int
+
+    def to_json(self) -> dict[str, Any]:
+        """`{burst, group_size, daemons}`."""
+        return {"burst": self.burst, "group_size": self.group_size, "daemons": self.daemons}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +112,14 @@ def rate(count: float, seconds: float) -> float | None:
     return round(count / seconds, 1) if seconds > 0 else None
 
 
+def per_post_ms(cpu_seconds: float | None, posts: int) -> float | None:
+    """CPU milliseconds per post rounded to 0.01, or None when the CPU time is unknown or no
+    post was certified (a cost per nothing is not a number)."""
+    if cpu_seconds is None or posts <= 0:
+        return None
+    return round(1000.0 * cpu_seconds / posts, 2)
+
+
 def ratio(ours: float | None, baseline: float | None) -> float | None:
     """`ours / baseline` rounded to 4 places, or None when either is unknown or the
     baseline is 0."""
@@ -110,11 +135,13 @@ class BenchResult:
     machine: Machine
     pairs: int
     seconds: float
+    mode: RunMode
     certified_posts_per_second: float | None
     send_latency_ms: Percentiles
     send_to_delivery_ms: Percentiles
     store_commits_per_second: float | None
     mean_commit_batch_size: float | None
+    gateway_cpu_ms_per_post: float | None
     baseline_unary_echo_per_second: float | None
     ratio_to_baseline: float | None
 
@@ -124,11 +151,13 @@ class BenchResult:
             "machine": self.machine.to_json(),
             "pairs": self.pairs,
             "seconds": self.seconds,
+            "mode": self.mode.to_json(),
             "certified_posts_per_second": self.certified_posts_per_second,
             "send_latency_ms": self.send_latency_ms.to_json(),
             "send_to_delivery_ms": self.send_to_delivery_ms.to_json(),
             "store_commits_per_second": self.store_commits_per_second,
             "mean_commit_batch_size": self.mean_commit_batch_size,
+            "gateway_cpu_ms_per_post": self.gateway_cpu_ms_per_post,
             "baseline_unary_echo_per_second": self.baseline_unary_echo_per_second,
             "ratio_to_baseline": self.ratio_to_baseline,
         }

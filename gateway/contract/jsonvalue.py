@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Final, TypeAlias
 
@@ -199,21 +200,33 @@ def _reject_constant(name: str) -> object:
     raise JsonValueError(f"{name} is not JSON")
 
 
-def _nesting_ok(text: str, limit: int) -> bool:
-    # A cheap upper bound on nesting that ignores brackets inside strings only roughly:
-    # counting every bracket can only over-estimate, so deep-but-valid input inside
-    # strings is refused at worst, never hostile input accepted.
+_JSON_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+"""A JSON string, or an unterminated one up to the end of the text.
+
+Always matching from a quote keeps the scan linear on hostile text such as `"\\"\\"\\"…`."""
+_NOT_BRACKET: Final = re.compile(r"[^\[\]{}]+")
+
+
+def nests_deeper_than(text: str, limit: int) -> bool:
+    """Whether the text's arrays and objects, outside strings, nest deeper than `limit`.
+
+    Brackets inside strings never count: a message of 10,000 `[` characters is one string,
+    depth 1 at most where it sits. Exact for valid JSON, where every quote outside a string
+    opens one. For invalid text the scan is exact up to the first error, which is as far as
+    a parser gets, so a parser handed text that passes never recurses past `limit`.
+    """
     if text.count("[") + text.count("{") <= limit:
-        return True  # cannot nest deeper than the brackets it has
+        return False  # cannot nest deeper than the brackets it has
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
     level = 0
-    for char in text:
+    for char in brackets:
         if char in "[{":
             level += 1
             if level > limit:
-                return False
-        elif char in "]}":
+                return True
+        else:
             level -= 1
-    return True
+    return False
 
 
 def load_untrusted_json(
@@ -233,7 +246,7 @@ def load_untrusted_json(
             raise JsonValueError("JSON text must be UTF-8") from None
     if text.startswith("\ufeff"):
         raise JsonValueError("JSON text must not start with a byte order mark")
-    if not _nesting_ok(text, max_depth):
+    if nests_deeper_than(text, max_depth):
         raise JsonValueError("nesting is too deep")
     try:
         return json.loads(

@@ -103,11 +103,6 @@ _AGENT_NAME_MIN: Final = 3
 _AGENT_NAME_MAX: Final = 32
 """Most characters of an agent name (engine.md §1.1)."""
 
-_JSON_STRING: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
-"""A JSON string, or an unterminated one up to the end of the text.
-
-Always matching from a quote keeps the scan linear on hostile text such as `"\\"\\"\\"…`."""
-_NOT_BRACKET: Final = re.compile(r"[^\[\]{}]+")
 _SURROGATE: Final = re.compile("([\ud800-\udfff])")
 
 _ASK_TEXT_OPERATION: Final = {
@@ -178,33 +173,12 @@ def _stated_object(text: str) -> dict[str, object] | None:
     """The JSON object the whole text is, when it is one; None for anything else."""
     if not text.lstrip(_JSON_WHITESPACE).startswith("{"):
         return None  # not an object (or a BOM first): no need to parse plain prose
-    if _nests_deeper_than(text, MESSAGE_TEXT_MAX_DEPTH):
-        return None
     try:
-        # Our own scan bounded the nesting exactly; the shared loader's cruder bracket
-        # count (which also counts brackets inside strings) must not refuse it again.
-        value = load_untrusted_json(text, duplicate_keys="last", max_depth=len(text))
+        # The loader refuses deeper nesting (outside strings) before it parses.
+        value = load_untrusted_json(text, duplicate_keys="last", max_depth=MESSAGE_TEXT_MAX_DEPTH)
     except JsonValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _nests_deeper_than(text: str, limit: int) -> bool:
-    """Whether the text's arrays and objects, outside strings, nest deeper than `limit`.
-
-    Exact for valid JSON, where every quote outside a string opens one; for other text the
-    answer does not matter, since it is a multicast either way.
-    """
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    level = 0
-    for char in brackets:
-        if char in "[{":
-            level += 1
-            if level > limit:
-                return True
-        else:
-            level -= 1
-    return False
 
 
 # --- Operations ------------------------------------------------------------------------

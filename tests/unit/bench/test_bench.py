@@ -5,26 +5,48 @@ No process starts here (the real run is `make bench`); everything checked is pur
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
+from typing import cast
 
 import pytest
+from harness_client import (
+    DirectMessage,
+    Endpoint,
+    GroupMessage,
+    InboundDelivery,
+    MulticastItem,
+    TextPart,
+)
 
-from bench import cli
-from bench.gateway_run import TIMED, WARMUP, read_stamp, stamp_text
-from bench.metrics import CommitCounters, parse_commit_counters
-from bench.processes import OutputLog, is_trouble, process_cpu_seconds
+from bench import cli, plan
+from bench.gateway_run import (
+    TIMED,
+    WARMUP,
+    Conversation,
+    Receiver,
+    missing_deliveries,
+    note_delivery,
+    read_stamp,
+    stamp_text,
+)
+from bench.metrics import CommitCounters, commit_rates, parse_commit_counters, sum_counters
+from bench.processes import OutputLog, cpu_between, is_trouble, process_cpu_seconds, total_cpu
 from bench.result import (
     RESULT_KEYS,
     BenchResult,
     Machine,
     Percentiles,
+    RunMode,
+    per_post_ms,
     percentile,
     rate,
     ratio,
     result_line,
 )
+from gateway.contract import addresses
 
 
 def fake_result(**overrides: object) -> BenchResult:
@@ -32,11 +54,13 @@ def fake_result(**overrides: object) -> BenchResult:
         "machine": Machine(cpu_count=2, platform="Linux-test", python="CPython 3.11.7"),
         "pairs": 8,
         "seconds": 10.0,
+        "mode": RunMode(burst=4, group_size=3, daemons=2),
         "certified_posts_per_second": 123.4,
         "send_latency_ms": Percentiles(p50=12.5, p99=40.25),
         "send_to_delivery_ms": Percentiles(p50=15.0, p99=55.0),
         "store_commits_per_second": 80.5,
         "mean_commit_batch_size": 3.25,
+        "gateway_cpu_ms_per_post": 17.5,
         "baseline_unary_echo_per_second": 4000.0,
         "ratio_to_baseline": 0.0309,
     }
@@ -50,6 +74,31 @@ def fake_result(**overrides: object) -> BenchResult:
 def test_no_flags_run_eight_pairs_for_ten_seconds():
     config = cli.parse_config([])
     assert (config.pairs, config.seconds) == (8, 10.0)
+    assert config.mode == RunMode(burst=1, group_size=2, daemons=1)
+    assert config.in_flight == 8
+
+
+def test_burst_group_size_and_daemons_are_read():
+    config = cli.parse_config(
+        ["--quick", "--burst", "8", "--group-size", "5", "--daemons", "2", "--pairs", "3"]
+    )
+    assert (config.pairs, config.burst, config.group_size, config.daemons) == (3, 8, 5, 2)
+    assert config.mode == RunMode(burst=8, group_size=5, daemons=2)
+    # The baseline runs as many calls in flight as the gateway run: senders x burst.
+    assert config.in_flight == 24
+
+
+def test_group_size_two_is_the_pair_mode_and_the_group_bounds_are_accepted():
+    assert cli.parse_config(["--group-size", "2"]).group_size == 2
+    assert cli.parse_config(["--group-size", "3"]).group_size == 3
+    assert cli.parse_config(["--pairs", "16", "--group-size", "32"]).group_size == 32
+
+
+def test_the_flags_products_may_reach_their_bounds():
+    at_agents = cli.parse_config(["--pairs", "16", "--group-size", "32"])
+    assert at_agents.pairs * at_agents.group_size == cli.MAX_AGENTS
+    at_flight = cli.parse_config(["--pairs", "16", "--burst", "256"])
+    assert at_flight.in_flight == cli.MAX_IN_FLIGHT
 
 
 def test_quick_runs_two_pairs_for_two_seconds():
@@ -76,6 +125,18 @@ def test_the_gateway_executable_can_be_named():
         ["--seconds", "-1"],
         ["--seconds", "soon"],
         ["--seconds", "nan"],
+        ["--burst", "0"],
+        ["--burst", "two"],
+        ["--burst", str(cli.MAX_BURST + 1)],
+        ["--group-size", "1"],
+        ["--group-size", "0"],
+        ["--group-size", "33"],
+        ["--group-size", "three"],
+        ["--daemons", "0"],
+        ["--daemons", "3"],
+        ["--daemons", "two"],
+        ["--pairs", "17", "--group-size", "32"],  # 544 agents
+        ["--pairs", "17", "--burst", "256"],  # 4352 calls in flight
         ["--bogus"],
     ],
 )
@@ -91,8 +152,26 @@ def test_help_names_every_flag(capsys):
         cli.parse_config(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--pairs", "--seconds", "--quick", "--gateway-bin"):
+    for flag in (
+        "--pairs",
+        "--seconds",
+        "--burst",
+        "--group-size",
+        "--daemons",
+        "--quick",
+        "--gateway-bin",
+    ):
         assert flag in out
+
+
+def test_the_load_is_described_in_words():
+    assert cli.describe_load(cli.parse_config([])) == "8 pairs"
+    assert cli.describe_load(cli.parse_config(["--pairs", "1"])) == "1 pair"
+    assert (
+        cli.describe_load(cli.parse_config(["--group-size", "4", "--burst", "2"]))
+        == "8 groups of 4, 2 sends in flight per sender"
+    )
+    assert "separate daemons" in cli.describe_load(cli.parse_config(["--daemons", "2"]))
 
 
 # --- the result line -------------------------------------------------------------------
@@ -110,6 +189,8 @@ def test_the_result_line_is_one_json_object_with_the_issue_fields():
     }
     assert value["pairs"] == 8
     assert value["seconds"] == 10.0
+    assert value["mode"] == {"burst": 4, "group_size": 3, "daemons": 2}
+    assert value["gateway_cpu_ms_per_post"] == 17.5
     assert value["certified_posts_per_second"] == 123.4
     assert value["send_latency_ms"] == {"p50": 12.5, "p99": 40.25}
     assert value["send_to_delivery_ms"] == {"p50": 15.0, "p99": 55.0}
@@ -124,12 +205,14 @@ def test_what_was_not_measured_prints_as_null_never_as_a_number():
         fake_result(
             store_commits_per_second=None,
             mean_commit_batch_size=None,
+            gateway_cpu_ms_per_post=None,
             send_to_delivery_ms=Percentiles.of_ns([]),
         )
     )
     value = json.loads(line)
     assert value["store_commits_per_second"] is None
     assert value["mean_commit_batch_size"] is None
+    assert value["gateway_cpu_ms_per_post"] is None
     assert value["send_to_delivery_ms"] == {"p50": None, "p99": None}
 
 
@@ -151,6 +234,30 @@ def test_rates_and_ratios_are_null_when_undefined():
     assert ratio(25.0, 0.0) is None
     assert ratio(None, 1000.0) is None
     assert ratio(25.0, None) is None
+
+
+def test_cpu_per_post_is_milliseconds_and_null_without_cpu_or_posts():
+    assert per_post_ms(9.89, 466) == 21.22
+    assert per_post_ms(0.0, 10) == 0.0
+    assert per_post_ms(None, 466) is None
+    assert per_post_ms(9.89, 0) is None
+
+
+def test_gateway_cpu_is_the_sum_of_every_gateway_side_process():
+    before = {"daemon-a": 1.0, "daemon-b": 2.0, "router": 0.5, "registry": 0.25}
+    after = {"daemon-a": 3.0, "daemon-b": 5.5, "router": 1.5, "registry": 0.25}
+    spent = cpu_between(before, after)
+    assert spent == {"daemon-a": 2.0, "daemon-b": 3.5, "router": 1.0, "registry": 0.0}
+    assert total_cpu(spent) == 6.5
+    assert per_post_ms(total_cpu(spent), 650) == 10.0
+
+
+def test_gateway_cpu_is_unknown_when_any_process_is_unreadable():
+    spent = cpu_between({"daemon-a": 1.0, "router": None}, {"daemon-a": 2.0, "router": 3.0})
+    assert spent == {"daemon-a": 1.0, "router": None}
+    assert total_cpu(spent) is None
+    assert cpu_between({"gateway": 1.0}, {}) == {"gateway": None}  # it exited meanwhile
+    assert total_cpu({}) is None
 
 
 # --- pieces the run relies on ----------------------------------------------------------
@@ -182,6 +289,25 @@ def test_commit_counters_sum_the_batch_histogram_over_its_series():
     assert parse_commit_counters(text) == CommitCounters(commits=10.0, writes=42.0)
 
 
+def test_commit_counters_add_up_over_daemons_and_are_none_if_one_lacks_them():
+    first = CommitCounters(commits=10.0, writes=40.0)
+    second = CommitCounters(commits=5.0, writes=6.0)
+    assert sum_counters([first]) == first
+    assert sum_counters([first, second]) == CommitCounters(commits=15.0, writes=46.0)
+    assert sum_counters([first, None]) is None
+    assert sum_counters([]) is None
+
+
+def test_commit_rates_between_two_scrapes():
+    before = CommitCounters(commits=100.0, writes=300.0)
+    after = CommitCounters(commits=160.0, writes=540.0)
+    assert commit_rates(before, after, 2.0) == (30.0, 4.0)
+    assert commit_rates(before, before, 2.0) == (0.0, None)  # no commit: no batch size
+    assert commit_rates(before, after, 0.0) == (None, 4.0)
+    assert commit_rates(None, after, 2.0) == (None, None)
+    assert commit_rates(before, None, 2.0) == (None, None)
+
+
 def test_commit_counters_are_none_without_the_histogram():
     assert parse_commit_counters("") is None
     assert parse_commit_counters('harness_store_commit_seconds_count{backend="sqlite"} 5') is None
@@ -208,3 +334,125 @@ def test_cpu_time_of_a_process_reads_from_proc_where_there_is_one():
     else:
         assert used is None
     assert process_cpu_seconds(-1) is None
+
+
+# --- the layout of agents -------------------------------------------------------------
+
+
+def test_the_bench_restates_the_contracts_group_bounds():
+    assert plan.GROUP_MIN_MEMBERS == addresses.GROUP_MIN_MEMBERS
+    assert plan.GROUP_MAX_MEMBERS == addresses.GROUP_MAX_MEMBERS
+    assert plan.AGENT_PREFIX == addresses.AGENT_PREFIX
+    assert plan.GROUP_PREFIX == addresses.GROUP_PREFIX
+
+
+def test_pairs_keep_their_names_and_send_direct_on_one_daemon():
+    plans = plan.plan_groups(2, group_size=2, daemons=1)
+    assert [(p.sender.name, [r.name for r in p.receivers]) for p in plans] == [
+        ("bench-sender-0", ["bench-receiver-0"]),
+        ("bench-sender-1", ["bench-receiver-1"]),
+    ]
+    assert [p.address for p in plans] == ["agent:bench-receiver-0", "agent:bench-receiver-1"]
+    assert {agent.daemon for p in plans for agent in (p.sender, *p.receivers)} == {0}
+
+
+def test_two_daemons_put_every_sender_on_one_and_its_receivers_on_the_other():
+    for group_size in (2, 4):
+        for conversation in plan.plan_groups(3, group_size=group_size, daemons=2):
+            assert conversation.sender.daemon == 0
+            assert {receiver.daemon for receiver in conversation.receivers} == {1}
+
+
+def test_a_group_sends_to_the_others_and_means_the_whole_membership():
+    (group,) = plan.plan_groups(1, group_size=4, daemons=1)
+    others = ["bench-receiver-0-1", "bench-receiver-0-2", "bench-receiver-0-3"]
+    assert [receiver.name for receiver in group.receivers] == others
+    assert group.address == "group:" + ",".join(others)
+    conversation = addresses.canonicalize(group.address, group.sender.name)
+    assert isinstance(conversation, addresses.GroupConversation)
+    assert conversation.members == tuple(sorted([group.sender.name, *others]))
+    assert conversation.address == addresses.group_address([group.sender.name, *others])
+
+
+def test_every_planned_name_is_a_valid_and_distinct_agent_name():
+    plans = plan.plan_groups(16, group_size=32, daemons=2)
+    names = [agent.name for p in plans for agent in (p.sender, *p.receivers)]
+    assert len(names) == len(set(names)) == 16 * 32
+    assert all(addresses.is_agent_name(name) for name in names)
+    for p in plans:
+        addresses.canonicalize(p.address, p.sender.name)  # raises when the size is refused
+
+
+def test_group_addresses_sort_the_other_members():
+    assert plan.group_address(["bench-c", "bench-a", "bench-b"]) == "group:bench-a,bench-b,bench-c"
+
+
+@pytest.mark.parametrize(("group_size", "daemons"), [(1, 1), (33, 1), (0, 1), (3, 0), (3, 3)])
+def test_layouts_the_bench_cannot_run_are_refused(group_size, daemons):
+    with pytest.raises(ValueError):
+        plan.plan_groups(1, group_size=group_size, daemons=daemons)
+
+
+# --- counting deliveries --------------------------------------------------------------
+
+
+def _conversation(receivers: int) -> Conversation:
+    changed = asyncio.Event()
+    no_endpoint = cast(Endpoint, object())  # never called: only the counters are used
+    return Conversation(
+        0,
+        no_endpoint,
+        "group:x",
+        [Receiver(f"bench-receiver-0-{n}", no_endpoint, changed) for n in range(receivers)],
+    )
+
+
+def _delivery(message: DirectMessage | GroupMessage) -> InboundDelivery:
+    return InboundDelivery(token="t", item=MulticastItem(message=message))
+
+
+def _direct(text: str) -> DirectMessage:
+    return DirectMessage(
+        post_id="p",
+        address="agent:bench-sender-0",
+        sender="bench-sender-0",
+        content=(TextPart(text=text),),
+    )
+
+
+def _group(text: str) -> GroupMessage:
+    return GroupMessage(
+        post_id="p",
+        address="group:x",
+        sender="bench-sender-0",
+        members=("a", "b", "c"),
+        content=(TextPart(text=text),),
+    )
+
+
+def test_a_group_post_is_owed_to_every_receiver():
+    conversation = _conversation(3)
+    conversation.sent = 5
+    assert missing_deliveries([conversation]) == 15
+    conversation.receivers[0].received = 5
+    conversation.receivers[1].received = 7  # never negative: more seen than certified
+    assert missing_deliveries([conversation]) == 5
+
+
+def test_timed_deliveries_are_timed_at_each_receiver_direct_or_group():
+    conversation = _conversation(2)
+    first, second = conversation.receivers
+    note_delivery(first, _delivery(_group(json.dumps({"t": 1_000, "phase": TIMED}))), 3_000)
+    note_delivery(second, _delivery(_direct(json.dumps({"t": 1_000, "phase": TIMED}))), 5_000)
+    assert (first.received, first.delivery_latencies_ns) == (1, [2_000])
+    assert (second.received, second.delivery_latencies_ns) == (1, [4_000])
+    assert first.changed.is_set()
+
+
+def test_warm_up_and_foreign_deliveries_are_not_timed():
+    (receiver,) = _conversation(1).receivers
+    note_delivery(receiver, _delivery(_group(stamp_text(WARMUP))), 0)
+    assert receiver.warmed.is_set()
+    note_delivery(receiver, _delivery(_group("hello")), 0)
+    note_delivery(receiver, _delivery(_group(json.dumps({"t": 1, "phase": "later"}))), 0)
+    assert (receiver.received, receiver.strangers) == (0, 2)

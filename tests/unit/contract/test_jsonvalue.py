@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 
 import pytest
@@ -7,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.contract.jsonvalue import (
+    PARSE_MAX_DEPTH,
     JsonValue,
     JsonValueError,
     canonical_json,
     depth,
     load_untrusted_json,
+    nests_deeper_than,
     normalize_json,
     parse_canonical_json,
     parse_json,
@@ -130,3 +134,56 @@ def test_the_fast_encoder_agrees_on_the_pitfalls_it_handles_itself():
     ]
     for value in values:
         assert canonical_json(value) == reference_canonical_json(value)
+
+
+# --- Nesting counts structure, never characters inside strings (issue: a text of 60 `[`
+# characters once made every stored record of its conversation unreadable) -------------
+
+_TRICKY = st.sampled_from(['"', "\\", "[", "]", "{", "}", '\\"', "\\\\", "a", ",", ":", " "])
+"""Characters and escapes that confuse a bracket counter."""
+
+_tricky_text = st.lists(_TRICKY, max_size=40).map("".join)
+_nested_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10) | _tricky_text,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(_tricky_text, children, max_size=3)
+    ),
+    max_leaves=25,
+)
+
+
+def _reference_depth(value: object) -> int:
+    # The depth as the reference parser (json.loads) built it, counted on the result.
+    if isinstance(value, list):
+        return 1 + max((_reference_depth(item) for item in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_reference_depth(item) for item in value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=1000)
+@given(value=_nested_values, limit=st.integers(0, 8))
+def test_the_nesting_check_agrees_with_a_reference_parser(value: object, limit: int):
+    text = json.dumps(value)
+    actual = _reference_depth(json.loads(text))
+    assert nests_deeper_than(text, limit) == (actual > limit)
+    if actual <= PARSE_MAX_DEPTH:
+        assert load_untrusted_json(text) == json.loads(text, parse_int=float)
+
+
+@settings(max_examples=500)
+@given(prefix=_tricky_text, suffix=_tricky_text)
+def test_the_nesting_check_never_lets_a_parser_recurse_past_it(prefix: str, suffix: str):
+    # Garbage with deep brackets somewhere: whatever the check says, parsing is bounded.
+    text = prefix + "[" * 200 + suffix
+    with contextlib.suppress(JsonValueError):
+        load_untrusted_json(text)
+
+
+@pytest.mark.parametrize("count", [60, 10_000])
+@pytest.mark.parametrize("bracket", ["[", "{", "]", '\\"['])
+def test_brackets_inside_a_string_parse_at_any_count(count: int, bracket: str):
+    text = json.dumps({"text": bracket * count, "list": ["[" * count]})
+    assert load_untrusted_json(text) == json.loads(text)
+    value = parse_json(text)
+    assert parse_canonical_json(canonical_json(value)) == value
