@@ -41,6 +41,7 @@ from gateway.endpoint.api import (
     HistoryRecord,
     ManagementError,
     RegisteredAgent,
+    SetAsideConversation,
 )
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
@@ -48,6 +49,7 @@ from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certified, Certifier, Identity
 from gateway.engine.crypto import SigningKey, VerifyCache
+from gateway.engine.local_move import move_existing
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
 from gateway.engine.verifier import RegistryEnvelopeVerifier
 from gateway.observability.metrics import (
@@ -243,6 +245,7 @@ class Gateway:
         self._network = Network(
             router=self._router,
             store=self._store,
+            local_instance_id=self._store.local_instance_id,
             observer=NetworkObserver(
                 on_certified=self._certified,
                 on_deliveries=self._deliveries_ready,
@@ -268,6 +271,12 @@ class Gateway:
                 card=p.decode(row.signed_card, p.SignedAgentCard),
             )
             await self._host(identity, restore=True)
+        # Existing data (engine.md §5.10): before local order and Router recovery start.
+        await move_existing(
+            store=self._store,
+            local=self._network.local,
+            certifiers={certifier.agent_id: certifier for certifier in self._network.certifiers()},
+        )
         await self._network.start()
         for runtime in self._runtimes.values():
             await runtime.start()
@@ -481,7 +490,10 @@ class Gateway:
         next_inbox = 1
         snapshot = await self._store.snapshot(identity.agent_id) if restore else None
         if snapshot is not None:
-            certifier.restore(snapshot)
+            local_rows, local_intents = certifier.restore(
+                snapshot, local_instance_id=self._store.local_instance_id
+            )
+            self._network.local.restore(identity.agent_id, local_rows, local_intents)
             next_inbox = snapshot.max_inbox_seq + 1
         runtime = AgentRuntime(
             identity=identity,
@@ -576,6 +588,11 @@ class Gateway:
             metrics.set_oldest_unacked_age(listener, oldest[listener])
         runtimes = list(self._runtimes.values())
         metrics.set_agents_hosted(len(runtimes))
+        if self._network is not None:
+            metrics.set_conversations_set_aside(
+                self._network.local.set_aside_count
+                + sum(len(runtime.certifier.set_aside) for runtime in runtimes)
+            )
         metrics.set_streams_active(sum(1 for runtime in runtimes if runtime.inbox.listening))
         metrics.set_streams_window_full(sum(1 for runtime in runtimes if runtime.inbox.window_full))
         pending = {"direct": 0, "group": 0}
@@ -583,6 +600,10 @@ class Gateway:
         for runtime in runtimes:
             for kind, count in runtime.certifier.open_intents_by_kind().items():
                 pending[kind] += count
+            if self._network is not None:
+                local = self._network.local.open_intents_by_kind(runtime.agent_id)
+                for kind, count in local.items():
+                    pending[kind] += count
             for op, count in runtime.collectives.open_counts().items():
                 open_ops[op] += count
         for kind, count in pending.items():
@@ -693,7 +714,21 @@ class Gateway:
             listening=runtime.inbox.listening,
             backlog=len(snapshot_unread),
             oldest_unacked_age=0.0 if oldest is None else max(0.0, time.time() - oldest),
+            set_aside=self._set_aside_of(runtime),
         )
+
+    def _set_aside_of(self, runtime: AgentRuntime) -> tuple[SetAsideConversation, ...]:
+        assert self._network is not None
+        local = [
+            SetAsideConversation(conversation_id=item.conversation_id, reason=item.reason)
+            for item in self._network.local.set_aside_of(runtime.agent_id)
+        ]
+        router = [
+            SetAsideConversation(conversation_id=conversation_id, reason=reason)
+            for conversation_id, reason in runtime.certifier.set_aside.items()
+        ]
+        unique = {item.conversation_id: item for item in router + local}
+        return tuple(unique[key] for key in sorted(unique))
 
     async def list_agents(
         self, *, prefix: str, after: str | None, limit: int

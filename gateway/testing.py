@@ -64,6 +64,10 @@ class RunningGateway:
     async def restart(self) -> None:
         """Shut down and start again on the same data directory (a Router restart too)."""
         await self.gateway.shutdown(skip_waits=True)
+        await self.restart_stopped()
+
+    async def restart_stopped(self) -> None:
+        """Start again after `gateway.shutdown` (a test may change the store meanwhile)."""
         self.gateway = await Gateway.start(self.settings)
 
 

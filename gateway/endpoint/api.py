@@ -156,6 +156,16 @@ class AgentStatus:
     listening: bool
     backlog: int
     oldest_unacked_age: float
+    set_aside: tuple[SetAsideConversation, ...] = ()
+    """Conversations of this agent the daemon stopped serving (a stored row failed a check)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetAsideConversation:
+    """A conversation set aside, and why (engine.md §5.10)."""
+
+    conversation_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -367,48 +367,82 @@ class AgentRuntime:
         extra_writes: Callable[[Sequence[str]], Sequence[Write]] = lambda post_ids: (),
         within: float,
     ) -> list[PostHandle]:
-        """Wait for the Router attachment, then bind every post's intent in one transaction
-        with `extra_writes(post_ids)`. Raises `SendError` before anything is bound."""
-        attached = await self._network.wait_attached(max(0.0, min(self._timeouts.attach, within)))
-        if not attached:
-            raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+        """Bind every post's intent in one transaction with `extra_writes(post_ids)`.
+
+        Posts whose members are all hosted here go through local order (engine.md §5.10)
+        and need no Router; when any post crosses daemons, the Router attachment is waited
+        for first (at most the attach bound). Raises `SendError` before anything is bound."""
+        local = self._network.local
+        routes = [local.accepts(descriptor) for descriptor, _ in posts]
+        if not all(routes):
+            attached = await self._network.wait_attached(
+                max(0.0, min(self._timeouts.attach, within))
+            )
+            if not attached:
+                raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+        for (descriptor, _), is_local in zip(posts, routes, strict=True):
+            if is_local:
+                await local.founded(descriptor.conversation_id)
         now = time.time()
-        bound: list[tuple[str, Effects]] = []
+        bound: list[tuple[str, bool, Effects]] = []
         try:
-            for descriptor, content in posts:
-                bound.append(self.certifier.bind(descriptor, content, now=now))
+            for (descriptor, content), is_local in zip(posts, routes, strict=True):
+                if is_local:
+                    post_id, writes = local.bind(self.certifier, descriptor, content, now=now)
+                    one = Effects()
+                    one.writes.extend(writes)
+                else:
+                    post_id, one = self.certifier.bind(descriptor, content, now=now)
+                bound.append((post_id, is_local, one))
         except BindRefused as refused:
-            for post_id, _ in bound:
-                self.certifier.unbind(post_id)
+            self._unbind(bound)
             raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
-        post_ids = [post_id for post_id, _ in bound]
+        post_ids = [post_id for post_id, _, _ in bound]
         effects = Effects()
-        for _, one in bound:
+        for _, _, one in bound:
             effects.writes.extend(one.writes)
             effects.envelopes.extend(one.envelopes)
         effects.writes.extend(extra_writes(post_ids))
-        handles = [
-            PostHandle(
-                post_id=post_id,
-                certified=self._network.latch(post_id),
-                drained=self._network.drained(post_id),
+        loop = asyncio.get_running_loop()
+        handles: list[PostHandle] = []
+        for post_id, is_local, _ in bound:
+            drained: asyncio.Future[None]
+            if is_local:
+                # No Router step: nothing to drain (engine.md §6 step 9 is skipped).
+                drained = loop.create_future()
+                drained.set_result(None)
+            else:
+                drained = self._network.drained(post_id)
+            handles.append(
+                PostHandle(post_id=post_id, certified=self._network.latch(post_id), drained=drained)
             )
-            for post_id in post_ids
-        ]
         invocation = _INVOCATION_POSTS.get()
         if invocation is not None:
             invocation.extend(handles)
         try:
-            await self._network.commit(effects)
-        except FatalStoreError as error:
+            if all(routes):
+                # Only the queue entries changed in memory: a definite failure undoes them
+                # and the daemon goes on (an ambiguous COMMIT is fatal in the writer).
+                await self._store.apply(effects.writes)
+            else:
+                await self._network.commit(effects)
+        except (FatalStoreError, StoreError) as error:
             for post_id in post_ids:
                 self._network.forget(post_id)
-            if isinstance(error.__cause__, CommitAmbiguous):
+            if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
                 raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
-            for post_id in post_ids:
-                self.certifier.unbind(post_id)
+            self._unbind(bound)
             raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
+        local.bound(post_id for post_id, is_local, _ in bound if is_local)
         return handles
+
+    def _unbind(self, bound: Sequence[tuple[str, bool, Effects]]) -> None:
+        local_ids = [post_id for post_id, is_local, _ in bound if is_local]
+        if local_ids:
+            self._network.local.unbind(local_ids)
+        for post_id, is_local, _ in bound:
+            if not is_local:
+                self.certifier.unbind(post_id)
 
     async def await_certified(self, handle: PostHandle) -> str:
         """The post's RecordHash within the send bound, else `delivery-pending`."""
@@ -454,7 +488,8 @@ class AgentRuntime:
 
     def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
         """A stored conversation's descriptor."""
-        return self.certifier.membership_of(conversation_id)
+        local = self._network.local.membership_of(conversation_id)
+        return local if local is not None else self.certifier.membership_of(conversation_id)
 
     def descriptor_with(self, cards: Sequence[p.SignedAgentCard]) -> p.MembershipDescriptor:
         """The descriptor of a member set (cards verified by the Registry client)."""

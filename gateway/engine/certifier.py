@@ -17,15 +17,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, assert_never
 
+from gateway.contract.addresses import agent_address, group_address
 from gateway.contract.codec import message_to_json
 from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePart, read_collective
 from gateway.contract.content import content_to_json
 from gateway.contract.ids import RandomId, agent_id_order_key
-from gateway.contract.jsonvalue import canonical_json, parse_canonical_json
+from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
 from gateway.contract.values import Content, DirectMessage, GroupMessage, InboundMessage
 from gateway.engine import protocol as p
 from gateway.engine.crypto import SigningKey, VerifyCache
@@ -35,8 +36,10 @@ from gateway.store.records import (
     DeleteStaged,
     DeliveryState,
     EvidenceKind,
+    IntentRow,
     IntentState,
     OutboxState,
+    PruneSettled,
     PutConversation,
     PutDelivery,
     PutEvidence,
@@ -204,7 +207,17 @@ class _Conversation:
         return "direct" if self.size == 2 else "group"
 
 
-def _router_anchor_hash(anchor: p.RouterAnchor) -> str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationPosition:
+    """Where one member stands in a conversation: its head and current anchor."""
+
+    head: str | None
+    depth: int
+    anchor: p.RouterAnchor
+    anchor_hash: str
+
+
+def router_anchor_hash(anchor: p.RouterAnchor) -> str:
     match anchor:
         case p.GenesisAnchor():
             return p.anchor_hash(anchor)
@@ -214,7 +227,7 @@ def _router_anchor_hash(anchor: p.RouterAnchor) -> str:
             assert_never(anchor)
 
 
-def _router_anchor_from_bytes(data: bytes) -> p.RouterAnchor:
+def router_anchor_from_bytes(data: bytes) -> p.RouterAnchor:
     value = parse_canonical_json(data)
     if isinstance(value, dict) and value.get("kind") == p.CompletedReanchor.KIND:
         return p.CompletedReanchor.from_json(value)
@@ -242,6 +255,7 @@ class Certifier:
         self.agent_id = identity.agent_id
         self._registry_key = registry_public_key
         self._cache = verify_cache
+        identity.key.remember_in(verify_cache)
         self._next_bind_seq = next_bind_seq
         self._next_commit_seq = next_commit_seq
         self._next_outbox_row = next_outbox_row
@@ -250,33 +264,80 @@ class Certifier:
         """Envelopes stored before a restart and not known accepted: sent again as retries."""
         self.instance_id: str | None = None
         """The Router instance this member reads from (None until anchored)."""
+        self.set_aside: dict[str, str] = {}
+        """Conversations whose stored rows failed a check at start, and why: never served."""
+        self.is_local: Callable[[str], bool] = lambda conversation_id: False
+        """Whether a conversation is in local order (§5.10 Keep-off: no Router step)."""
+
+    def reserve_bind_seq(self) -> int:
+        """The next bind sequence number (local order binds under this agent's counter)."""
+        seq = self._next_bind_seq
+        self._next_bind_seq += 1
+        return seq
+
+    def reserve_commit_seq(self) -> int:
+        """The next commit sequence number; a gap left by a failed unit is harmless."""
+        seq = self._next_commit_seq
+        self._next_commit_seq += 1
+        return seq
 
     # --- rehydration ---------------------------------------------------------------------
 
-    def restore(self, snapshot: AgentSnapshot) -> None:
-        """Rebuild memory from the store (engine.md §8 Rehydration)."""
+    def restore(
+        self, snapshot: AgentSnapshot, *, local_instance_id: str | None = None
+    ) -> tuple[list[ConversationRow], list[IntentRow]]:
+        """Rebuild memory from the store (engine.md §8 Rehydration).
+
+        Returns the rows of conversations in local order (anchored on `local_instance_id`)
+        and their open intents, which `LocalOrder` serves. A conversation any of whose rows
+        fails a check is set aside (logged with agent and conversation); the rest is served.
+        """
         self._next_bind_seq = snapshot.max_bind_seq + 1
         self._next_commit_seq = snapshot.max_commit_seq + 1
         self._next_outbox_row = snapshot.max_outbox_row + 1
+        local: set[str] = set()
+        local_rows: list[ConversationRow] = []
         for row in snapshot.conversations:
-            self._conversations[row.conversation_id] = self._conversation_from_row(row)
+            try:
+                loaded = self._conversation_from_row(row)
+            except (p.ProtocolError, JsonValueError) as error:
+                self._set_aside_at_start(row.conversation_id, "conversation", error)
+                continue
+            if self._anchor_instance(loaded) == local_instance_id:
+                local.add(row.conversation_id)
+                local_rows.append(row)
+            else:
+                self._conversations[row.conversation_id] = loaded
         for lock in snapshot.locks:
             conversation = self._conversations.get(lock.conversation_id)
             if conversation is None:
                 continue
-            action = p.action_from_json(parse_canonical_json(lock.action))
+            try:
+                action = p.action_from_json(parse_canonical_json(lock.action))
+            except (p.ProtocolError, JsonValueError) as error:
+                self._set_aside_at_start(lock.conversation_id, "proposal lock", error)
+                continue
             conversation.locks[lock.predecessor] = lock.action_hash
             conversation.actions[lock.action_hash] = action
         for staged in snapshot.staged:
             conversation = self._conversations.get(staged.conversation_id)
-            if conversation is not None:
+            if conversation is None:
+                continue
+            try:
                 record = p.decode(staged.record, p.ActionCertifiedRecord)
-                conversation.staged[record.record_hash] = record
+            except p.ProtocolError as error:
+                self._set_aside_at_start(staged.conversation_id, "staged record", error)
+                continue
+            conversation.staged[record.record_hash] = record
         for evidence in snapshot.evidence:
             conversation = self._conversations.get(evidence.conversation_id)
             if conversation is None:
                 continue
-            signed = p.decode(evidence.statement, p.SignedStatement)
+            try:
+                signed = p.decode(evidence.statement, p.SignedStatement)
+            except p.ProtocolError as error:
+                self._set_aside_at_start(evidence.conversation_id, "evidence", error)
+                continue
             if evidence.kind is EvidenceKind.ACTION:
                 conversation.signatures.setdefault(evidence.subject, {})[evidence.signer] = signed
             elif evidence.kind is EvidenceKind.DURABILITY:
@@ -288,7 +349,11 @@ class Certifier:
                 and reanchor.completed is None
                 and reanchor.previous_anchor_hash == conversation.anchor_hash
             ):
-                body = p.decode(reanchor.body, p.ReanchorBody)
+                try:
+                    body = p.decode(reanchor.body, p.ReanchorBody)
+                except p.ProtocolError as error:
+                    self._set_aside_at_start(reanchor.conversation_id, "re-anchor", error)
+                    continue
                 conversation.reanchor = _Reanchor(body=body, anchor_hash=reanchor.anchor_hash)
         self.pending_outbox = [
             OutboundEnvelope(
@@ -300,25 +365,55 @@ class Certifier:
                 retry=True,
             )
             for row in snapshot.pending_outbox
+            if row.conversation_id in self._conversations
         ]
+        local_intents: list[IntentRow] = []
         for intent_row in snapshot.open_intents:
+            if intent_row.conversation_id in local:
+                local_intents.append(intent_row)
+                continue
             conversation = self._conversations.get(intent_row.conversation_id)
             if conversation is None:
-                logger.error("open intent without its conversation post_id=%s", intent_row.post_id)
+                if intent_row.conversation_id not in self.set_aside:
+                    logger.error(
+                        "open intent without its conversation agent=%s post_id=%s",
+                        self.identity.agent_name,
+                        intent_row.post_id,
+                    )
+                continue
+            try:
+                intent = p.decode(intent_row.intent, p.PostIntent)
+            except p.ProtocolError as error:
+                self._set_aside_at_start(intent_row.conversation_id, "post intent", error)
                 continue
             conversation.intents.append(
                 _Intent(
                     post_id=intent_row.post_id,
-                    intent=p.decode(intent_row.intent, p.PostIntent),
+                    intent=intent,
                     bind_seq=intent_row.bind_seq,
                     bound_at=intent_row.bound_at,
                     resumed=True,
                 )
             )
+        return local_rows, local_intents
+
+    def _set_aside_at_start(self, conversation_id: str, what: str, error: Exception) -> None:
+        """A stored row of this conversation fails a check: never serve it, say so loudly."""
+        detail = getattr(error, "detail", str(error))
+        self._conversations.pop(conversation_id, None)
+        if conversation_id not in self.set_aside:
+            self.set_aside[conversation_id] = f"stored {what} failed a check: {detail}"
+            logger.error(
+                "conversation set aside agent=%s conversation=%s: stored %s failed a check: %s",
+                self.identity.agent_name,
+                conversation_id,
+                what,
+                detail,
+            )
 
     def _conversation_from_row(self, row: ConversationRow) -> _Conversation:
         descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
-        anchor = _router_anchor_from_bytes(row.anchor)
+        anchor = router_anchor_from_bytes(row.anchor)
         return _Conversation(
             id=row.conversation_id,
             descriptor=descriptor,
@@ -354,6 +449,46 @@ class Certifier:
         conversation = self._conversations.get(conversation_id)
         return None if conversation is None else conversation.descriptor
 
+    def position(self, conversation_id: str) -> ConversationPosition:
+        """The member's head and current anchor in a stored conversation."""
+        conversation = self._conversations[conversation_id]
+        return ConversationPosition(
+            head=conversation.head,
+            depth=conversation.depth,
+            anchor=conversation.anchor,
+            anchor_hash=conversation.anchor_hash,
+        )
+
+    def forget(self, conversation_id: str) -> list[IntentRow]:
+        """Drop a conversation from the Router path (it moved to local order or was set
+        aside); returns its open intents as stored rows."""
+        conversation = self._conversations.pop(conversation_id, None)
+        if conversation is None:
+            return []
+        return [self._intent_row(intent) for intent in conversation.intents]
+
+    def complete_open_intent(self, conversation_id: str, post_id: str) -> IntentRow | None:
+        """Remove an open intent whose record another member already promoted."""
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            return None
+        for intent in conversation.intents:
+            if intent.post_id == post_id:
+                conversation.intents.remove(intent)
+                return self._intent_row(intent)
+        return None
+
+    def _intent_row(self, intent: _Intent) -> IntentRow:
+        return IntentRow(
+            post_id=intent.post_id,
+            conversation_id=intent.intent.conversation_id,
+            bind_seq=intent.bind_seq,
+            intent=p.encode(intent.intent),
+            state=IntentState.OPEN,
+            record_hash=None,
+            bound_at=intent.bound_at,
+        )
+
     def rewrap(self, signed_envelope: bytes) -> tuple[bytes, str]:
         """The same body in a fresh outer envelope (new MessageId, re-signed), after the
         Router forgot the old retry identity (engine.md §4: inner statements are never
@@ -383,6 +518,8 @@ class Certifier:
         """
         if self.instance_id is None:
             raise BindRefused("the member is not anchored on a Router instance")
+        if descriptor.conversation_id in self.set_aside:
+            raise BindRefused("the conversation is set aside")
         effects = Effects()
         conversation = self._conversations.get(descriptor.conversation_id)
         membership_hash = p.membership_hash(descriptor)
@@ -525,7 +662,16 @@ class Certifier:
     ) -> None:
         """Process one envelope addressed to this member, in Router order.
 
-        Invalid envelopes are dropped without a state change (logged at debug level)."""
+        Invalid envelopes are dropped without a state change (logged at debug level), and
+        so is anything about a local or set-aside conversation (§5.10 Keep-off)."""
+        conversation_id = packet_conversation_id(signed, packet)
+        if conversation_id in self.set_aside or self.is_local(conversation_id):
+            logger.info(
+                "envelope for a local or set-aside conversation dropped agent=%s conversation=%s",
+                self.identity.agent_name,
+                conversation_id,
+            )
+            return
         try:
             match packet:
                 case p.ActionProposal(action=action):
@@ -860,6 +1006,9 @@ class Certifier:
             )
         )
         effects.writes.append(self._conversation_write(conversation))
+        effects.writes.append(
+            PruneSettled(agent_id=self.agent_id, conversation_id=conversation.id, head=record_hash)
+        )
         if intent.author_agent_id == self.agent_id:
             finished = next((i for i in conversation.intents if i.post_id == intent.post_id), None)
             if finished is not None:
@@ -874,7 +1023,7 @@ class Certifier:
                         record_hash=record_hash,
                         bound_at=finished.bound_at,
                         kind=conversation.kind,
-                        op=_post_op(intent.content),
+                        op=post_op(intent.content),
                         resumed=finished.resumed,
                     )
                 )
@@ -897,7 +1046,9 @@ class Certifier:
                     conversation_id=conversation.id,
                     record_hash=record_hash,
                     commit_seq=commit_seq,
-                    projection=canonical_json(message_to_json(self._project(conversation, intent))),
+                    projection=canonical_json(
+                        message_to_json(project(conversation.descriptor, intent))
+                    ),
                     state=DeliveryState.PENDING,
                 )
             )
@@ -921,24 +1072,6 @@ class Certifier:
             if hash_ in conversation.locks.values()
         }
         self._after_head_moved(conversation, effects, now=now)
-
-    def _project(self, conversation: _Conversation, intent: p.PostIntent) -> InboundMessage:
-        """The delivery projection, from the certified record alone (names from its cards)."""
-        author = conversation.descriptor.card_of(intent.author_agent_id)
-        assert author is not None  # check_action proved the author is a member
-        sender = f"agent:{author.agent_name}"
-        if conversation.size == 2:
-            return DirectMessage(
-                post_id=intent.post_id, address=sender, sender=sender, content=intent.content
-            )
-        names = sorted(member.card.agent_name for member in conversation.descriptor.members)
-        return GroupMessage(
-            post_id=intent.post_id,
-            address="group:" + ",".join(names),
-            sender=sender,
-            members=tuple(f"agent:{name}" for name in names),
-            content=intent.content,
-        )
 
     def _after_head_moved(
         self, conversation: _Conversation, effects: Effects, *, now: float
@@ -1171,6 +1304,11 @@ class Certifier:
             )
         )
         effects.writes.append(self._conversation_write(conversation))
+        effects.writes.append(
+            PruneSettled(
+                agent_id=self.agent_id, conversation_id=conversation.id, head=conversation.head
+            )
+        )
         if (
             self._anchor_instance(conversation) != self.instance_id
             and conversation.head is not None
@@ -1368,7 +1506,7 @@ class Certifier:
                 assert_never(item)
 
 
-def _post_op(content: Content) -> str:
+def post_op(content: Content) -> str:
     """The metric `op` of an own post, from its collective part."""
     match read_collective(content).part:
         case RequestPart(op=op):
@@ -1379,6 +1517,43 @@ def _post_op(content: Content) -> str:
             return "close"
         case _:
             return "multicast"
+
+
+def packet_conversation_id(signed: p.SignedEnvelope, packet: p.Packet) -> str:
+    """The conversation an envelope is about (catch-up answers travel to two members only,
+    so their recipients do not name it)."""
+    match packet:
+        case p.ActionProposal(action=action):
+            return action.conversation_id
+        case p.CatchUpRequest(conversation_id=conversation_id):
+            return conversation_id
+        case p.CatchUpPage(request=request) | p.CatchUpIncomplete(request=request):
+            return request.conversation_id
+        case p.CompletedReanchor(reanchor=body):
+            return body.conversation_id
+        case p.SignedStatement():
+            return p.conversation_id(signed.envelope.recipient_agent_ids)
+        case _:
+            assert_never(packet)
+
+
+def project(descriptor: p.MembershipDescriptor, intent: p.PostIntent) -> InboundMessage:
+    """The delivery projection, from the certified record alone (names from its cards)."""
+    author = descriptor.card_of(intent.author_agent_id)
+    assert author is not None  # check_action proved the author is a member
+    sender = agent_address(author.agent_name)
+    if descriptor.size == 2:
+        return DirectMessage(
+            post_id=intent.post_id, address=sender, sender=sender, content=intent.content
+        )
+    names = sorted(member.card.agent_name for member in descriptor.members)
+    return GroupMessage(
+        post_id=intent.post_id,
+        address=group_address(names),
+        sender=sender,
+        members=tuple(agent_address(name) for name in names),
+        content=intent.content,
+    )
 
 
 class BindRefused(Exception):

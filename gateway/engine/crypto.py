@@ -76,7 +76,7 @@ class SigningKey:
     The seed is what the store keeps; `repr` never shows it.
     """
 
-    __slots__ = ("_private_key", "_public_key_b64", "_seed")
+    __slots__ = ("_private_key", "_public_key_b64", "_remember", "_seed")
 
     def __init__(self, seed: bytes) -> None:
         """Wrap a 32-byte seed. Raises `ValueError` for any other length."""
@@ -86,6 +86,12 @@ class SigningKey:
         self._private_key = Ed25519PrivateKey.from_private_bytes(self._seed)
         raw = self._private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self._public_key_b64 = b64(raw)
+        self._remember: VerifyCache | None = None
+
+    def remember_in(self, cache: VerifyCache) -> None:
+        """Record every signature this key makes as valid in `cache`: the daemon's own keys
+        are its trust boundary, so what it signed is never verified again (engine.md §8)."""
+        self._remember = cache
 
     @classmethod
     def generate(cls) -> SigningKey:
@@ -107,7 +113,11 @@ class SigningKey:
 
         Raises `JsonValueError` when `value` has no canonical form.
         """
-        return b64(self._private_key.sign(domain_bytes(artifact, value)))
+        message = domain_bytes(artifact, value)
+        signature = b64(self._private_key.sign(message))
+        if self._remember is not None:
+            self._remember._add((self._public_key_b64, hashlib.sha256(message).digest(), signature))
+        return signature
 
     def __repr__(self) -> str:
         return f"SigningKey(public_key_b64={self._public_key_b64!r})"

@@ -27,6 +27,7 @@ from typing import Final
 from gateway.contract.errors import SendError, SendErrorReason
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certified, Certifier, Effects, OutboundEnvelope
+from gateway.engine.local import LocalObserver, LocalOrder
 from gateway.router import (
     Accepted,
     Batch,
@@ -103,7 +104,9 @@ class Network:
         *,
         router: RouterPort,
         store: Store,
+        local_instance_id: str,
         observer: NetworkObserver | None = None,
+        local_observer: LocalObserver | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._router = router
@@ -124,6 +127,15 @@ class Network:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._failed: BaseException | None = None
+        self.local = LocalOrder(
+            store=store,
+            instance_id=local_instance_id,
+            certifiers=lambda: self._certifiers,
+            release=self.release,
+            on_fatal=self._fail,
+            observer=local_observer,
+        )
+        """The order of conversations whose members are all hosted here (§5.10)."""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -148,13 +160,16 @@ class Network:
     def host(self, certifier: Certifier) -> None:
         """Host an agent (before `start`, or live: it is anchored at the current position)."""
         self._certifiers[certifier.agent_id] = certifier
+        certifier.is_local = self.local.is_local
         if self._instance_id is not None and certifier.instance_id is None:
             certifier.anchor(self._instance_id)
         self._recipients_changed.set()
 
     async def start(self) -> None:
-        """Resume the stored cursor or anchor at the tail, recover every agent, and start
-        the feed, the drain and the timers. Returns once the feed is active."""
+        """Start local order (not waiting for the Router), then resume the stored cursor or
+        anchor at the tail, recover every agent, and start the feed, the drain and the
+        timers. Returns once the feed is active (or detached, retrying)."""
+        self.local.start()
         stored = await self._store.cursor(SUBSCRIPTION)
         self._cursor = Cursor.decode(stored) if stored is not None else None
         try:
@@ -166,15 +181,21 @@ class Network:
             # the attachment (at most the attach timeout) meanwhile.
             logger.warning("router unreachable at start; retrying", exc_info=True)
             self._set_state(RouterAttachment.DETACHED)
+        resend = [envelope for c in self._certifiers.values() for envelope in c.pending_outbox]
         for certifier in self._certifiers.values():
-            # Rows stored before a restart whose outcome is unknown: the same bytes again as
-            # retries (a new Router instance answers router_restarted and they are dropped).
-            for envelope in certifier.pending_outbox:
-                self._drain.put_nowait(envelope)
             certifier.pending_outbox = []
+        if resend:
+            self._spawn(self._resend(resend), "resend")
         self._spawn(self._drain_loop(), "drain")
         self._spawn(self._feed_loop(), "feed")
         self._spawn(self._tick_loop(), "tick")
+
+    async def _resend(self, envelopes: list[OutboundEnvelope]) -> None:
+        """Rows stored before a restart whose outcome is unknown: the same bytes again as
+        retries (a new Router instance answers router_restarted and they are pruned).
+        Waits for room on the bounded queue instead of overrunning it."""
+        for envelope in envelopes:
+            await self._drain.put(envelope)
 
     async def _recover(self, *, resumed_cursor: bool) -> None:
         self._set_state(RouterAttachment.RECOVERING)
@@ -203,6 +224,7 @@ class Network:
     async def close(self) -> None:
         """Cancel and await every task; fail waiting sends' latches. Idempotent."""
         self._closed = True
+        await self.local.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

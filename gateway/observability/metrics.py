@@ -867,6 +867,12 @@ class Metrics:
         self._agents_hosted = Gauge(
             "harness_agents_hosted", "Endpoints loaded on this daemon.", registry=registry
         )
+        self._conversations_set_aside = Gauge(
+            "harness_conversations_set_aside",
+            "Conversations this daemon stopped serving because a stored row failed a check "
+            "or a local unit failed; the log names each one.",
+            registry=registry,
+        )
         leases = Counter(
             "harness_agent_leases_total",
             "Agent lease events (cluster mode).",
@@ -1075,6 +1081,10 @@ class Metrics:
     def set_agents_hosted(self, n: int) -> None:
         """`n` endpoints are loaded on this daemon."""
         self._agents_hosted.set(n)
+
+    def set_conversations_set_aside(self, n: int) -> None:
+        """`n` conversations are set aside (engine.md §5.10)."""
+        self._conversations_set_aside.set(n)
 
     def count_lease_event(self, event: str) -> None:
         """An agent lease `event` (`LeaseEvent`) on this replica (cluster mode)."""

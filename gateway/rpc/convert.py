@@ -120,6 +120,7 @@ from gateway.endpoint.api import (
     SendPending,
     SendReturned,
     SendState,
+    SetAsideConversation,
 )
 from gateway.endpoint.inbox import AcknowledgeResult
 
@@ -1226,6 +1227,12 @@ def agent_status_to_proto(status: AgentStatus) -> management_pb2.AgentStatus:
         stream_attached=status.listening,
         backlog=status.backlog,
         oldest_unacked_age_seconds=status.oldest_unacked_age,
+        set_aside=[
+            management_pb2.SetAsideConversation(
+                conversation_id=item.conversation_id, reason=item.reason
+            )
+            for item in status.set_aside
+        ],
     )
 
 
@@ -1240,6 +1247,10 @@ def agent_status_from_proto(status: management_pb2.AgentStatus) -> AgentStatus:
         listening=status.stream_attached,
         backlog=status.backlog,
         oldest_unacked_age=status.oldest_unacked_age_seconds,
+        set_aside=tuple(
+            SetAsideConversation(conversation_id=item.conversation_id, reason=item.reason)
+            for item in status.set_aside
+        ),
     )
 
 

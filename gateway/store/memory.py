@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
+from gateway.contract.ids import RandomId
 from gateway.store.errors import ConstraintViolation, StoreClosed
 from gateway.store.records import (
     AcknowledgeItem,
@@ -22,6 +23,7 @@ from gateway.store.records import (
     DeleteStaged,
     DeliveryRow,
     DeliveryState,
+    EvidenceKind,
     EvidenceRow,
     IdentityRow,
     InboxRow,
@@ -29,8 +31,10 @@ from gateway.store.records import (
     IntentRow,
     IntentState,
     LockRow,
+    MoveToLocal,
     OutboxRow,
     OutboxState,
+    PruneSettled,
     PutConversation,
     PutCursor,
     PutDelivery,
@@ -94,6 +98,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self._state = _State()
         self._closed = False
+        self.local_instance_id = RandomId.ROUTER_INSTANCE.mint()
+        """The store's durable local instance id (engine.md §5.10)."""
 
     async def apply(self, writes: Sequence[Write]) -> None:
         """Apply every write or none."""
@@ -257,6 +263,32 @@ class MemoryStore:
             raise StoreClosed("store", "closed")
 
 
+def _prune_settled(agent: _Agent, conversation_id: str, head: str) -> None:
+    agent.locks = {
+        key: lock
+        for key, lock in agent.locks.items()
+        if lock.conversation_id != conversation_id or lock.predecessor == head
+    }
+    locked = {
+        lock.action_hash for lock in agent.locks.values() if lock.conversation_id == conversation_id
+    }
+    staged = {
+        row.record_hash for row in agent.staged.values() if row.conversation_id == conversation_id
+    }
+    open_reanchors = {
+        row.anchor_hash
+        for row in agent.reanchors.values()
+        if row.conversation_id == conversation_id and row.completed is None
+    }
+    keep = {EvidenceKind.ACTION: locked, EvidenceKind.DURABILITY: staged}
+    keep[EvidenceKind.REANCHOR] = open_reanchors
+    agent.evidence = {
+        key: row
+        for key, row in agent.evidence.items()
+        if row.conversation_id != conversation_id or row.subject in keep[row.kind]
+    }
+
+
 def _apply(state: _State, write: Write) -> None:
     match write:
         case PutIdentity():
@@ -379,7 +411,24 @@ def _apply(state: _State, write: Write) -> None:
         case SetOutboxState():
             outbox = state.agent(write.agent_id).outbox
             if write.row_id in outbox:
-                outbox[write.row_id] = replace(outbox[write.row_id], state=write.state)
+                if write.state is OutboxState.PENDING:
+                    outbox[write.row_id] = replace(outbox[write.row_id], state=write.state)
+                else:
+                    del outbox[write.row_id]
+        case MoveToLocal():
+            agent = state.agent(write.agent_id)
+            cid = write.conversation_id
+            agent.locks = {k: v for k, v in agent.locks.items() if v.conversation_id != cid}
+            agent.staged = {k: v for k, v in agent.staged.items() if v.conversation_id != cid}
+            agent.evidence = {k: v for k, v in agent.evidence.items() if v.conversation_id != cid}
+            agent.outbox = {k: v for k, v in agent.outbox.items() if v.conversation_id != cid}
+            agent.reanchors = {
+                k: v
+                for k, v in agent.reanchors.items()
+                if v.conversation_id != cid or v.completed is not None
+            }
+        case PruneSettled():
+            _prune_settled(state.agent(write.agent_id), write.conversation_id, write.head or "")
         case PutDelivery():
             deliveries = state.agent(write.agent_id).deliveries
             if write.token in deliveries:

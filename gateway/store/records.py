@@ -211,6 +211,26 @@ class ResetConversation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PruneSettled:
+    """After a promotion or a re-anchor adoption: drop this member's locks at older
+    predecessors and its own evidence on subjects that are settled now (the certificates
+    inside the stored records hold it), so the tables stay the size of what is open."""
+
+    agent_id: str
+    conversation_id: str
+    head: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoveToLocal:
+    """A conversation moves onto local order: drop this member's locks, staged records,
+    evidence, open re-anchor rows and outbox rows of it (engine.md §5.10 Existing data)."""
+
+    agent_id: str
+    conversation_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PutOutbox:
     """An outbound signed envelope (upserted by row id; a re-wrap replaces its bytes)."""
 
@@ -225,7 +245,8 @@ class PutOutbox:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SetOutboxState:
-    """Mark an outbox row accepted or discarded."""
+    """Mark an outbox row accepted or discarded: either way the row is pruned, since
+    only pending rows are ever read again."""
 
     agent_id: str
     row_id: int
@@ -335,6 +356,8 @@ Write: TypeAlias = (
     | PutRecord
     | PutReanchor
     | ResetConversation
+    | PruneSettled
+    | MoveToLocal
     | PutOutbox
     | SetOutboxState
     | PutDelivery

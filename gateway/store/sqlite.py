@@ -7,8 +7,10 @@ SqliteDatabase.open(path, schema=...)` is how the store opens its file; callers 
   (problems, or a file that is not a database: `StoreCorrupt`), then `meta`'s
   `schema_version` and `protocol_version` (any other value than this build's, or tables
   without `meta`: `SchemaVersionMismatch`). A refused file is left as it was: the store
-  fails closed and never migrates on its own (engine.md §8 "Rehydration").
-- A new or empty file gets `meta` and every statement of the `Schema` in one transaction.
+  fails closed (engine.md §8 "Rehydration"). A file of an older version that the
+  `Schema` has a `Migration` chain for is migrated in one transaction with the versions.
+- A new or empty file gets `meta`, every statement of the `Schema` and its `created`
+  facts in one transaction.
 - `write(unit)` is `CommitWriter.submit`: group commit on the one write connection.
 - `read(fn)` runs `fn(connection)` on one of a few reader connections, each on its own
   thread, inside one read transaction (a consistent WAL snapshot); readers never wait for
@@ -87,21 +89,52 @@ _META_VERSIONS: Final = "SELECT key, value FROM meta WHERE key IN (?, ?)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """The step from schema `from_version` to `from_version + 1`."""
+
+    from_version: int
+    apply: Callable[[sqlite3.Connection], None]
+    """Runs inside the opening transaction; it must not commit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Schema:
     """The tables a store file holds, at one version.
 
     `statements` are single DDL statements run in order, in the transaction that creates
-    `meta`, on a new file only. A file of any other `version` is refused.
+    `meta`, on a new file only. A file of an older version is migrated through
+    `migrations` when every step is there; any other version is refused.
     """
 
     version: int
     """Stored as `meta.schema_version`; bump it whenever `statements` change."""
     statements: tuple[str, ...]
     """CREATE TABLE / CREATE INDEX statements, one statement each."""
+    migrations: tuple[Migration, ...] = ()
+    created: Callable[[], dict[str, str]] = dict
+    """Facts written to `meta` when the file is created (the local instance id)."""
 
     def __post_init__(self) -> None:
         if self.version < 1:
             raise ValueError(f"a schema version is >= 1, got {self.version}")
+
+    def migration_from(self, version: int) -> Migration | None:
+        """The step from `version`, if this build has it."""
+        return next((m for m in self.migrations if m.from_version == version), None)
+
+    def can_migrate(self, version: int) -> bool:
+        """Whether a file of `version` reaches this version through known steps."""
+        while version < self.version:
+            if self.migration_from(version) is None:
+                return False
+            version += 1
+        return version == self.version
+
+
+def read_meta(connection: sqlite3.Connection, key: str) -> object:
+    """One `meta` value, or None."""
+    row = connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
 
 
 class DatabaseState(enum.Enum):
@@ -369,14 +402,33 @@ def _install_schema(connection: sqlite3.Connection, path: Path, schema: Schema) 
                 connection.execute(statement)
             connection.executemany(
                 _META_INSERT,
-                [(SCHEMA_VERSION_KEY, schema.version), (PROTOCOL_VERSION_KEY, PROTOCOL_VERSION)],
+                [
+                    (SCHEMA_VERSION_KEY, schema.version),
+                    (PROTOCOL_VERSION_KEY, PROTOCOL_VERSION),
+                    *schema.created().items(),
+                ],
             )
             logger.info("store created path=%s schema_version=%d", path, schema.version)
+        else:
+            _migrate(connection, path, schema)
         connection.execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
             connection.execute("ROLLBACK")
         raise
+
+
+def _migrate(connection: sqlite3.Connection, path: Path, schema: Schema) -> None:
+    """Bring a checked older file to this version, step by step, in the caller's transaction."""
+    version = read_meta(connection, SCHEMA_VERSION_KEY)
+    assert isinstance(version, int)
+    while version < schema.version:
+        step = schema.migration_from(version)
+        assert step is not None  # _check_versions refused a version without a chain
+        step.apply(connection)
+        version += 1
+        connection.execute("UPDATE meta SET value = ? WHERE key = ?", (version, SCHEMA_VERSION_KEY))
+        logger.warning("store migrated path=%s schema_version=%d", path, version)
 
 
 def _check_versions(connection: sqlite3.Connection, path: Path, schema: Schema) -> bool:
@@ -400,7 +452,12 @@ def _check_versions(connection: sqlite3.Connection, path: Path, schema: Schema) 
         )
     }
     version = meta.get(SCHEMA_VERSION_KEY)
-    if not (isinstance(version, int) and version == schema.version):
+    if not (
+        isinstance(version, int)
+        and (
+            version == schema.version or (version < schema.version and schema.can_migrate(version))
+        )
+    ):
         raise SchemaVersionMismatch(
             path,
             key=SCHEMA_VERSION_KEY,

@@ -9,8 +9,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from gateway.contract.ids import RandomId
 from gateway.store import tables
-from gateway.store.errors import ConstraintViolation
+from gateway.store.errors import ConstraintViolation, StoreCorrupt
 from gateway.store.observer import StoreObserver
 from gateway.store.records import (
     AgentSnapshot,
@@ -23,10 +24,25 @@ from gateway.store.records import (
     SendRow,
     Write,
 )
-from gateway.store.sqlite import Schema, SqliteDatabase
+from gateway.store.sqlite import Migration, Schema, SqliteDatabase
 from gateway.store.writer import CommitWriterSettings, FatalHandler
 
-SCHEMA: Final = Schema(version=tables.SCHEMA_VERSION, statements=tables.DDL)
+
+def _mint_local_instance() -> str:
+    return RandomId.ROUTER_INSTANCE.mint()
+
+
+SCHEMA: Final = Schema(
+    version=tables.SCHEMA_VERSION,
+    statements=tables.DDL,
+    migrations=(
+        Migration(
+            from_version=1,
+            apply=lambda db: tables.migrate_1_to_2(db, local_instance_id=_mint_local_instance()),
+        ),
+    ),
+    created=lambda: {tables.LOCAL_INSTANCE_KEY: _mint_local_instance()},
+)
 """The gateway's tables at this build's version."""
 
 STORE_FILE: Final = "gateway.sqlite3"
@@ -36,8 +52,10 @@ STORE_FILE: Final = "gateway.sqlite3"
 class SqliteStore:
     """A `Store` on one SQLite file; every row is keyed by agent."""
 
-    def __init__(self, database: SqliteDatabase) -> None:
+    def __init__(self, database: SqliteDatabase, local_instance_id: str) -> None:
         self._db = database
+        self.local_instance_id = local_instance_id
+        """The store's durable local instance id (engine.md §5.10): never changes."""
 
     @classmethod
     async def open(
@@ -56,7 +74,13 @@ class SqliteStore:
             observer=observer,
             on_fatal=on_fatal,
         )
-        return cls(database)
+        local = await database.read(tables.read_local_instance)
+        if local is None:
+            # A store of this version always has one: fail closed rather than mint another,
+            # which would be a second order for every local conversation.
+            await database.close()
+            raise StoreCorrupt(Path(path), "meta has no local_instance_id")
+        return cls(database, local)
 
     async def apply(self, writes: Sequence[Write]) -> None:
         """Commit `writes` atomically as one unit of a group commit."""

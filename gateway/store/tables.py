@@ -27,8 +27,10 @@ from gateway.store.records import (
     IntentRow,
     IntentState,
     LockRow,
+    MoveToLocal,
     OutboxRow,
     OutboxState,
+    PruneSettled,
     PutConversation,
     PutCursor,
     PutDelivery,
@@ -57,8 +59,14 @@ from gateway.store.records import (
     Write,
 )
 
-SCHEMA_VERSION: Final = 1
-"""Bumped with every change to `DDL`; an unknown version fails closed at start."""
+SCHEMA_VERSION: Final = 2
+"""Bumped with every change to `DDL` or `meta`; an unknown version fails closed at start.
+
+2: `meta.local_instance_id` (engine.md §5.10); settled locks, evidence and finished outbox
+rows are pruned (version 1 kept them all)."""
+
+LOCAL_INSTANCE_KEY: Final = "local_instance_id"
+"""`meta` key of the store's durable local instance id (engine.md §5.10)."""
 
 DDL: Final = (
     """CREATE TABLE identities (
@@ -192,7 +200,42 @@ DDL: Final = (
         row BLOB NOT NULL,
         PRIMARY KEY (agent_id, operation_id))""",
 )
-"""Schema version 1."""
+"""The tables (unchanged since version 1; version 2 added a `meta` fact and pruning)."""
+
+_PRUNE_LOCKS: Final = (
+    "DELETE FROM proposal_locks WHERE agent_id = ? AND conversation_id = ? AND predecessor != ?"
+)
+_PRUNE_EVIDENCE: Final = """DELETE FROM evidence WHERE agent_id = ?1 AND conversation_id = ?2 AND (
+    (kind = 'action' AND subject NOT IN (SELECT action_hash FROM proposal_locks
+        WHERE agent_id = ?1 AND conversation_id = ?2))
+    OR (kind = 'durability' AND subject NOT IN (SELECT record_hash FROM staged_records
+        WHERE agent_id = ?1 AND conversation_id = ?2))
+    OR (kind = 'reanchor' AND subject NOT IN (SELECT anchor_hash FROM reanchors
+        WHERE agent_id = ?1 AND conversation_id = ?2 AND completed IS NULL)))"""
+
+
+def _prune_settled(db: sqlite3.Connection, agent_id: str, conversation_id: str, head: str) -> None:
+    db.execute(_PRUNE_LOCKS, (agent_id, conversation_id, head))
+    db.execute(_PRUNE_EVIDENCE, (agent_id, conversation_id))
+
+
+def migrate_1_to_2(db: sqlite3.Connection, *, local_instance_id: str) -> None:
+    """Prune what version 1 kept forever, and mint the local instance id."""
+    db.execute("DELETE FROM outbox WHERE state != 'pending'")
+    conversations = db.execute(
+        "SELECT agent_id, conversation_id, coalesce(head, '') FROM conversations"
+    ).fetchall()
+    for agent_id, conversation_id, head in conversations:
+        _prune_settled(db, agent_id, conversation_id, head)
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?)", (LOCAL_INSTANCE_KEY, local_instance_id)
+    )
+
+
+def read_local_instance(db: sqlite3.Connection) -> str | None:
+    """The store's local instance id."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (LOCAL_INSTANCE_KEY,)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def apply_writes(db: sqlite3.Connection, writes: Sequence[Write]) -> None:
@@ -341,10 +384,30 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                 ),
             )
         case SetOutboxState():
+            if write.state is OutboxState.PENDING:
+                db.execute(
+                    "UPDATE outbox SET state = ? WHERE agent_id = ? AND row_id = ?",
+                    (write.state.value, write.agent_id, write.row_id),
+                )
+            else:
+                # Accepted or discarded rows are never read again: prune them.
+                db.execute(
+                    "DELETE FROM outbox WHERE agent_id = ? AND row_id = ?",
+                    (write.agent_id, write.row_id),
+                )
+        case MoveToLocal():
+            for table in ("proposal_locks", "staged_records", "evidence", "outbox"):
+                db.execute(
+                    f"DELETE FROM {table} WHERE agent_id = ? AND conversation_id = ?",  # noqa: S608 - fixed table names
+                    (write.agent_id, write.conversation_id),
+                )
             db.execute(
-                "UPDATE outbox SET state = ? WHERE agent_id = ? AND row_id = ?",
-                (write.state.value, write.agent_id, write.row_id),
+                "DELETE FROM reanchors WHERE agent_id = ? AND conversation_id = ? "
+                "AND completed IS NULL",
+                (write.agent_id, write.conversation_id),
             )
+        case PruneSettled():
+            _prune_settled(db, write.agent_id, write.conversation_id, write.head or "")
         case PutDelivery():
             db.execute(
                 "INSERT INTO pending_deliveries VALUES (?, ?, ?, ?, ?, ?, ?)",

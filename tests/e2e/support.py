@@ -23,7 +23,6 @@ from harness_client import (
 )
 
 from gateway.testing import RunningDaemon
-from tests.support import eventually
 
 STORE_FILE: Final = "gateway.sqlite3"
 """The daemon's store inside its data directory."""
@@ -163,13 +162,3 @@ def anchor_hashes(data_dir: Path) -> dict[str, str]:
 def diverged(anchors: dict[str, str]) -> bool:
     """True when the members of the (one) conversation stored different anchors."""
     return len(set(anchors.values())) > 1
-
-
-async def wait_reanchored(data_dir: Path, before: dict[str, str], *, within: float) -> None:
-    """Until every member of the (one) conversation adopted the same anchor, past `before`:
-    the re-anchor after a restart has completed on both sides."""
-    await eventually(
-        lambda: asyncio.to_thread(anchor_hashes, data_dir),
-        lambda now: not diverged(now) and all(now[key] != before[key] for key in before),
-        within=within,
-    )

@@ -96,10 +96,8 @@ async def test_an_unacknowledged_delivery_comes_back_with_the_same_token_and_ite
             assert replayed.item == second.item
             await stream.aclose()
 
-        # The restart re-anchors the conversation; a SIGKILL between the two members'
-        # adoptions strands it (test_crash_recovery's xfail test), which is not what this
-        # test is about: kill once both adopted.
-        await support.wait_reanchored(daemon.data_dir, anchors, within=BOUND)
+        # A local conversation keeps its anchor across restarts (engine.md §5.10).
+        assert support.anchor_hashes(daemon.data_dir) == anchors
         assert await daemon.kill() == -9
         await daemon.restart()
         async with (
@@ -167,3 +165,24 @@ async def test_run_daemon_reports_a_daemon_that_refuses_its_flags():
             pytest.fail("the daemon started with an invalid stream window")
     assert raised.value.returncode == 2
     assert "--stream-window" in raised.value.stderr
+
+
+async def test_texts_of_brackets_certify_deliver_and_survive_a_sigkill():
+    # A text of 60 `[` once made every stored record of its conversation unreadable, and
+    # the daemon refused to start: nesting counts JSON structure, never text in strings.
+    texts = ["[" * 60, "[" * 10_000]
+    async with run_daemon() as daemon:
+        agents = await support.register(daemon, "alice", "bob")
+        async with await harness_client.connect(daemon.address, token=agents["alice"].token) as a:
+            for text in texts:
+                await asyncio.wait_for(a.send(MessageInput(to="agent:bob", text=text)), BOUND)
+        assert await daemon.kill() == -9
+        await daemon.restart()
+        async with await harness_client.connect(daemon.address, token=agents["bob"].token) as b:
+            stream = b.messages()
+            received = [await next_delivery(stream), await next_delivery(stream)]
+            assert [text_of(delivery) for delivery in received] == texts
+            for delivery in received:
+                await delivery.acknowledge()
+            await stream.aclose()
+            await asyncio.wait_for(b.send(MessageInput(to="agent:alice", text="[" * 60)), BOUND)

@@ -74,7 +74,7 @@ async def world() -> AsyncIterator[World]:
     )
     router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
     store = MemoryStore()
-    network = Network(router=router, store=store)
+    network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
     built = World(registry, client, cache, router, store, network, {})
     try:
         yield built
@@ -224,6 +224,7 @@ async def test_a_feed_that_fails_detaches_retries_and_certifies_once_the_router_
     network = Network(
         router=router,
         store=store,
+        local_instance_id=store.local_instance_id,
         observer=NetworkObserver(on_attachment=states.append),
     )
     world = World(registry, client, cache, router.inner, store, network, {})
@@ -267,7 +268,7 @@ async def test_an_ambiguous_send_is_retried_with_the_same_bytes_as_a_retry():
         InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache)), losses=1
     )
     store = MemoryStore()
-    network = Network(router=router, store=store)
+    network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
     world = World(registry, client, cache, router.inner, store, network, {})
     try:
         await started(world, "alice", "bob")

@@ -91,6 +91,7 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_stream_opens_total": ("counter", {"result": StreamOpen}),
     "harness_stream_ends_total": ("counter", {"reason": StreamEnd}),
     "harness_agents_hosted": ("gauge", {}),
+    "harness_conversations_set_aside": ("gauge", {}),
     "harness_agent_leases_total": ("counter", {"event": LeaseEvent}),
     "harness_router_attachments": ("gauge", {"state": RouterState}),
     "harness_router_events_total": ("counter", {"event": RouterEvent}),

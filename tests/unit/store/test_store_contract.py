@@ -186,7 +186,7 @@ async def test_the_snapshot_holds_what_an_agent_rebuilds_from(store):
     assert [row.post_id for row in snapshot.open_intents] == ["pst_1"]
     assert snapshot.max_bind_seq == 2
     assert [row.row_id for row in snapshot.pending_outbox] == [1]
-    assert snapshot.max_outbox_row == 2
+    assert snapshot.max_outbox_row == 1  # the accepted row was pruned
     assert [row.token for row in snapshot.pending_deliveries] == ["dlv_1"]
     assert snapshot.max_inbox_seq == 7
     assert snapshot.unread == 1

@@ -102,6 +102,7 @@ from harness_client._items import (
     SendResult,
     SendReturned,
     SendState,
+    SetAsideConversation,
     TextPart,
     Uncertain,
     UncertainInstruction,
@@ -755,6 +756,10 @@ def agent_status_from_proto(status: management_pb2.AgentStatus) -> AgentStatus:
         stream_attached=status.stream_attached,
         backlog=status.backlog,
         oldest_unacked_age_seconds=status.oldest_unacked_age_seconds,
+        set_aside=tuple(
+            SetAsideConversation(conversation_id=item.conversation_id, reason=item.reason)
+            for item in status.set_aside
+        ),
     )
 
 

@@ -675,6 +675,8 @@ class AgentStatus:
     stream_attached: bool
     backlog: int
     oldest_unacked_age_seconds: float
+    set_aside: tuple[SetAsideConversation, ...] = ()
+    """Conversations the daemon stopped serving (a stored row failed a check)."""
 
     def to_json(self) -> dict[str, Any]:
         """The agent's card, hosting, stream and backlog."""
@@ -688,7 +690,19 @@ class AgentStatus:
             "streamAttached": self.stream_attached,
             "backlog": self.backlog,
             "oldestUnackedAgeSeconds": self.oldest_unacked_age_seconds,
+            "setAside": [
+                {"conversationId": item.conversation_id, "reason": item.reason}
+                for item in self.set_aside
+            ],
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetAsideConversation:
+    """A conversation the daemon set aside, and why."""
+
+    conversation_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

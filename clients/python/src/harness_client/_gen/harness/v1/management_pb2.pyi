@@ -182,6 +182,7 @@ class AgentStatus(_message.Message):
     STREAM_ATTACHED_FIELD_NUMBER: _builtins.int
     BACKLOG_FIELD_NUMBER: _builtins.int
     OLDEST_UNACKED_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    SET_ASIDE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The agent's `AgentName`."""
     address: _builtins.str
@@ -200,6 +201,12 @@ class AgentStatus(_message.Message):
     """Unacknowledged deliveries in the agent's inbox."""
     oldest_unacked_age_seconds: _builtins.float
     """Age in seconds of the oldest unacknowledged delivery; 0 when there is none."""
+    @_builtins.property
+    def set_aside(self) -> _containers.RepeatedCompositeFieldContainer[Global___SetAsideConversation]:
+        """Conversations of this agent the daemon stopped serving because a stored row failed a
+        check or a local unit failed; sends to them fail `certification-unavailable`.
+        """
+
     def __init__(
         self,
         *,
@@ -212,14 +219,41 @@ class AgentStatus(_message.Message):
         stream_attached: _builtins.bool = ...,
         backlog: _builtins.int = ...,
         oldest_unacked_age_seconds: _builtins.float = ...,
+        set_aside: _abc.Iterable[Global___SetAsideConversation] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "backlog", b"backlog", "hosted", b"hosted", "issued_at", b"issued_at", "name", b"name", "oldest_unacked_age_seconds", b"oldest_unacked_age_seconds", "public_key", b"public_key", "stream_attached", b"stream_attached"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "backlog", b"backlog", "hosted", b"hosted", "issued_at", b"issued_at", "name", b"name", "oldest_unacked_age_seconds", b"oldest_unacked_age_seconds", "public_key", b"public_key", "set_aside", b"set_aside", "stream_attached", b"stream_attached"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AgentStatus: _TypeAlias = AgentStatus  # noqa: Y015
+
+@_typing.final
+class SetAsideConversation(_message.Message):
+    """A conversation the daemon set aside, and why."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    conversation_id: _builtins.str
+    """The conversation's `ConversationId`."""
+    reason: _builtins.str
+    """What failed, for the operator (never model-facing)."""
+    def __init__(
+        self,
+        *,
+        conversation_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_id", b"conversation_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetAsideConversation: _TypeAlias = SetAsideConversation  # noqa: Y015
 
 @_typing.final
 class GetAgentStatusRequest(_message.Message):

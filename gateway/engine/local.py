@@ -1,0 +1,673 @@
+"""Local order: conversations whose members are all hosted by this daemon (engine.md §5.10).
+
+The daemon holds every member's key and every member's rows live in one store, so for such
+a conversation the daemon itself is the order. `LocalOrder` keeps one state per local
+conversation (its members' heads and anchors are equal by construction) and one sequencer
+task that turns waiting intents into certified records:
+
+- for each post, in memory: the action on the common head under the current anchor, every
+  member's `action_signature`, the RecordCore and RecordHash built once, every member's
+  `durability_vote`, the one CertifiedRecord — the same artefacts a Router delivery would
+  produce at each member, with no envelope, no outbox row and no verification of what the
+  daemon's own keys just signed;
+- one *local unit* per conversation per batch (one savepoint of the group commit) holding
+  every row of its posts at every member: the record, the head, the author's intent
+  `completed`, one pending delivery per other member. A burst of sends in one conversation
+  chains in one unit (post k + 1's predecessor is post k's record).
+
+Callers may rely on:
+
+- A conversation's next unit is built only after its previous unit committed; memory (the
+  head, the queue) changes only after the COMMIT returned, and only then are latches,
+  `Certified` and delivery notices released.
+- A unit that raises is rolled back alone and its conversation is set aside at every member
+  (binds to it fail `certification-unavailable`, its open intents stay open); an ambiguous
+  COMMIT is fatal (the daemon stops, engine.md §8).
+- An idle sequencer writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from gateway.contract.codec import message_to_json
+from gateway.contract.ids import RandomId, agent_id_order_key
+from gateway.contract.jsonvalue import canonical_json
+from gateway.contract.values import Content
+from gateway.engine import protocol as p
+from gateway.engine.certifier import (
+    BindRefused,
+    Certified,
+    Certifier,
+    Effects,
+    post_op,
+    project,
+    router_anchor_from_bytes,
+    router_anchor_hash,
+)
+from gateway.store.errors import CommitAmbiguous
+from gateway.store.port import Store
+from gateway.store.records import (
+    ConversationRow,
+    DeliveryState,
+    IntentRow,
+    IntentState,
+    PutConversation,
+    PutDelivery,
+    PutIntent,
+    PutRecord,
+    Write,
+)
+
+logger = logging.getLogger(__name__)
+
+UNIT_MAX_POSTS: Final = 512
+"""Most posts one local unit certifies (engine.md §5.10 Batching)."""
+UNIT_MAX_BYTES: Final = 4 * 1024 * 1024
+"""Most record bytes one local unit writes per member; the rest waits for the next unit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetAside:
+    """A conversation the daemon stopped serving, and why (agent status, a metric)."""
+
+    conversation_id: str
+    member_agent_ids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(eq=False)
+class _Intent:
+    author_id: str
+    post_id: str
+    intent: p.PostIntent
+    bind_seq: int
+    bound_at: float
+    resumed: bool
+    ready: bool
+    """The bind committed: the intent may enter a unit."""
+
+
+@dataclass(eq=False)
+class _Conversation:
+    id: str
+    descriptor: p.MembershipDescriptor
+    membership_hash: str
+    anchor: p.RouterAnchor
+    anchor_hash: str
+    head: str | None
+    depth: int
+    queue: list[_Intent] = field(default_factory=list)
+    in_flight: bool = False
+    founding: asyncio.Future[bool] | None = None
+    """While the bind that writes the foundation is committing: resolves True once it did."""
+    encoded: tuple[bytes, bytes] | None = None
+    """The descriptor's and the anchor's bytes, encoded once."""
+
+    def foundation_bytes(self) -> tuple[bytes, bytes]:
+        if self.encoded is None:
+            self.encoded = (p.encode(self.descriptor), p.encode(self.anchor))
+        return self.encoded
+
+    @property
+    def member_ids(self) -> tuple[str, ...]:
+        return self.descriptor.member_agent_ids
+
+    @property
+    def kind(self) -> str:
+        return "direct" if self.descriptor.size == 2 else "group"
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    conversation: _Conversation
+    posts: tuple[_Intent, ...]
+    writes: tuple[Write, ...]
+    head: str
+    depth: int
+    effects: Effects
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalObserver:
+    """Callbacks the composition root wires to metrics."""
+
+    on_set_aside: Callable[[SetAside], None] = lambda set_aside: None
+    on_unit: Callable[[int], None] = lambda posts: None
+    """A local unit committed with this many posts."""
+
+
+class LocalOrder:
+    """The daemon's order for its local conversations, and the sequencer task."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        instance_id: str,
+        certifiers: Callable[[], dict[str, Certifier]],
+        release: Callable[[Effects], None],
+        on_fatal: Callable[[BaseException], None],
+        observer: LocalObserver | None = None,
+    ) -> None:
+        self._store = store
+        self.instance_id = instance_id
+        """The store's durable local instance id: the anchor every local conversation names."""
+        self._certifiers = certifiers
+        self._release = release
+        self._on_fatal = on_fatal
+        self._observer = observer or LocalObserver()
+        self._conversations: dict[str, _Conversation] = {}
+        self._set_aside: dict[str, SetAside] = {}
+        self._ready: dict[str, None] = {}
+        """Conversations with ready intents, in the order they became ready (an ordered set)."""
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._units: set[asyncio.Task[None]] = set()
+        self._restored: dict[str, dict[str, ConversationRow]] = {}
+        self._restored_intents: list[tuple[str, IntentRow]] = []
+
+    # --- which conversations -----------------------------------------------------------------
+
+    def is_local(self, conversation_id: str) -> bool:
+        """True for a local conversation, set aside or not."""
+        return conversation_id in self._conversations or conversation_id in self._set_aside
+
+    def accepts(self, descriptor: p.MembershipDescriptor) -> bool:
+        """Whether a post to this member set goes through local order: the conversation is
+        local, or it is new and every member is hosted here (the choice is made once)."""
+        if self.is_local(descriptor.conversation_id):
+            return True
+        certifiers = self._certifiers()
+        members = descriptor.member_agent_ids
+        if any(member not in certifiers for member in members):
+            return False
+        # Stored on the Router path already (at any member): it stays there until the next
+        # start moves it (Existing data).
+        return not any(certifiers[member].knows(descriptor.conversation_id) for member in members)
+
+    def membership_of(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """The descriptor of a local conversation."""
+        conversation = self._conversations.get(conversation_id)
+        return None if conversation is None else conversation.descriptor
+
+    def set_aside_of(self, agent_id: str) -> list[SetAside]:
+        """The set-aside conversations this agent is a member of."""
+        return [item for item in self._set_aside.values() if agent_id in item.member_agent_ids]
+
+    @property
+    def set_aside_count(self) -> int:
+        """Conversations set aside (the metric)."""
+        return len(self._set_aside)
+
+    def open_intents_by_kind(self, agent_id: str) -> dict[str, int]:
+        """This agent's bound intents in local conversations not yet certified, by kind."""
+        counts = {"direct": 0, "group": 0}
+        for conversation in self._conversations.values():
+            counts[conversation.kind] += sum(
+                1 for intent in conversation.queue if intent.author_id == agent_id
+            )
+        return counts
+
+    # --- binding (engine.md §6 steps 7-8) --------------------------------------------------
+
+    async def founded(self, conversation_id: str) -> None:
+        """Wait while another bind is writing this conversation's foundation, so a bind
+        never commits an intent whose foundation may yet fail."""
+        conversation = self._conversations.get(conversation_id)
+        while conversation is not None and conversation.founding is not None:
+            await asyncio.shield(conversation.founding)
+            conversation = self._conversations.get(conversation_id)
+
+    def bind(
+        self,
+        certifier: Certifier,
+        descriptor: p.MembershipDescriptor,
+        content: Content,
+        *,
+        now: float,
+    ) -> tuple[str, list[Write]]:
+        """Mint a PostId and bind its intent; for a new conversation, write the foundation
+        (descriptor, GenesisAnchor naming the local instance) at every member.
+
+        Call `bound` once the writes committed, `unbind` if they definitely did not.
+        Raises `BindRefused` for a set-aside conversation or another membership."""
+        conversation_id = descriptor.conversation_id
+        if conversation_id in self._set_aside:
+            raise BindRefused("the conversation is set aside")
+        writes: list[Write] = []
+        conversation = self._conversations.get(conversation_id)
+        membership_hash = p.membership_hash(descriptor)
+        if conversation is None:
+            anchor = p.GenesisAnchor(
+                conversation_id=conversation_id,
+                membership_hash=membership_hash,
+                router_instance_id=self.instance_id,
+            )
+            conversation = _Conversation(
+                id=conversation_id,
+                descriptor=descriptor,
+                membership_hash=membership_hash,
+                anchor=anchor,
+                anchor_hash=p.anchor_hash(anchor),
+                head=None,
+                depth=0,
+                founding=asyncio.get_running_loop().create_future(),
+            )
+            self._conversations[conversation_id] = conversation
+            writes.extend(
+                _foundation_write(conversation, member) for member in conversation.member_ids
+            )
+        elif conversation.membership_hash != membership_hash:
+            raise BindRefused("the stored conversation has another membership")
+        post_id = RandomId.POST.mint()
+        intent = p.PostIntent(
+            conversation_id=conversation_id,
+            membership_hash=membership_hash,
+            author_agent_id=certifier.agent_id,
+            post_id=post_id,
+            content=content,
+        )
+        bound = _Intent(
+            author_id=certifier.agent_id,
+            post_id=post_id,
+            intent=intent,
+            bind_seq=certifier.reserve_bind_seq(),
+            bound_at=now,
+            resumed=False,
+            ready=False,
+        )
+        conversation.queue.append(bound)
+        writes.append(_intent_write(bound, IntentState.OPEN, None))
+        return post_id, writes
+
+    def bound(self, post_ids: Iterable[str]) -> None:
+        """The binds of these posts committed: they may certify."""
+        wanted = set(post_ids)
+        for conversation in self._conversations.values():
+            if conversation.founding is not None and any(
+                intent.post_id in wanted for intent in conversation.queue
+            ):
+                conversation.founding.set_result(True)
+                conversation.founding = None
+            for intent in conversation.queue:
+                if intent.post_id in wanted:
+                    intent.ready = True
+                    self._ready[conversation.id] = None
+        self._wake.set()
+
+    def unbind(self, post_ids: Iterable[str]) -> None:
+        """Forget intents whose bind definitely did not commit."""
+        wanted = set(post_ids)
+        for conversation_id, conversation in list(self._conversations.items()):
+            conversation.queue = [i for i in conversation.queue if i.post_id not in wanted]
+            if conversation.founding is not None and not conversation.queue:
+                # Its foundation never committed: the next bind writes it again.
+                conversation.founding.set_result(False)
+                del self._conversations[conversation_id]
+
+    # --- rehydration -------------------------------------------------------------------------
+
+    def restore(
+        self, agent_id: str, rows: Iterable[ConversationRow], intents: Iterable[IntentRow]
+    ) -> None:
+        """Keep one member's stored local conversations and open intents until `start`."""
+        for row in rows:
+            self._restored.setdefault(row.conversation_id, {})[agent_id] = row
+        self._restored_intents.extend((agent_id, intent) for intent in intents)
+
+    def start(self) -> None:
+        """Check the members' rows of every restored local conversation (the same
+        descriptor, anchor and head at every member, every member hosted), queue its open
+        intents in the §5.10 restart order, and start the sequencer."""
+        certifiers = self._certifiers()
+        for conversation_id, rows in self._restored.items():
+            try:
+                restored = _restored_conversation(conversation_id, rows, certifiers)
+            except _Unloadable as unloadable:
+                members = tuple(sorted(rows, key=agent_id_order_key))
+                self.set_aside(conversation_id, members, unloadable.reason)
+                continue
+            self._conversations[conversation_id] = restored
+        self._restored.clear()
+        ordered = sorted(
+            self._restored_intents,
+            key=lambda item: (item[1].bound_at, agent_id_order_key(item[0]), item[1].bind_seq),
+        )
+        self._restored_intents.clear()
+        for author_id, row in ordered:
+            conversation = self._conversations.get(row.conversation_id)
+            if conversation is None:
+                continue  # set aside: its intents stay open
+            try:
+                intent = p.decode(row.intent, p.PostIntent)
+            except p.ProtocolError as error:
+                self.set_aside(
+                    row.conversation_id,
+                    conversation.member_ids,
+                    f"intent {row.post_id}: {error.detail}",
+                )
+                continue
+            conversation.queue.append(
+                _Intent(
+                    author_id=author_id,
+                    post_id=row.post_id,
+                    intent=intent,
+                    bind_seq=row.bind_seq,
+                    bound_at=row.bound_at,
+                    resumed=True,
+                    ready=True,
+                )
+            )
+            self._ready[conversation.id] = None
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+            self._task.set_name("local-order")
+        self._wake.set()
+
+    def adopt(self, conversation_id: str, rows: dict[str, ConversationRow]) -> None:
+        """Serve a conversation that Existing data just moved onto the local instance."""
+        self._restored[conversation_id] = rows
+
+    def set_aside(self, conversation_id: str, members: tuple[str, ...], reason: str) -> None:
+        """Stop serving one conversation at every member, loudly, once."""
+        if conversation_id in self._set_aside:
+            return
+        conversation = self._conversations.pop(conversation_id, None)
+        if conversation is not None:
+            members = conversation.member_ids
+            if conversation.founding is not None:
+                conversation.founding.set_result(False)
+        self._ready.pop(conversation_id, None)
+        item = SetAside(conversation_id=conversation_id, member_agent_ids=members, reason=reason)
+        self._set_aside[conversation_id] = item
+        logger.error(
+            "conversation set aside conversation=%s members=%s: %s",
+            conversation_id,
+            ",".join(members),
+            reason,
+        )
+        self._observer.on_set_aside(item)
+
+    async def close(self) -> None:
+        """Stop the sequencer; units in flight finish (their commits are the writer's)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._units:
+            await asyncio.gather(*self._units, return_exceptions=True)
+
+    # --- the sequencer -----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            for conversation_id in list(self._ready):
+                conversation = self._conversations.get(conversation_id)
+                if conversation is None:
+                    self._ready.pop(conversation_id, None)
+                    continue
+                if conversation.in_flight:
+                    continue
+                posts = _ready_prefix(conversation.queue)
+                if not posts:
+                    self._ready.pop(conversation_id, None)
+                    continue
+                try:
+                    unit = self._build(conversation, posts)
+                except Exception as error:  # a defect or a bad stored object: this one only
+                    logger.exception(
+                        "local unit could not be built conversation=%s", conversation_id
+                    )
+                    self.set_aside(
+                        conversation_id, conversation.member_ids, f"unit failed: {error}"
+                    )
+                    continue
+                conversation.in_flight = True
+                task = asyncio.ensure_future(self._commit(unit))
+                task.set_name("local-unit")
+                self._units.add(task)
+                task.add_done_callback(self._units.discard)
+
+    def _build(self, conversation: _Conversation, posts: list[_Intent]) -> _Unit:
+        """Every row of these posts at every member, built in memory; nothing changes."""
+        certifiers = self._certifiers()
+        members = conversation.member_ids
+        keys = {member: certifiers[member].identity.key for member in members}
+        head, depth = conversation.head, conversation.depth
+        writes: list[Write] = []
+        effects = Effects()
+        size = 0
+        taken: list[_Intent] = []
+        for post in posts:
+            action: p.Action
+            if head is None:
+                assert isinstance(conversation.anchor, p.GenesisAnchor)
+                action = p.build_genesis_action(
+                    membership=conversation.descriptor,
+                    anchor=conversation.anchor,
+                    intent=post.intent,
+                )
+            else:
+                action = p.build_post_action(
+                    anchor_hash=conversation.anchor_hash,
+                    previous_record_hash=head,
+                    intent=post.intent,
+                )
+            action_hash = p.action_hash(action)
+            # Every member checks the action as gap-free (it is, by construction: one head
+            # for all) and signs; the default action policy signs.
+            signatures = tuple(
+                p.sign_statement(
+                    keys[m], p.ActionSignature(signer_agent_id=m, action_hash=action_hash)
+                )
+                for m in members
+            )
+            core = p.build_record_core(membership=conversation.descriptor, action=action)
+            record_hash = p.record_hash(core)
+            votes = tuple(
+                p.sign_statement(
+                    keys[m],
+                    p.DurabilityVote(
+                        signer_agent_id=m,
+                        conversation_id=conversation.id,
+                        membership_hash=conversation.membership_hash,
+                        record_hash=record_hash,
+                    ),
+                )
+                for m in members
+            )
+            record = p.CertifiedRecord(
+                action_certified_record=p.ActionCertifiedRecord(
+                    record_hash=record_hash,
+                    record_core=core,
+                    router_anchor=action.anchor
+                    if isinstance(action, p.GenesisAction)
+                    else conversation.anchor,
+                    action_certificate=p.ActionCertificate(
+                        action_hash=action_hash, signatures=signatures
+                    ),
+                ),
+                durability_certificate=p.DurabilityCertificate(
+                    record_hash=record_hash, votes=votes
+                ),
+            )
+            data = p.encode(record)
+            if taken and size + len(data) > UNIT_MAX_BYTES:
+                break
+            size += len(data)
+            taken.append(post)
+            depth += 1
+            head = record_hash
+            projection: bytes | None = None
+            for member in members:
+                certifier = certifiers[member]
+                commit_seq = certifier.reserve_commit_seq()
+                writes.append(
+                    PutRecord(
+                        agent_id=member,
+                        record_hash=record_hash,
+                        conversation_id=conversation.id,
+                        depth=depth,
+                        author=post.author_id,
+                        post_id=post.post_id,
+                        record=data,
+                        commit_seq=commit_seq,
+                    )
+                )
+                if member == post.author_id:
+                    writes.append(_intent_write(post, IntentState.COMPLETED, record_hash))
+                    effects.certified.append(
+                        Certified(
+                            agent_id=member,
+                            post_id=post.post_id,
+                            record_hash=record_hash,
+                            bound_at=post.bound_at,
+                            kind=conversation.kind,
+                            op=post_op(post.intent.content),
+                            resumed=post.resumed,
+                        )
+                    )
+                else:
+                    if projection is None:
+                        projection = canonical_json(
+                            message_to_json(project(conversation.descriptor, post.intent))
+                        )
+                    writes.append(
+                        PutDelivery(
+                            agent_id=member,
+                            token=RandomId.DELIVERY.mint(),
+                            conversation_id=conversation.id,
+                            record_hash=record_hash,
+                            commit_seq=commit_seq,
+                            projection=projection,
+                            state=DeliveryState.PENDING,
+                        )
+                    )
+                    effects.deliveries.add(member)
+        assert head is not None
+        writes.extend(
+            _conversation_write(conversation, member, head=head, depth=depth) for member in members
+        )
+        return _Unit(
+            conversation=conversation,
+            posts=tuple(taken),
+            writes=tuple(writes),
+            head=head,
+            depth=depth,
+            effects=effects,
+        )
+
+    async def _commit(self, unit: _Unit) -> None:
+        conversation = unit.conversation
+        try:
+            await self._store.apply(unit.writes)
+        except CommitAmbiguous as error:
+            logger.error("local unit commit ambiguous: stopping the daemon")
+            self._on_fatal(error)
+            return
+        except Exception as error:
+            conversation.in_flight = False
+            logger.exception("local unit failed conversation=%s", conversation.id)
+            self.set_aside(conversation.id, conversation.member_ids, f"unit failed: {error}")
+            return
+        # Only now does memory move: the head, the queue; then the latches and deliveries.
+        conversation.head = unit.head
+        conversation.depth = unit.depth
+        done = {post.post_id for post in unit.posts}
+        conversation.queue = [intent for intent in conversation.queue if intent.post_id not in done]
+        conversation.in_flight = False
+        if _ready_prefix(conversation.queue):
+            self._ready[conversation.id] = None
+        self._wake.set()
+        self._observer.on_unit(len(unit.posts))
+        self._release(unit.effects)
+
+
+class _Unloadable(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _restored_conversation(
+    conversation_id: str, rows: dict[str, ConversationRow], certifiers: dict[str, Certifier]
+) -> _Conversation:
+    first = next(iter(rows.values()))
+    try:
+        descriptor = p.decode(first.descriptor, p.MembershipDescriptor)
+        anchor = router_anchor_from_bytes(first.anchor)
+    except p.ProtocolError as error:
+        raise _Unloadable(f"stored foundation does not decode: {error.detail}") from None
+    members = descriptor.member_agent_ids
+    missing = [member for member in members if member not in rows or member not in certifiers]
+    if missing:
+        raise _Unloadable(f"members not hosted or without the conversation: {','.join(missing)}")
+    for member, row in rows.items():
+        if (row.anchor_hash, row.head, row.depth, row.descriptor) != (
+            first.anchor_hash,
+            first.head,
+            first.depth,
+            first.descriptor,
+        ):
+            raise _Unloadable(f"members' heads or anchors differ (at {member})")
+    if router_anchor_hash(anchor) != first.anchor_hash:
+        raise _Unloadable("stored anchor does not hash to its anchor hash")
+    return _Conversation(
+        id=conversation_id,
+        descriptor=descriptor,
+        membership_hash=first.membership_hash,
+        anchor=anchor,
+        anchor_hash=first.anchor_hash,
+        head=first.head,
+        depth=first.depth,
+    )
+
+
+def _ready_prefix(queue: list[_Intent]) -> list[_Intent]:
+    # Intents certify in queue order: the first not yet committed bind holds back the rest.
+    ready: list[_Intent] = []
+    for intent in queue:
+        if not intent.ready or len(ready) >= UNIT_MAX_POSTS:
+            break
+        ready.append(intent)
+    return ready
+
+
+def _foundation_write(conversation: _Conversation, member: str) -> Write:
+    return _conversation_write(conversation, member, head=None, depth=0)
+
+
+def _conversation_write(
+    conversation: _Conversation, member: str, *, head: str | None, depth: int
+) -> Write:
+    descriptor, anchor = conversation.foundation_bytes()
+    return PutConversation(
+        agent_id=member,
+        conversation_id=conversation.id,
+        descriptor=descriptor,
+        membership_hash=conversation.membership_hash,
+        anchor=anchor,
+        anchor_hash=conversation.anchor_hash,
+        head=head,
+        depth=depth,
+    )
+
+
+def _intent_write(intent: _Intent, state: IntentState, record_hash: str | None) -> Write:
+    return PutIntent(
+        agent_id=intent.author_id,
+        post_id=intent.post_id,
+        conversation_id=intent.intent.conversation_id,
+        bind_seq=intent.bind_seq,
+        intent=p.encode(intent.intent),
+        state=state,
+        record_hash=record_hash,
+        bound_at=intent.bound_at,
+    )
