@@ -46,7 +46,14 @@ from gateway.contract.values import (
 )
 from gateway.store.errors import StoreError
 from gateway.store.port import Store
-from gateway.store.records import AcknowledgeItem, InboxRow, InboxState, PutInboxItem, Write
+from gateway.store.records import (
+    AcknowledgeItem,
+    InboxRow,
+    InboxState,
+    PutInboxItem,
+    Write,
+    inbox_tombstone,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +269,9 @@ class AgentInbox:
                 for token in tokens
             ]
         writes: list[Write] = [
-            AcknowledgeItem(agent_id=self.agent_id, token=token)
+            AcknowledgeItem(
+                agent_id=self.agent_id, token=token, tombstone=inbox_tombstone(row.item)
+            )
             for token, row in rows.items()
             if row is not None and row.state is InboxState.UNREAD
         ]

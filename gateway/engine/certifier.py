@@ -8,8 +8,9 @@ the envelopes and resolves the waiting sends, so nothing leaves the daemon befor
 that produced it is durable (engine.md §5.4 step 5, §5.5). A store failure after the core
 changed memory stops the daemon (engine.md §8), which is what makes this safe.
 
-Every member processes its envelopes in Router order, its own proposals included; there is
-no shortcut for members hosted in the same process (architecture decision 2).
+Every member processes its envelopes in Router order, its own proposals included; co-hosted
+members of a conversation that crosses daemons take no shortcut. Conversations whose members
+are all hosted here are not the Certifier's: `gateway.engine.local` orders them (§5.10).
 """
 
 from __future__ import annotations
@@ -193,6 +194,13 @@ class _Conversation:
     pending_completions: dict[str, p.CompletedReanchor] = field(default_factory=dict)
     catch_up: _CatchUp | None = None
     recovering: bool = False
+    encoded_descriptor: bytes | None = None
+    """The descriptor's JCS bytes, encoded once (the store keeps them once per conversation)."""
+
+    def descriptor_bytes(self) -> bytes:
+        if self.encoded_descriptor is None:
+            self.encoded_descriptor = p.encode(self.descriptor)
+        return self.encoded_descriptor
 
     @property
     def size(self) -> int:
@@ -587,7 +595,7 @@ class Certifier:
         return PutConversation(
             agent_id=self.agent_id,
             conversation_id=conversation.id,
-            descriptor=p.encode(conversation.descriptor),
+            descriptor=conversation.descriptor_bytes(),
             membership_hash=conversation.membership_hash,
             anchor=p.encode(conversation.anchor),
             anchor_hash=conversation.anchor_hash,
@@ -1003,6 +1011,7 @@ class Certifier:
                 post_id=intent.post_id,
                 record=p.encode(record),
                 commit_seq=commit_seq,
+                membership=conversation.descriptor_bytes(),
             )
         )
         effects.writes.append(self._conversation_write(conversation))

@@ -445,6 +445,7 @@ class LocalOrder:
         effects = Effects()
         size = 0
         taken: list[_Intent] = []
+        descriptor_bytes = conversation.foundation_bytes()[0]
         for post in posts:
             action: p.Action
             if head is None:
@@ -519,6 +520,7 @@ class LocalOrder:
                         post_id=post.post_id,
                         record=data,
                         commit_seq=commit_seq,
+                        membership=descriptor_bytes,
                     )
                 )
                 if member == post.author_id:

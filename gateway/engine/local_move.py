@@ -250,6 +250,7 @@ def _promoted(holder: Certifier, descriptor: p.MembershipDescriptor, row: Record
             post_id=row.post_id,
             record=row.record,
             commit_seq=commit_seq,
+            membership=p.encode(descriptor),
         )
     ]
     if intent.author_agent_id == holder.agent_id:

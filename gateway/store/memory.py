@@ -334,7 +334,7 @@ def _apply(state: _State, write: Write) -> None:
                 post_id=write.post_id,
                 conversation_id=write.conversation_id,
                 bind_seq=write.bind_seq,
-                intent=write.intent,
+                intent=b"" if write.state is IntentState.COMPLETED else write.intent,
                 state=write.state,
                 record_hash=write.record_hash,
                 bound_at=write.bound_at,
@@ -444,7 +444,13 @@ def _apply(state: _State, write: Write) -> None:
         case SetDeliveryState():
             deliveries = state.agent(write.agent_id).deliveries
             if write.token in deliveries:
-                deliveries[write.token] = replace(deliveries[write.token], state=write.state)
+                pending = write.state is DeliveryState.PENDING
+                delivery = deliveries[write.token]
+                deliveries[write.token] = replace(
+                    delivery,
+                    state=write.state,
+                    projection=delivery.projection if pending else b"",
+                )
         case PutInboxItem():
             inbox = state.agent(write.agent_id).inbox
             if write.seq in inbox or any(row.token == write.token for row in inbox.values()):
@@ -462,7 +468,8 @@ def _apply(state: _State, write: Write) -> None:
             inbox = state.agent(write.agent_id).inbox
             for seq, row in inbox.items():
                 if row.token == write.token and row.state is InboxState.UNREAD:
-                    inbox[seq] = replace(row, state=InboxState.ACKNOWLEDGED)
+                    item = row.item if write.tombstone is None else write.tombstone
+                    inbox[seq] = replace(row, state=InboxState.ACKNOWLEDGED, item=item)
         case PutOperation():
             state.agent(write.agent_id).operations[write.operation_id] = (write.open, write.row)
         case PutReceivedRequest():

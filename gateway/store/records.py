@@ -11,6 +11,7 @@ counters after rehydration; the store only enforces uniqueness.
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -187,6 +188,9 @@ class PutRecord:
     post_id: str
     record: bytes
     commit_seq: int
+    membership: bytes | None = None
+    """The JCS bytes of the record's MembershipDescriptor, when the caller has them: the
+    store may then keep the descriptor once per conversation instead of in every record."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,10 +293,12 @@ class PutInboxItem:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcknowledgeItem:
-    """Retire an unread item (acknowledging an acknowledged one changes nothing)."""
+    """Retire an unread item (acknowledging an acknowledged one changes nothing); the row
+    keeps `tombstone` (the item's kind and ids) instead of the whole item."""
 
     agent_id: str
     token: str
+    tombstone: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -534,3 +540,20 @@ class AgentSnapshot:
     max_inbox_seq: int
     max_outbox_row: int
     unread: int
+
+
+def inbox_tombstone(item: bytes) -> bytes:
+    """What an acknowledged item keeps: its kind and the ids that name its payload."""
+    try:
+        value = json.loads(item)
+    except ValueError:
+        return b"{}"
+    if not isinstance(value, dict):
+        return b"{}"
+    kept: dict[str, object] = {"kind": value.get("kind")}
+    message = value.get("message")
+    if isinstance(message, dict) and "postId" in message:
+        kept["message"] = {"postId": message["postId"]}
+    if "id" in value:
+        kept["id"] = value["id"]
+    return json.dumps(kept, sort_keys=True, separators=(",", ":")).encode()

@@ -57,13 +57,37 @@ from gateway.store.records import (
     SetOutboxState,
     StagedRow,
     Write,
+    inbox_tombstone,
 )
 
 SCHEMA_VERSION: Final = 2
 """Bumped with every change to `DDL` or `meta`; an unknown version fails closed at start.
 
 2: `meta.local_instance_id` (engine.md §5.10); settled locks, evidence and finished outbox
-rows are pruned (version 1 kept them all)."""
+rows are pruned (version 1 kept them all); a record's bytes are kept once per store in
+`record_bodies`, with its membership descriptor elided (every member of a local
+conversation stores the same record, and the descriptor is in `conversations`); completed
+intents, classified deliveries and acknowledged items keep no payload."""
+
+_MEMBERSHIP_KEY: Final = b'"membership":'
+_ELIDED: Final = _MEMBERSHIP_KEY + b"\x00"
+"""Stands for `"membership":<descriptor>` in a stored body. A NUL byte never appears in
+JCS output (strings escape it), so the marker cannot collide with any record's bytes."""
+
+
+def elide_membership(record: bytes, descriptor: bytes | None) -> bytes:
+    """A record's stored body: its descriptor (known to the conversation) left out."""
+    if descriptor is None:
+        return record
+    return record.replace(_MEMBERSHIP_KEY + descriptor, _ELIDED)
+
+
+def restore_membership(body: bytes, descriptor: bytes) -> bytes:
+    """The record's exact JCS bytes from its stored body and the conversation's descriptor."""
+    if _ELIDED not in body:
+        return body
+    return body.replace(_ELIDED, _MEMBERSHIP_KEY + descriptor)
+
 
 LOCAL_INSTANCE_KEY: Final = "local_instance_id"
 """`meta` key of the store's durable local instance id (engine.md §5.10)."""
@@ -140,6 +164,9 @@ DDL: Final = (
         commit_seq INTEGER NOT NULL,
         PRIMARY KEY (agent_id, record_hash),
         UNIQUE (agent_id, conversation_id, depth))""",
+    """CREATE TABLE record_bodies (
+        record_hash TEXT PRIMARY KEY,
+        body BLOB NOT NULL)""",
     """CREATE TABLE reanchors (
         agent_id TEXT NOT NULL,
         conversation_id TEXT NOT NULL,
@@ -227,6 +254,23 @@ def migrate_1_to_2(db: sqlite3.Connection, *, local_instance_id: str) -> None:
     ).fetchall()
     for agent_id, conversation_id, head in conversations:
         _prune_settled(db, agent_id, conversation_id, head)
+    db.execute("CREATE TABLE record_bodies (record_hash TEXT PRIMARY KEY, body BLOB NOT NULL)")
+    rows = db.execute(
+        "SELECT r.rowid, r.record_hash, r.record, c.descriptor FROM certified_records r "
+        "LEFT JOIN conversations c ON c.agent_id = r.agent_id "
+        "AND c.conversation_id = r.conversation_id"
+    )
+    for rowid, record_hash, record, descriptor in rows.fetchall():
+        body = elide_membership(bytes(record), None if descriptor is None else bytes(descriptor))
+        db.execute("INSERT OR IGNORE INTO record_bodies VALUES (?, ?)", (record_hash, body))
+        db.execute("UPDATE certified_records SET record = x'' WHERE rowid = ?", (rowid,))
+    db.execute("UPDATE post_intents SET intent = x'' WHERE state = 'completed'")
+    db.execute("UPDATE pending_deliveries SET projection = x'' WHERE state != 'pending'")
+    acknowledged = db.execute("SELECT rowid, item FROM inbox WHERE state = 'acknowledged'")
+    for rowid, item in acknowledged.fetchall():
+        db.execute(
+            "UPDATE inbox SET item = ? WHERE rowid = ?", (inbox_tombstone(bytes(item)), rowid)
+        )
     db.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?)", (LOCAL_INSTANCE_KEY, local_instance_id)
     )
@@ -292,7 +336,8 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                     write.post_id,
                     write.conversation_id,
                     write.bind_seq,
-                    write.intent,
+                    # A completed intent is in its certified record: only open ones are read.
+                    b"" if write.state is IntentState.COMPLETED else write.intent,
                     write.state.value,
                     write.record_hash,
                     write.bound_at,
@@ -347,9 +392,13 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                     write.depth,
                     write.author,
                     write.post_id,
-                    write.record,
+                    b"",  # the bytes are in record_bodies, once for every member
                     write.commit_seq,
                 ),
+            )
+            db.execute(
+                "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
+                (write.record_hash, elide_membership(write.record, write.membership)),
             )
         case PutReanchor():
             db.execute(
@@ -422,9 +471,12 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                 ),
             )
         case SetDeliveryState():
+            # Only pending deliveries are read again: a classified or consumed one keeps no
+            # projection (the inbox item, or nothing, is what it became).
             db.execute(
-                "UPDATE pending_deliveries SET state = ? WHERE agent_id = ? AND token = ?",
-                (write.state.value, write.agent_id, write.token),
+                "UPDATE pending_deliveries SET state = ?, projection = CASE WHEN ? = 'pending' "
+                "THEN projection ELSE x'' END WHERE agent_id = ? AND token = ?",
+                (write.state.value, write.state.value, write.agent_id, write.token),
             )
         case PutInboxItem():
             db.execute(
@@ -442,9 +494,11 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
             )
         case AcknowledgeItem():
             db.execute(
-                "UPDATE inbox SET state = ? WHERE agent_id = ? AND token = ? AND state = ?",
+                "UPDATE inbox SET state = ?, item = coalesce(?, item) "
+                "WHERE agent_id = ? AND token = ? AND state = ?",
                 (
                     InboxState.ACKNOWLEDGED.value,
+                    write.tombstone,
                     write.agent_id,
                     write.token,
                     InboxState.UNREAD.value,
@@ -523,7 +577,14 @@ def _max(db: sqlite3.Connection, sql: str, agent_id: str) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-_RECORD_COLUMNS: Final = "record_hash, conversation_id, depth, author, post_id, record, commit_seq"
+_RECORD_COLUMNS: Final = (
+    "r.record_hash, r.conversation_id, r.depth, r.author, r.post_id, b.body, r.commit_seq, "
+    "c.descriptor"
+)
+_RECORD_FROM: Final = (
+    "certified_records r JOIN record_bodies b ON b.record_hash = r.record_hash "
+    "LEFT JOIN conversations c ON c.agent_id = r.agent_id AND c.conversation_id = r.conversation_id"
+)
 _INTENT_COLUMNS: Final = "post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at"
 
 
@@ -534,7 +595,9 @@ def _record_row(row: Sequence[Any]) -> RecordRow:
         depth=row[2],
         author=row[3],
         post_id=row[4],
-        record=row[5],
+        record=bytes(row[5])
+        if row[7] is None
+        else restore_membership(bytes(row[5]), bytes(row[7])),
         commit_seq=row[6],
     )
 
@@ -717,8 +780,9 @@ def read_records(
     return [
         _record_row(row)
         for row in db.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM certified_records "  # noqa: S608 - fixed columns
-            "WHERE agent_id = ? AND conversation_id = ? AND depth > ? ORDER BY depth LIMIT ?",
+            f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
+            "WHERE r.agent_id = ? AND r.conversation_id = ? AND r.depth > ? "
+            "ORDER BY r.depth LIMIT ?",
             (agent_id, conversation_id, after_depth, limit),
         )
     ]
@@ -729,8 +793,8 @@ def read_record_by_hash(
 ) -> RecordRow | None:
     """One certified record by its hash."""
     row = db.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM certified_records "  # noqa: S608 - fixed columns
-        "WHERE agent_id = ? AND record_hash = ?",
+        f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
+        "WHERE r.agent_id = ? AND r.record_hash = ?",
         (agent_id, record_hash),
     ).fetchone()
     return None if row is None else _record_row(row)

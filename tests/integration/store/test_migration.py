@@ -28,6 +28,11 @@ def _as_version_1(path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
         db.execute("DELETE FROM meta WHERE key = ?", (tables.LOCAL_INSTANCE_KEY,))
+        db.execute("DROP TABLE record_bodies")
+        db.execute(
+            "INSERT INTO certified_records VALUES (?, 'rch_head', ?, 2, ?, 'pst_x', ?, 1)",
+            (A, CNV, A, b'{"membership":{"m":1}}'),
+        )
         db.execute(
             "INSERT INTO conversations VALUES (?, ?, x'00', 'mbr_x', x'00', 'anc_x', 'rch_head', 2)",
             (A, CNV),
@@ -53,6 +58,13 @@ async def test_a_version_1_store_is_migrated_pruned_and_given_a_local_instance_o
     _as_version_1(path)
     migrated = await _created(path)
     assert migrated.startswith("rti_")
+    store = await SqliteStore.open(path)
+    try:
+        record = await store.record(A, "rch_head")
+        assert record is not None
+        assert record.record == b'{"membership":{"m":1}}'
+    finally:
+        await store.close()
     assert await _created(path) == migrated  # never minted again
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (2,)

@@ -4,43 +4,20 @@ move onto the store's local instance at start, every member at one head, nothing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
-
-import pytest
 
 from gateway.contract.content import multicast_content
 from gateway.contract.ids import RandomId
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
-from gateway.engine.crypto import VerifyCache
 from gateway.engine.local import LocalOrder
 from gateway.engine.local_move import move_existing
-from gateway.engine.network import Network
-from gateway.engine.verifier import RegistryEnvelopeVerifier
-from gateway.registry import MemoryRegistry, RegistryClient
-from gateway.router import InProcessRouter
-from gateway.store.memory import MemoryStore
 from gateway.store.records import IntentState
+from tests.unit.engine import test_certification as certification
 from tests.unit.engine.test_certification import BOUND, World, records_of, started
 
-
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
-    registry = MemoryRegistry()
-    cache = VerifyCache()
-    client = RegistryClient(
-        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
-    )
-    router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
-    store = MemoryStore()
-    network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
-    built = World(registry, client, cache, router, store, network, {})
-    try:
-        yield built
-    finally:
-        await network.close()
-        await router.close()
+world = certification.world
+"""The in-process world of the Router-path tests: the fixtures below are written by it."""
 
 
 async def _restarted(world: World) -> tuple[dict[str, Certifier], LocalOrder]:
