@@ -258,8 +258,10 @@ class AgentInbox:
         `persistence-failed` for every token it touched (the items stay, retry)."""
         rows: dict[str, InboxRow | None] = {}
         try:
+            # One read for the whole call (the client batches acknowledgments).
+            found = await self._store.inbox_items(self.agent_id, list(dict.fromkeys(tokens)))
             for token in dict.fromkeys(tokens):
-                rows[token] = await self._store.inbox_item(self.agent_id, token)
+                rows[token] = found.get(token)
         except StoreError:
             logger.exception("acknowledge read failed")
             return [

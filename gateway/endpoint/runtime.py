@@ -115,6 +115,16 @@ class SendObserver:
     on_key_resolution: Callable[[KeyResolution], None] = lambda resolution: None
 
 
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """One post of a bind: its route and the effects its bind produced."""
+
+    conversation_id: str
+    post_id: str
+    local: bool
+    effects: Effects
+
+
 class AgentRuntime:
     """The `Endpoint` of one hosted agent."""
 
@@ -384,7 +394,7 @@ class AgentRuntime:
             if is_local:
                 await local.founded(descriptor.conversation_id)
         now = time.time()
-        bound: list[tuple[str, bool, Effects]] = []
+        bound: list[_Bound] = []
         try:
             for (descriptor, content), is_local in zip(posts, routes, strict=True):
                 if is_local:
@@ -393,21 +403,22 @@ class AgentRuntime:
                     one.writes.extend(writes)
                 else:
                     post_id, one = self.certifier.bind(descriptor, content, now=now)
-                bound.append((post_id, is_local, one))
+                bound.append(_Bound(descriptor.conversation_id, post_id, is_local, one))
         except BindRefused as refused:
             self._unbind(bound)
             raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
-        post_ids = [post_id for post_id, _, _ in bound]
+        post_ids = [post.post_id for post in bound]
         effects = Effects()
-        for _, _, one in bound:
-            effects.writes.extend(one.writes)
-            effects.envelopes.extend(one.envelopes)
+        for post in bound:
+            effects.writes.extend(post.effects.writes)
+            effects.envelopes.extend(post.effects.envelopes)
         effects.writes.extend(extra_writes(post_ids))
         loop = asyncio.get_running_loop()
         handles: list[PostHandle] = []
-        for post_id, is_local, _ in bound:
+        for post in bound:
+            post_id = post.post_id
             drained: asyncio.Future[None]
-            if is_local:
+            if post.local:
                 # No Router step: nothing to drain (engine.md §6 step 9 is skipped).
                 drained = loop.create_future()
                 drained.set_result(None)
@@ -419,30 +430,42 @@ class AgentRuntime:
         invocation = _INVOCATION_POSTS.get()
         if invocation is not None:
             invocation.extend(handles)
+        # A lone post of a local conversation with nothing else waiting certifies in its
+        # bind's own unit: one commit per send (engine.md §5.10 Atomic unit, rule 2).
+        unit = (
+            local.unit_in_bind(bound[0].conversation_id, bound[0].post_id)
+            if len(bound) == 1 and bound[0].local
+            else None
+        )
         try:
             if all(routes):
                 # Only the queue entries changed in memory: a definite failure undoes them
                 # and the daemon goes on (an ambiguous COMMIT is fatal in the writer).
-                await self._store.apply(effects.writes)
+                writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
+                await self._store.apply(writes)
             else:
                 await self._network.commit(effects)
         except (FatalStoreError, StoreError) as error:
+            if unit is not None:
+                local.abandon(unit)
             for post_id in post_ids:
                 self._network.forget(post_id)
             if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
                 raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
             self._unbind(bound)
             raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
-        local.bound(post_id for post_id, is_local, _ in bound if is_local)
+        local.bound((post.conversation_id, post.post_id) for post in bound if post.local)
+        if unit is not None:
+            local.committed(unit)
         return handles
 
-    def _unbind(self, bound: Sequence[tuple[str, bool, Effects]]) -> None:
-        local_ids = [post_id for post_id, is_local, _ in bound if is_local]
-        if local_ids:
-            self._network.local.unbind(local_ids)
-        for post_id, is_local, _ in bound:
-            if not is_local:
-                self.certifier.unbind(post_id)
+    def _unbind(self, bound: Sequence[_Bound]) -> None:
+        self._network.local.unbind(
+            (post.conversation_id, post.post_id) for post in bound if post.local
+        )
+        for post in bound:
+            if not post.local:
+                self.certifier.unbind(post.post_id)
 
     async def await_certified(self, handle: PostHandle) -> str:
         """The post's RecordHash within the send bound, else `delivery-pending`."""

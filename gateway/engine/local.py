@@ -123,7 +123,9 @@ class _Conversation:
 
 
 @dataclass(frozen=True, slots=True)
-class _Unit:
+class LocalUnit:
+    """Every row of a batch of posts of one conversation at every member (one savepoint)."""
+
     conversation: _Conversation
     posts: tuple[_Intent, ...]
     writes: tuple[Write, ...]
@@ -285,26 +287,29 @@ class LocalOrder:
         writes.append(_intent_write(bound, IntentState.OPEN, None))
         return post_id, writes
 
-    def bound(self, post_ids: Iterable[str]) -> None:
-        """The binds of these posts committed: they may certify."""
-        wanted = set(post_ids)
-        for conversation in self._conversations.values():
-            if conversation.founding is not None and any(
-                intent.post_id in wanted for intent in conversation.queue
-            ):
+    def bound(self, posts: Iterable[tuple[str, str]]) -> None:
+        """The binds of these (ConversationId, PostId) committed: they may certify."""
+        for conversation_id, post_id in posts:
+            conversation = self._conversations.get(conversation_id)
+            if conversation is None:
+                continue
+            if conversation.founding is not None:
                 conversation.founding.set_result(True)
                 conversation.founding = None
-            for intent in conversation.queue:
-                if intent.post_id in wanted:
+            for intent in reversed(conversation.queue):  # a new intent is near the end
+                if intent.post_id == post_id:
                     intent.ready = True
-                    self._ready[conversation.id] = None
+                    self._ready[conversation_id] = None
+                    break
         self._wake.set()
 
-    def unbind(self, post_ids: Iterable[str]) -> None:
+    def unbind(self, posts: Iterable[tuple[str, str]]) -> None:
         """Forget intents whose bind definitely did not commit."""
-        wanted = set(post_ids)
-        for conversation_id, conversation in list(self._conversations.items()):
-            conversation.queue = [i for i in conversation.queue if i.post_id not in wanted]
+        for conversation_id, post_id in posts:
+            conversation = self._conversations.get(conversation_id)
+            if conversation is None:
+                continue
+            conversation.queue = [i for i in conversation.queue if i.post_id != post_id]
             if conversation.founding is not None and not conversation.queue:
                 # Its foundation never committed: the next bind writes it again.
                 conversation.founding.set_result(False)
@@ -435,7 +440,7 @@ class LocalOrder:
                 self._units.add(task)
                 task.add_done_callback(self._units.discard)
 
-    def _build(self, conversation: _Conversation, posts: list[_Intent]) -> _Unit:
+    def _build(self, conversation: _Conversation, posts: list[_Intent]) -> LocalUnit:
         """Every row of these posts at every member, built in memory; nothing changes."""
         certifiers = self._certifiers()
         members = conversation.member_ids
@@ -557,7 +562,7 @@ class LocalOrder:
         writes.extend(
             _conversation_write(conversation, member, head=head, depth=depth) for member in members
         )
-        return _Unit(
+        return LocalUnit(
             conversation=conversation,
             posts=tuple(taken),
             writes=tuple(writes),
@@ -566,8 +571,7 @@ class LocalOrder:
             effects=effects,
         )
 
-    async def _commit(self, unit: _Unit) -> None:
-        conversation = unit.conversation
+    async def _commit(self, unit: LocalUnit) -> None:
         try:
             await self._store.apply(unit.writes)
         except CommitAmbiguous as error:
@@ -575,11 +579,41 @@ class LocalOrder:
             self._on_fatal(error)
             return
         except Exception as error:
-            conversation.in_flight = False
-            logger.exception("local unit failed conversation=%s", conversation.id)
-            self.set_aside(conversation.id, conversation.member_ids, f"unit failed: {error}")
+            unit.conversation.in_flight = False
+            logger.exception("local unit failed conversation=%s", unit.conversation.id)
+            self.set_aside(
+                unit.conversation.id, unit.conversation.member_ids, f"unit failed: {error}"
+            )
             return
-        # Only now does memory move: the head, the queue; then the latches and deliveries.
+        self.committed(unit)
+
+    # --- certifying in the bind's own unit (§5.10 Atomic unit, rule 2) ------------------------
+
+    def unit_in_bind(self, conversation_id: str, post_id: str) -> LocalUnit | None:
+        """The unit of a just-bound post, to commit with its bind (one commit per send),
+        when it is the conversation's only waiting intent and no unit is in flight."""
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or conversation.in_flight:
+            return None
+        if len(conversation.queue) != 1 or conversation.queue[0].post_id != post_id:
+            return None
+        try:
+            unit = self._build(conversation, conversation.queue)
+        except Exception:  # the sequencer meets it again and sets the conversation aside
+            logger.debug("unit in bind not built conversation=%s", conversation_id, exc_info=True)
+            return None
+        conversation.in_flight = True
+        return unit
+
+    def abandon(self, unit: LocalUnit) -> None:
+        """The bind carrying this unit definitely did not commit (the caller unbinds)."""
+        unit.conversation.in_flight = False
+        self._wake.set()
+
+    def committed(self, unit: LocalUnit) -> None:
+        """A unit's COMMIT returned: only now does memory move (the head, the queue), then
+        the latches and the delivery notices go out."""
+        conversation = unit.conversation
         conversation.head = unit.head
         conversation.depth = unit.depth
         done = {post.post_id for post in unit.posts}

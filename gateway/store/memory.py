@@ -189,6 +189,15 @@ class MemoryStore:
             None,
         )
 
+    async def inbox_items(self, agent_id: str, tokens: Sequence[str]) -> dict[str, InboxRow]:
+        self._check_open()
+        wanted = set(tokens)
+        return {
+            row.token: row
+            for row in self._state.agent(agent_id).inbox.values()
+            if row.token in wanted
+        }
+
     async def unread_summary(self) -> dict[str, tuple[int, float]]:
         self._check_open()
         summary: dict[str, tuple[int, float]] = {}

@@ -61,6 +61,10 @@ class Store(Protocol):
         """One inbox item of this agent by token."""
         ...
 
+    async def inbox_items(self, agent_id: str, tokens: Sequence[str]) -> dict[str, InboxRow]:
+        """This agent's inbox items among `tokens`, by token (absent tokens are left out)."""
+        ...
+
     async def unread_summary(self) -> dict[str, tuple[int, float]]:
         """Per agent with unread items: (count, creation time of the oldest)."""
         ...

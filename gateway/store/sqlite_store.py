@@ -121,6 +121,11 @@ class SqliteStore:
             functools.partial(tables.read_inbox_by_token, agent_id=agent_id, token=token)
         )
 
+    async def inbox_items(self, agent_id: str, tokens: Sequence[str]) -> dict[str, InboxRow]:
+        return await self._db.read(
+            functools.partial(tables.read_inbox_by_tokens, agent_id=agent_id, tokens=tokens)
+        )
+
     async def unread_summary(self) -> dict[str, tuple[int, float]]:
         return await self._db.read(tables.read_unread_summary)
 

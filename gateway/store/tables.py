@@ -765,6 +765,27 @@ def read_inbox_by_token(db: sqlite3.Connection, agent_id: str, token: str) -> In
     return None if row is None else _inbox_row(row)
 
 
+_TOKENS_PER_QUERY: Final = 500
+"""Tokens per `IN (...)` query, below SQLite's host-parameter limit."""
+
+
+def read_inbox_by_tokens(
+    db: sqlite3.Connection, agent_id: str, tokens: Sequence[str]
+) -> dict[str, InboxRow]:
+    """This agent's inbox items among `tokens`, by token."""
+    found: dict[str, InboxRow] = {}
+    for start in range(0, len(tokens), _TOKENS_PER_QUERY):
+        chunk = list(tokens[start : start + _TOKENS_PER_QUERY])
+        marks = ",".join("?" * len(chunk))
+        for row in db.execute(
+            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE agent_id = ? AND token IN ({marks})",  # noqa: S608 - placeholders only
+            (agent_id, *chunk),
+        ):
+            item = _inbox_row(row)
+            found[item.token] = item
+    return found
+
+
 def read_oldest_unread(db: sqlite3.Connection, agent_id: str) -> float | None:
     """Creation time of the oldest unread item."""
     row = db.execute(

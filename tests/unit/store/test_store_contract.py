@@ -95,6 +95,22 @@ async def test_inbox_reads_unread_items_in_order_and_acknowledgment_retires_them
     assert row.state is InboxState.ACKNOWLEDGED
     assert await store.inbox_item(A, "b1") is None
     assert await store.oldest_unread(A) == 1.0
+    found = await store.inbox_items(A, ["t1", "t2", "b1", "nope"])
+    assert sorted(found) == ["t1", "t2"]
+    assert found["t2"].state is InboxState.ACKNOWLEDGED
+
+
+async def test_an_acknowledged_item_keeps_only_its_tombstone(store):
+    await store.apply([inbox_item(A, 1, "t1")])
+    await store.apply([AcknowledgeItem(agent_id=A, token="t1", tombstone=b'{"kind":"multicast"}')])
+    row = await store.inbox_item(A, "t1")
+    assert row is not None
+    assert row.item == b'{"kind":"multicast"}'
+    # Acknowledging again changes nothing.
+    await store.apply([AcknowledgeItem(agent_id=A, token="t1", tombstone=b"{}")])
+    again = await store.inbox_item(A, "t1")
+    assert again is not None
+    assert again.item == b'{"kind":"multicast"}'
 
 
 async def test_a_token_is_never_reused_in_an_inbox(store):
