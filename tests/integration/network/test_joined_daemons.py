@@ -165,3 +165,39 @@ async def test_the_registry_process_keeps_its_cards_and_key_across_a_restart():
             except BaseException as error:
                 raise AssertionError(f"{error!r}{explain(network)}") from error
             assert message_of(delivery).sender == "agent:alice"
+
+
+def _store_files(daemon: NetworkProcess) -> dict[str, tuple[int, int]]:
+    assert daemon.data_dir is not None
+    return {
+        path.name: (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in sorted(daemon.data_dir.iterdir())
+        if path.name.startswith("gateway.sqlite3")
+    }
+
+
+@pytest.mark.timeout(120)
+async def test_an_idle_network_writes_nothing_and_exchanges_no_envelopes():
+    async with run_network(daemons=2) as network:
+        first, second = network.daemons
+        alice_token = await register(first, "alice")
+        bob_token = await register(second, "bob")
+        async with (
+            await harness_client.connect(first.address, token=alice_token) as alice,
+            await harness_client.connect(second.address, token=bob_token) as bob,
+        ):
+            await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="once")), BOUND)
+            deliveries = bob.messages()
+            await (await next_delivery(deliveries)).acknowledge()
+            await deliveries.aclose()
+        # Settled: the last votes and the acknowledgment are committed within this window.
+        await asyncio.sleep(IDLE_SETTLE)
+        before = [_store_files(daemon) for daemon in network.daemons]
+        await asyncio.sleep(IDLE_WINDOW)  # idle: no envelope may arrive, so no row is written
+        assert [_store_files(daemon) for daemon in network.daemons] == before
+
+
+IDLE_SETTLE: Final = 2.0
+"""Seconds after the last call before the idle window starts."""
+IDLE_WINDOW: Final = 3.0
+"""Seconds of the idle window (longer than the tick interval and the batched acks)."""

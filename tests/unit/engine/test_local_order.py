@@ -1,0 +1,86 @@
+"""Local order's sequencer through its seams (engine.md §5.10): a failing unit sets only its
+conversation aside; binds are refused there while every other conversation certifies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from gateway.contract.content import multicast_content
+from gateway.engine.certifier import BindRefused
+from gateway.engine.crypto import VerifyCache
+from gateway.engine.network import Network
+from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.registry import MemoryRegistry, RegistryClient
+from gateway.router import InProcessRouter
+from gateway.store.errors import ConstraintViolation
+from gateway.store.memory import MemoryStore
+from gateway.store.records import PutRecord, Write
+from tests.support import eventually
+from tests.unit.engine.test_certification import BOUND, World, started
+
+
+class FailingStore(MemoryStore):
+    """Refuses (definitely) every unit that certifies a record of one conversation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: str | None = None
+
+    async def apply(self, writes: Sequence[Write]) -> None:
+        if any(isinstance(w, PutRecord) and w.conversation_id == self.failing for w in writes):
+            raise ConstraintViolation("forced by the test")
+        await super().apply(writes)
+
+
+@pytest.fixture
+async def world():
+    registry = MemoryRegistry()
+    cache = VerifyCache()
+    client = RegistryClient(
+        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
+    )
+    router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
+    store = FailingStore()
+    network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
+    built = World(registry, client, cache, router, store, network, {})
+    try:
+        yield built
+    finally:
+        await network.close()
+        await router.close()
+
+
+async def _post(world: World, author: str, *others: str) -> asyncio.Future[str]:
+    local = world.network.local
+    descriptor = world.descriptor(author, *others)
+    assert local.accepts(descriptor)
+    await local.founded(descriptor.conversation_id)
+    post_id, writes = local.bind(
+        world.members[author], descriptor, multicast_content("hi"), now=0.0
+    )
+    latch = world.network.latch(post_id)
+    await world.store.apply(writes)
+    local.bound([(descriptor.conversation_id, post_id)])
+    return latch
+
+
+async def test_a_unit_that_raises_sets_only_its_conversation_aside(world):
+    await started(world, "alice", "bob", "carol")
+    store = world.store
+    assert isinstance(store, FailingStore)
+    local = world.network.local
+    failing = world.descriptor("alice", "bob")
+    store.failing = failing.conversation_id
+    stuck = await _post(world, "alice", "bob")
+    await eventually(lambda: asyncio.sleep(0, local.set_aside_count), lambda n: n == 1)
+    assert not stuck.done()
+    alice = world.members["alice"].agent_id
+    assert [item.conversation_id for item in local.set_aside_of(alice)] == [failing.conversation_id]
+    with pytest.raises(BindRefused):
+        local.bind(world.members["bob"], failing, multicast_content("again"), now=0.0)
+    # Every other conversation goes on.
+    assert await asyncio.wait_for(await _post(world, "alice", "carol"), BOUND)
+    assert await asyncio.wait_for(await _post(world, "carol", "alice", "bob"), BOUND)
