@@ -4,6 +4,7 @@ votes through the in-process Router, stores in memory (engine.md §5, §10 vecto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -65,15 +66,15 @@ class World:
         return post_id, record_hash
 
 
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
+@contextlib.asynccontextmanager
+async def world_on(store: MemoryStore) -> AsyncIterator[World]:
+    """Members in one process on `store`, a memory Registry and the in-process Router."""
     registry = MemoryRegistry()
     cache = VerifyCache()
     client = RegistryClient(
         registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
     )
     router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
-    store = MemoryStore()
     network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
     built = World(registry, client, cache, router, store, network, {})
     try:
@@ -82,6 +83,12 @@ async def world() -> AsyncIterator[World]:
         await network.close()
         await router.close()
         await client.close()
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    async with world_on(MemoryStore()) as built:
+        yield built
 
 
 async def started(world: World, *names: str) -> World:

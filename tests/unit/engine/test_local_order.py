@@ -4,22 +4,17 @@ conversation aside; binds are refused there while every other conversation certi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from gateway.contract.content import multicast_content
 from gateway.engine.certifier import BindRefused
-from gateway.engine.crypto import VerifyCache
-from gateway.engine.network import Network
-from gateway.engine.verifier import RegistryEnvelopeVerifier
-from gateway.registry import MemoryRegistry, RegistryClient
-from gateway.router import InProcessRouter
 from gateway.store.errors import ConstraintViolation
 from gateway.store.memory import MemoryStore
 from gateway.store.records import PutRecord, Write
 from tests.support import eventually
-from tests.unit.engine.test_certification import BOUND, World, started
+from tests.unit.engine.test_certification import BOUND, World, started, world_on
 
 
 class FailingStore(MemoryStore):
@@ -36,21 +31,9 @@ class FailingStore(MemoryStore):
 
 
 @pytest.fixture
-async def world():
-    registry = MemoryRegistry()
-    cache = VerifyCache()
-    client = RegistryClient(
-        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
-    )
-    router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
-    store = FailingStore()
-    network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
-    built = World(registry, client, cache, router, store, network, {})
-    try:
+async def world() -> AsyncIterator[World]:
+    async with world_on(FailingStore()) as built:
         yield built
-    finally:
-        await network.close()
-        await router.close()
 
 
 async def _post(world: World, author: str, *others: str) -> asyncio.Future[str]:
