@@ -201,3 +201,29 @@ IDLE_SETTLE: Final = 2.0
 """Seconds after the last call before the idle window starts."""
 IDLE_WINDOW: Final = 3.0
 """Seconds of the idle window (longer than the tick interval and the batched acks)."""
+
+
+@pytest.mark.timeout(120)
+async def test_with_the_router_stopped_local_conversations_keep_certifying_and_crossing_ones_wait():
+    async with run_network(daemons=2) as network:
+        first, second = network.daemons
+        tokens = {name: await register(first, name) for name in ("alice", "carol")}
+        await register(second, "bob")
+        async with await harness_client.connect(first.address, token=tokens["alice"]) as alice:
+            await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="before")), BOUND)
+            assert await network.router.stop() == 0
+            # carol is hosted with alice: their conversation is local and needs no Router.
+            await asyncio.wait_for(alice.send(MessageInput(to="agent:carol", text="local")), BOUND)
+            with pytest.raises(harness_client.SendError) as crossing:
+                await alice.send(MessageInput(to="agent:bob", text="crossing"), deadline=3.0)
+            assert crossing.value.reason in {
+                "network-unavailable",
+                "delivery-pending",
+                "outcome-unknown",
+            }
+        async with await harness_client.connect(first.address, token=tokens["carol"]) as carol:
+            deliveries = carol.messages()
+            delivery = await next_delivery(deliveries)
+            assert message_of(delivery).content == (TextPart(text="local"),)
+            await delivery.acknowledge()
+            await deliveries.aclose()
