@@ -580,15 +580,13 @@ class Certifier:
                 del self._conversations[conversation_id]
 
     def _intent_write(self, intent: _Intent, state: IntentState, record_hash: str | None) -> Write:
-        return PutIntent(
-            agent_id=self.agent_id,
-            post_id=intent.post_id,
-            conversation_id=intent.intent.conversation_id,
+        return intent_write(
+            self.agent_id,
+            intent.intent,
             bind_seq=intent.bind_seq,
-            intent=p.encode(intent.intent),
+            bound_at=intent.bound_at,
             state=state,
             record_hash=record_hash,
-            bound_at=intent.bound_at,
         )
 
     def _conversation_write(self, conversation: _Conversation) -> Write:
@@ -1526,6 +1524,29 @@ def post_op(content: Content) -> str:
             return "close"
         case _:
             return "multicast"
+
+
+def intent_write(
+    agent_id: str,
+    intent: p.PostIntent,
+    *,
+    bind_seq: int,
+    bound_at: float,
+    state: IntentState,
+    record_hash: str | None,
+) -> Write:
+    """The row of a post intent. A completed one carries no bytes: its certified record
+    holds them and the store keeps none (so they are not encoded for nothing)."""
+    return PutIntent(
+        agent_id=agent_id,
+        post_id=intent.post_id,
+        conversation_id=intent.conversation_id,
+        bind_seq=bind_seq,
+        intent=b"" if state is IntentState.COMPLETED else p.encode(intent),
+        state=state,
+        record_hash=record_hash,
+        bound_at=bound_at,
+    )
 
 
 def packet_conversation_id(signed: p.SignedEnvelope, packet: p.Packet) -> str:

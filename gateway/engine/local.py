@@ -44,12 +44,13 @@ from gateway.engine.certifier import (
     Certified,
     Certifier,
     Effects,
+    intent_write,
     post_op,
     project,
     router_anchor_from_bytes,
     router_anchor_hash,
 )
-from gateway.store.errors import CommitAmbiguous
+from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreFailed
 from gateway.store.port import Store
 from gateway.store.records import (
     ConversationRow,
@@ -58,7 +59,6 @@ from gateway.store.records import (
     IntentState,
     PutConversation,
     PutDelivery,
-    PutIntent,
     PutRecord,
     Write,
 )
@@ -578,6 +578,11 @@ class LocalOrder:
             logger.error("local unit commit ambiguous: stopping the daemon")
             self._on_fatal(error)
             return
+        except (StoreClosed, StoreFailed):
+            # Shutdown, or the writer already stopped the daemon: not this conversation's
+            # fault. Its intents stay open and certify after the restart.
+            unit.conversation.in_flight = False
+            return
         except Exception as error:
             unit.conversation.in_flight = False
             logger.exception("local unit failed conversation=%s", unit.conversation.id)
@@ -697,13 +702,11 @@ def _conversation_write(
 
 
 def _intent_write(intent: _Intent, state: IntentState, record_hash: str | None) -> Write:
-    return PutIntent(
-        agent_id=intent.author_id,
-        post_id=intent.post_id,
-        conversation_id=intent.intent.conversation_id,
+    return intent_write(
+        intent.author_id,
+        intent.intent,
         bind_seq=intent.bind_seq,
-        intent=p.encode(intent.intent),
+        bound_at=intent.bound_at,
         state=state,
         record_hash=record_hash,
-        bound_at=intent.bound_at,
     )
