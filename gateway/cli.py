@@ -56,6 +56,21 @@ def _add_common_flags(parser: argparse.ArgumentParser, *, listen: str, metrics: 
         help="file holding the daemon-to-daemon token (sent to, and required by, the Router "
         "and Registry); without one they run open on loopback only",
     )
+    parser.add_argument(
+        "--tls-cert",
+        dest="tls_cert_file",
+        help="PEM certificate chain: the gRPC port speaks TLS only",
+    )
+    parser.add_argument("--tls-key", dest="tls_key_file", help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca",
+        dest="tls_client_ca_file",
+        help="PEM CA that client certificates must chain to (mTLS; tokens are still required)",
+    )
+    parser.add_argument(
+        "--health-listen",
+        help="plaintext HOST:PORT serving only grpc.health.v1 (kubelet probes when TLS is on)",
+    )
     parser.add_argument("--shutdown-delay", help="serve on after health turns NOT_SERVING, e.g. 5s")
     parser.add_argument("--shutdown-grace", help="in-flight calls' grace at shutdown, e.g. 30s")
     parser.add_argument(
@@ -78,6 +93,20 @@ def _add_registry_join_flags(parser: argparse.ArgumentParser) -> None:
         "--registry-public-key",
         help="the Registry's public key to pin (b64); fetched once at start when absent",
     )
+    parser.add_argument(
+        "--peer-tls-ca",
+        dest="peer_tls_ca_file",
+        help="PEM CA that grpcs:// Routers and Registries are verified against (default: the "
+        "system's roots)",
+    )
+    parser.add_argument(
+        "--peer-tls-cert",
+        dest="peer_tls_cert_file",
+        help="PEM client certificate for grpcs:// peers that require mTLS",
+    )
+    parser.add_argument(
+        "--peer-tls-key", dest="peer_tls_key_file", help="PEM private key of --peer-tls-cert"
+    )
 
 
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
@@ -86,10 +115,12 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         "--data-dir", help="data directory (default $XDG_STATE_HOME/harness-gateway)"
     )
     parser.add_argument(
-        "--router", help="join a standalone Router, grpc://HOST:PORT (default: in-process)"
+        "--router",
+        help="join a standalone Router, grpc:// or grpcs://HOST:PORT (default: in-process)",
     )
     parser.add_argument(
-        "--registry", help="join a standalone Registry, grpc://HOST:PORT (default: in-process)"
+        "--registry",
+        help="join a standalone Registry, grpc:// or grpcs://HOST:PORT (default: in-process)",
     )
     _add_registry_join_flags(parser)
     parser.add_argument(

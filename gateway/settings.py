@@ -27,7 +27,9 @@ REGISTRY_METRICS_LISTEN: Final = "127.0.0.1:9772"
 """The standalone Registry's default `/metrics` address."""
 
 PEER_SCHEME: Final = "grpc://"
-"""The one scheme of a Router or Registry to join (`nats://` and PostgreSQL come later)."""
+"""The plaintext scheme of a Router or Registry to join (`nats://` and PostgreSQL come later)."""
+PEER_TLS_SCHEME: Final = "grpcs://"
+"""The TLS scheme of a Router or Registry to join; `--peer-tls-ca` pins its CA."""
 
 
 def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -62,8 +64,8 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     """Where the store, the lock and the generated admin token live."""
     router: str | None = None
-    """A Router to join (`grpc://HOST:PORT`; `HOST:PORT` is accepted and normalised); None
-    runs the in-process ring."""
+    """A Router to join (`grpc://HOST:PORT`, or `grpcs://HOST:PORT` over TLS; `HOST:PORT` is
+    accepted and normalised to `grpc://`); None runs the in-process ring."""
     registry: str | None = None
     """A Registry to join (`grpc://HOST:PORT`, normalised as `router`); None runs it
     in-process. The standalone Router needs one to verify envelope signatures."""
@@ -122,10 +124,24 @@ class Settings:
     the Router and Registry; the Router and Registry (standalone or exposed) then require
     it. Without one they run open, which is allowed on a loopback address only."""
     tls_cert_file: Path | None = None
+    """PEM certificate chain of the gRPC listener (`--tls-cert`); with `tls_key_file` the
+    listener speaks TLS only."""
     tls_key_file: Path | None = None
+    """PEM private key of `tls_cert_file` (`--tls-key`)."""
     tls_client_ca_file: Path | None = None
+    """PEM CA bundle that client certificates must chain to (`--tls-client-ca`): mTLS.
+    Tokens are still required on top."""
+    peer_tls_ca_file: Path | None = None
+    """PEM CA bundle that `grpcs://` Routers and Registries are verified against
+    (`--peer-tls-ca`); None uses the system's roots."""
+    peer_tls_cert_file: Path | None = None
+    """PEM client certificate presented to `grpcs://` peers that require mTLS
+    (`--peer-tls-cert`)."""
+    peer_tls_key_file: Path | None = None
+    """PEM private key of `peer_tls_cert_file` (`--peer-tls-key`)."""
     health_listen: str | None = None
-    """Plaintext health-only listener, for kubelet probes when TLS is on."""
+    """A plaintext listener serving only `grpc.health.v1` (`--health-listen HOST:PORT`), for
+    kubelet probes when the gRPC listener is TLS-only; None opens none."""
     log_format: LogFormat = "auto"
     log_level: str = "info"
     log_content: bool = False
@@ -214,15 +230,24 @@ def _address(text: str) -> str:
 
 
 def _peer(text: str) -> str:
-    """`HOST:PORT` or `grpc://HOST:PORT`, as `grpc://HOST:PORT`."""
+    """`HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT`; a bare address becomes
+    `grpc://`."""
     stripped = text.strip()
-    address = stripped.removeprefix(PEER_SCHEME).rstrip("/")
+    scheme = PEER_TLS_SCHEME if stripped.startswith(PEER_TLS_SCHEME) else PEER_SCHEME
+    address = stripped.removeprefix(scheme).rstrip("/")
     if "://" in address:
-        raise ValueError(f"only {PEER_SCHEME}HOST:PORT is supported, got {text!r}")
+        raise ValueError(
+            f"only {PEER_SCHEME}HOST:PORT or {PEER_TLS_SCHEME}HOST:PORT is supported, got {text!r}"
+        )
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT or {PEER_SCHEME}HOST:PORT, got {text!r}")
-    return PEER_SCHEME + address
+        raise ValueError(f"expected HOST:PORT or {scheme}HOST:PORT, got {text!r}")
+    return scheme + address
+
+
+def is_tls_peer(url: str) -> bool:
+    """True for a normalised peer URL that speaks TLS (`grpcs://`)."""
+    return url.startswith(PEER_TLS_SCHEME)
 
 
 _B64_KEY = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
@@ -289,6 +314,9 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "tls_cert_file": Path,
     "tls_key_file": Path,
     "tls_client_ca_file": Path,
+    "peer_tls_ca_file": Path,
+    "peer_tls_cert_file": Path,
+    "peer_tls_key_file": Path,
     "health_listen": _address,
     "log_format": _log_format,
     "log_level": _log_level,
@@ -356,10 +384,43 @@ def _check_ranges(values: Mapping[str, object]) -> list[str]:
         errors.append("expose_network: a daemon joined to a Router cannot serve its own")
     if values.get("registry") is not None and (exposes or values.get("serve_registry")):
         errors.append("expose_network: a daemon joined to a Registry cannot serve its own")
+    errors.extend(_check_tls(values))
     if values.get("role") == "router" and values.get("registry") is None:
         errors.append(
             "registry: the standalone Router needs a Registry (--registry grpc://HOST:PORT) "
             "to verify envelope signatures"
+        )
+    return errors
+
+
+def _check_tls(values: Mapping[str, object]) -> list[str]:
+    """Half TLS configurations, named by their files: each refuses to start, since a
+    certificate without its key would otherwise serve plaintext without a word."""
+    errors = []
+    cert, key = values.get("tls_cert_file"), values.get("tls_key_file")
+    if cert is not None and key is None:
+        errors.append(f"tls_key_file: --tls-cert {cert} is set without --tls-key")
+    if key is not None and cert is None:
+        errors.append(f"tls_cert_file: --tls-key {key} is set without --tls-cert")
+    client_ca = values.get("tls_client_ca_file")
+    if client_ca is not None and (cert is None or key is None):
+        errors.append(
+            f"tls_client_ca_file: --tls-client-ca {client_ca} (mTLS) needs --tls-cert and --tls-key"
+        )
+    peer_cert, peer_key = values.get("peer_tls_cert_file"), values.get("peer_tls_key_file")
+    if (peer_cert is None) != (peer_key is None):
+        errors.append(
+            "peer_tls_cert_file: --peer-tls-cert and --peer-tls-key are set together "
+            f"(got cert {peer_cert}, key {peer_key})"
+        )
+    peers = [url for url in (values.get("router"), values.get("registry")) if isinstance(url, str)]
+    peer_tls = [
+        name for name in ("peer_tls_ca_file", "peer_tls_cert_file") if values.get(name) is not None
+    ]
+    if peer_tls and not any(is_tls_peer(url) for url in peers):
+        errors.append(
+            f"{peer_tls[0]}: peer TLS is configured but no --router or --registry is "
+            f"{PEER_TLS_SCHEME}HOST:PORT, so it would never be used"
         )
     return errors
 
