@@ -69,12 +69,15 @@ from gateway.registry import (
 )
 from gateway.router import InProcessRouter, RingSettings
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
-from gateway.rpc.peer import PeerGuard, read_peer_token, require_protected_listen
+from gateway.rpc.keepalive import KeepalivePolicy
+from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService
 from gateway.rpc.router_client import GrpcRouter
 from gateway.rpc.router_service import RouterService
 from gateway.rpc.server import RpcServer, ServiceBinding, build_server
+from gateway.rpc.tls import peer_channel_credentials
+from gateway.secret_file import ensure_secret, read_secret
 from gateway.settings import Settings
 from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
 from gateway.store.records import PutIdentity, PutToken, RevokeTokens
@@ -88,8 +91,6 @@ REGISTRY_FILE: Final = "registry.sqlite3"
 """The embedded Registry's file in the data directory."""
 ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secret
 """The generated operator token's file in the data directory (mode 0600)."""
-ADMIN_TOKEN_MIN_LENGTH: Final = 32
-"""Shortest operator token accepted, in characters."""
 GAUGE_INTERVAL: Final = 5.0
 """Seconds between refreshes of the gauges read from the store (backlog, oldest unacked)."""
 SHUTDOWN_ANSWER_MARGIN: Final = 1.0
@@ -114,23 +115,13 @@ def _utc_now() -> str:
 
 def ensure_admin_token(settings: Settings) -> tuple[str, Path]:
     """The operator token: from `admin_token_file`, else generated once under the data
-    directory with mode 0600. The token is never logged; its path is."""
+    directory with mode 0600. Either file is refused when others can read or write it
+    (`SecretFileError`). The token is never logged; its path is."""
     if settings.admin_token_file is not None:
         path = settings.admin_token_file
-        token = path.read_text(encoding="utf-8").strip()
-        if len(token) < ADMIN_TOKEN_MIN_LENGTH:
-            raise ValueError(
-                f"the admin token in {path} is shorter than {ADMIN_TOKEN_MIN_LENGTH} characters"
-            )
-        return token, path
+        return read_secret(path, what="admin token"), path
     path = settings.data_dir / ADMIN_TOKEN_FILE
-    if path.exists():
-        return path.read_text(encoding="utf-8").strip(), path
-    token = "hadm_" + secrets.token_urlsafe(32)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        file.write(token + "\n")
-    logger.info("admin token created path=%s", path)
+    token, _ = ensure_secret(path, what="admin token", prefix="hadm_")
     return token, path
 
 
@@ -174,6 +165,8 @@ class Gateway:
         self._tokens: dict[str, tuple[str, bool]] = {}
         self._admin_token = ""
         self.admin_token_path: Path | None = None
+        self.peer_token_path: Path | None = None
+        """The peer token's file when this daemon serves its Router or Registry."""
         self._registering = asyncio.Lock()
         self._run_id = secrets.token_hex(8)
         """This process's run: keyed sends reserved by another run are indeterminate."""
@@ -203,9 +196,17 @@ class Gateway:
             # Metrics come up first and go down last, so a scrape sees the whole life.
             self._metrics_server = MetricsServer(self.metrics, settings.metrics_listen)
             self._metrics_server.start()
-        peer_token = read_peer_token(settings.peer_token_file)
+        joining = settings.router is not None or settings.registry is not None
+        # Joining needs the token of the process serving the Router and Registry; read it
+        # before anything opens, so a missing file is the one error shown.
+        peer_token = read_peer_token(settings.peer_token_file) if joining else None
+        peer_tls = peer_channel_credentials(settings) if settings.joins_over_tls else None
         self._lock = DataDirLock.acquire(settings.data_dir)
         self._admin_token, self.admin_token_path = ensure_admin_token(settings)
+        if settings.exposes_router or settings.exposes_registry:
+            served_token, self.peer_token_path = ensure_peer_token(settings)
+        else:
+            served_token = None
         # The store holds agents' private seeds: create both files owner-only before SQLite
         # opens them (its -wal and -shm files copy the database file's mode).
         files = (STORE_FILE,) if settings.registry is not None else (STORE_FILE, REGISTRY_FILE)
@@ -222,9 +223,12 @@ class Gateway:
         if settings.registry is None:
             self._registry_port = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
         else:
+            assert peer_token is not None
             self._registry_port = await GrpcRegistry.connect(
                 settings.registry,
                 peer_token=peer_token,
+                tls=peer_tls,
+                keepalive=KeepalivePolicy.from_settings(settings),
                 registry_public_key=settings.registry_public_key,
             )
         self._registry = RegistryClient(
@@ -241,7 +245,13 @@ class Gateway:
             )
         else:
             # A Router that is down at start is fine: the feed retries while DETACHED.
-            self._router = await GrpcRouter.connect(settings.router, peer_token=peer_token)
+            assert peer_token is not None
+            self._router = await GrpcRouter.connect(
+                settings.router,
+                peer_token=peer_token,
+                tls=peer_tls,
+                keepalive=KeepalivePolicy.from_settings(settings),
+            )
         self._network = Network(
             router=self._router,
             store=self._store,
@@ -258,7 +268,7 @@ class Gateway:
             self,
             settings,
             interceptors=[MetricsInterceptor(self.metrics)],
-            services=self._exposed_services(peer_token),
+            services=self._exposed_services(served_token),
         )
         await self._server.start()
         self._state = GatewayState.RECOVERING
@@ -288,13 +298,10 @@ class Gateway:
 
     def _exposed_services(self, peer_token: str | None) -> list[ServiceBinding]:
         """The embedded Router and Registry as services for other daemons (`expose_network`),
-        behind the peer token; open only on a loopback listen address."""
+        always behind the peer token (`peer_token` is None only when nothing is exposed)."""
         settings = self.settings
-        if not (settings.exposes_router or settings.exposes_registry):
+        if peer_token is None:
             return []
-        require_protected_listen(
-            settings.listen, peer_token, mtls=settings.tls_client_ca_file is not None
-        )
         guard = PeerGuard(peer_token)
         services = []
         if settings.exposes_router:
@@ -305,10 +312,10 @@ class Gateway:
             assert isinstance(self._registry_port, SqliteRegistry)
             services.append(RegistryService(self._registry_port, guard).binding())
         logger.info(
-            "exposing the embedded network router=%s registry=%s peer_token=%s",
+            "exposing the embedded network router=%s registry=%s peer_token_file=%s",
             settings.exposes_router,
             settings.exposes_registry,
-            "required" if peer_token is not None else "none (loopback only)",
+            self.peer_token_path,
         )
         return services
 
@@ -316,6 +323,11 @@ class Gateway:
     def metrics_address(self) -> str | None:
         """The bound `/metrics` address, when metrics are on."""
         return None if self._metrics_server is None else self._metrics_server.address
+
+    @property
+    def health_address(self) -> str | None:
+        """The bound plaintext health-only address, when `health_listen` is set."""
+        return None if self._server is None else self._server.health_address
 
     @property
     def address(self) -> str:

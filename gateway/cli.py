@@ -8,9 +8,12 @@ grpc://HOST:7772` joins a standalone Router and Registry instead (the `joined` m
 `router` and `registry` are the standalone roles (`gateway.standalone`), on 127.0.0.1:7771
 and 127.0.0.1:7772 by default; the Router joins a Registry to verify signatures.
 
-Peer calls carry the token of `--peer-token-file` (HARNESS_PEER_TOKEN_FILE) when one is
-set, and the Router and Registry then require it. Without a peer token they run open, which
-is only allowed on a loopback listen address: a one-machine deployment or a test network.
+Peer calls always carry a peer token: the Router and Registry (standalone, or exposed by
+`--expose-network`) refuse calls without it, loopback included. A process serving them
+creates `<data-dir>/peer-token` (mode 0600) on first start unless `--peer-token-file`
+names one; joining daemons and the standalone Router pass that file as `--peer-token-file`.
+TLS: `--tls-cert`/`--tls-key` (and `--tls-client-ca` for mTLS) on every listener,
+`grpcs://` peers with `--peer-tls-ca`; `docs/security.md` has the whole trust model.
 
 Every process logs one `ready` line with its bound addresses and shuts down in its written
 order on SIGTERM or SIGINT (a second signal skips the waits).
@@ -53,8 +56,8 @@ def _add_common_flags(parser: argparse.ArgumentParser, *, listen: str, metrics: 
     )
     parser.add_argument(
         "--peer-token-file",
-        help="file holding the daemon-to-daemon token (sent to, and required by, the Router "
-        "and Registry); without one they run open on loopback only",
+        help="file holding the daemon-to-daemon token, sent to and required by the Router and "
+        "Registry (a process serving them creates <data-dir>/peer-token when absent)",
     )
     parser.add_argument(
         "--tls-cert",
@@ -271,6 +274,7 @@ async def _router(settings: Settings) -> int:
             "role": "router",
             "listen": router.address,
             "metrics": router.metrics_address or "off",
+            "health": router.health_address or "off",
             "instance_id": router.instance_id,
         },
     )
@@ -291,7 +295,9 @@ async def _registry(settings: Settings) -> int:
             "role": "registry",
             "listen": registry.address,
             "metrics": registry.metrics_address or "off",
+            "health": registry.health_address or "off",
             "data_dir": str(registry.data_dir),
+            "peer_token_file": str(registry.peer_token_path),
         },
     )
 
@@ -319,8 +325,14 @@ async def _serve(settings: Settings) -> int:
             "mode": settings.mode,
             "listen": gateway.address,
             "metrics": gateway.metrics_address or "off",
+            "health": gateway.health_address or "off",
             "data_dir": str(settings.data_dir),
             "admin_token_file": str(gateway.admin_token_path),
+            **(
+                {"peer_token_file": str(gateway.peer_token_path)}
+                if gateway.peer_token_path is not None
+                else {}
+            ),
         },
     )
 

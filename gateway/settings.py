@@ -120,9 +120,9 @@ class Settings:
     admin_token_file: Path | None = None
     """File holding the operator token; None generates `<data-dir>/admin-token` (embedded)."""
     peer_token_file: Path | None = None
-    """File holding the daemon-to-daemon token (at least 32 characters). Daemons send it to
-    the Router and Registry; the Router and Registry (standalone or exposed) then require
-    it. Without one they run open, which is allowed on a loopback address only."""
+    """File holding the daemon-to-daemon token (at least 32 characters, owner-only). Joining
+    processes send it to the Router and Registry, which always require it; a process that
+    serves them without one creates `<data-dir>/peer-token` on first start."""
     tls_cert_file: Path | None = None
     """PEM certificate chain of the gRPC listener (`--tls-cert`); with `tls_key_file` the
     listener speaks TLS only."""
@@ -164,6 +164,11 @@ class Settings:
         if self.role != "serve":
             return self.role
         return "embedded" if self.embedded else "joined"
+
+    @property
+    def joins_over_tls(self) -> bool:
+        """True when a Router or Registry to join is `grpcs://`."""
+        return any(url is not None and is_tls_peer(url) for url in (self.router, self.registry))
 
     @property
     def exposes_router(self) -> bool:
@@ -384,6 +389,14 @@ def _check_ranges(values: Mapping[str, object]) -> list[str]:
         errors.append("expose_network: a daemon joined to a Router cannot serve its own")
     if values.get("registry") is not None and (exposes or values.get("serve_registry")):
         errors.append("expose_network: a daemon joined to a Registry cannot serve its own")
+    joins = values.get("router") is not None or values.get("registry") is not None
+    if joins and values.get("peer_token_file") is None:
+        who = "the standalone Router" if values.get("role") == "router" else "joining"
+        errors.append(
+            f"peer_token_file: {who} needs --peer-token-file (HARNESS_PEER_TOKEN_FILE), the "
+            "peer-token file the Registry (or the daemon exposing the network) wrote in its "
+            "data directory"
+        )
     errors.extend(_check_tls(values))
     if values.get("role") == "router" and values.get("registry") is None:
         errors.append(

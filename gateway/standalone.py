@@ -13,8 +13,9 @@ Router and one Registry, each its own process (operations.md §1):
 Both follow the daemon's lifecycle: `await X.start(settings)` opens everything, binds,
 and turns health SERVING (the readiness names are NOT_SERVING until then, `liveness` from
 listen to exit); `await x.shutdown()` runs the written order below, is idempotent, and
-`wait_stopped()` returns once it ran. Peer calls need the peer token when one is
-configured; without one the process only listens on loopback (`require_protected_listen`).
+`wait_stopped()` returns once it ran. Every peer call needs the peer token: the Registry
+creates `<data-dir>/peer-token` on first start unless `--peer-token-file` names one, and
+the Router, which joins the Registry with it, needs `--peer-token-file`.
 
 Shutdown (SIGTERM or SIGINT; a second signal skips the waits):
 
@@ -55,11 +56,13 @@ from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import RegistryClient, SqliteRegistry
 from gateway.router import InProcessRouter, RingSettings, VerifiedEnvelope
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
-from gateway.rpc.peer import PeerGuard, read_peer_token, require_protected_listen
+from gateway.rpc.keepalive import KeepalivePolicy
+from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService
 from gateway.rpc.router_service import RouterService
 from gateway.rpc.server import RpcServer, build_peer_server
+from gateway.rpc.tls import peer_channel_credentials
 from gateway.settings import Settings
 from gateway.store import DataDirLock
 
@@ -133,7 +136,8 @@ class _StandaloneProcess:
         self._state = ProcessState.STARTING
         self._shutdown_started = False
         self._stopped = asyncio.Event()
-        self._peer_token: str | None = None
+        self.peer_token_path: Path | None = None
+        """The file of the peer token this process requires (and sends)."""
         self.exit_code = 0
 
     @property
@@ -152,17 +156,10 @@ class _StandaloneProcess:
         """The bound `/metrics` address, when metrics are on."""
         return None if self._metrics_server is None else self._metrics_server.address
 
-    def _peer_guard(self) -> PeerGuard:
-        settings = self.settings
-        token = self._peer_token = read_peer_token(settings.peer_token_file)
-        require_protected_listen(
-            settings.listen, token, mtls=settings.tls_client_ca_file is not None
-        )
-        if token is None:
-            logger.warning(
-                "no peer token configured: peer calls are not authenticated (loopback only)"
-            )
-        return PeerGuard(token)
+    @property
+    def health_address(self) -> str | None:
+        """The bound plaintext health-only address, when `health_listen` is set."""
+        return None if self._server is None else self._server.health_address
 
     def _start_metrics(self) -> None:
         if self.settings.metrics_listen is not None:
@@ -266,12 +263,18 @@ class StandaloneRouter(_StandaloneProcess):
     async def _start(self) -> None:
         settings = self.settings
         assert settings.registry is not None, "load_settings requires a registry for a router"
-        guard = self._peer_guard()
+        # One token both ways: the Router's callers present it, and it presents it to the
+        # Registry.
+        token = read_peer_token(settings.peer_token_file)
+        self.peer_token_path = settings.peer_token_file
+        guard = PeerGuard(token)
         self._start_metrics()
         cache = VerifyCache()
         self._registry_port = await GrpcRegistry.connect(
             settings.registry,
-            peer_token=self._peer_token,
+            peer_token=token,
+            tls=peer_channel_credentials(settings) if settings.joins_over_tls else None,
+            keepalive=KeepalivePolicy.from_settings(settings),
             registry_public_key=settings.registry_public_key,
         )
         self._registry = RegistryClient(
@@ -339,10 +342,11 @@ class StandaloneRegistry(_StandaloneProcess):
 
     async def _start(self) -> None:
         settings = self.settings
-        guard = self._peer_guard()
         self._start_metrics()
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)
         self._lock = DataDirLock.acquire(settings.data_dir)
+        token, self.peer_token_path = ensure_peer_token(settings)
+        guard = PeerGuard(token)
         path = settings.data_dir / REGISTRY_FILE
         # Owner-only before SQLite opens it: the file holds the Registry's private seed.
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))

@@ -11,9 +11,9 @@
 `run_network(n)` starts one `harness-gateway registry`, one `harness-gateway router`
 (joined to that Registry) and `n` daemons `harness-gateway serve --router ... --registry
 ...`, each on 127.0.0.1:0 with its own temporary data directory, `--metrics-listen off` and
-JSON logs, and waits (at most `READY_TIMEOUT` each) for every `ready` line. By default all
-of them share a generated peer token (`--peer-token-file`), so peer authentication is
-exercised too. Every process is stopped when the block ends, whether it raised or not
+JSON logs, and waits (at most `READY_TIMEOUT` each) for every `ready` line. The Registry
+creates the peer token on its first start (`<data-dir>/peer-token`, as in a deployment) and
+the Router and every daemon join with that file (`--peer-token-file`). Every process is stopped when the block ends, whether it raised or not
 (SIGTERM, then SIGKILL past `STOP_TIMEOUT`), and the temporary directories are removed.
 
 The Router and the Registry keep their first port across `start()`s, because daemons name
@@ -26,8 +26,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
-import secrets
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -35,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from gateway.rpc.peer import PEER_TOKEN_FILE
 from gateway.testing import gateway_command, hermetic_environment, pump_stderr
 
 logger = logging.getLogger(__name__)
@@ -58,8 +57,6 @@ LINE_LIMIT: Final = 1 << 20
 SHUTDOWN_GRACE: Final = "2s"
 """`--shutdown-grace` of every test process: in-flight calls get little time at SIGTERM."""
 
-PEER_TOKEN_FILE: Final = "peer-token"  # noqa: S105 - a file name, not a secret
-"""The shared peer token's file in the network's temporary directory (mode 0600)."""
 
 Role = Literal["registry", "router", "serve"]
 
@@ -285,8 +282,8 @@ class RunningNetwork:
     daemons: list[NetworkProcess]
     root: Path
     """The temporary directory holding every data directory (removed at the end)."""
-    peer_token_file: Path | None
-    """The shared peer token's file, or None when the network runs open."""
+    peer_token_file: Path
+    """The peer token's file, created by the Registry in its data directory."""
     daemon_args: list[str] = field(default_factory=list)
     """Extra flags every daemon started (also by `add_daemon`)."""
 
@@ -312,25 +309,13 @@ class RunningNetwork:
         data_dir = self.root / f"daemon-{number}"
         data_dir.mkdir(mode=0o700)
         args = ["--router", self.router.target, "--registry", self.registry.target]
-        args += _peer_args(self.peer_token_file)
+        args += ["--peer-token-file", str(self.peer_token_file)]
         return NetworkProcess(
             "serve",
             f"daemon-{number}",
             data_dir=data_dir,
             args=[*args, *self.daemon_args, *extra_args],
         )
-
-
-def _peer_args(peer_token_file: Path | None) -> list[str]:
-    return [] if peer_token_file is None else ["--peer-token-file", str(peer_token_file)]
-
-
-def _write_peer_token(root: Path) -> Path:
-    path = root / PEER_TOKEN_FILE
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        file.write("hpeer_" + secrets.token_urlsafe(32) + "\n")
-    return path
 
 
 async def _start_all(processes: Sequence[NetworkProcess]) -> None:
@@ -348,14 +333,12 @@ async def _start_all(processes: Sequence[NetworkProcess]) -> None:
 async def run_network(
     daemons: int,
     *,
-    peer_token: bool = True,
     daemon_args: Sequence[str] = (),
     router_args: Sequence[str] = (),
 ) -> AsyncIterator[RunningNetwork]:
     """A Registry, a Router and `daemons` joined daemons, each a real process on
     127.0.0.1:0, once every one logged `ready`.
 
-    `peer_token` False runs the network open (no `--peer-token-file`, loopback only);
     `daemon_args` are extra `serve` flags for every daemon, `router_args` extra `router`
     flags. Every process is always stopped
     when the block ends (daemons first, SIGTERM then SIGKILL past the bound), whether the
@@ -364,12 +347,10 @@ async def run_network(
         raise ValueError("a network has zero or more daemons")
     with tempfile.TemporaryDirectory(prefix="harness-network-") as directory:
         root = Path(directory)
-        token_file = _write_peer_token(root) if peer_token else None
         registry_dir = root / "registry"
         registry_dir.mkdir(mode=0o700)
-        registry = NetworkProcess(
-            "registry", "registry", data_dir=registry_dir, args=_peer_args(token_file)
-        )
+        token_file = registry_dir / PEER_TOKEN_FILE
+        registry = NetworkProcess("registry", "registry", data_dir=registry_dir, args=[])
         router = NetworkProcess("router", "router", data_dir=None, args=list(router_args))
         network = RunningNetwork(
             registry=registry,
@@ -381,7 +362,7 @@ async def run_network(
         )
         try:
             await registry.start()
-            router.args = ["--registry", registry.target, *_peer_args(token_file)]
+            router.args = ["--registry", registry.target, "--peer-token-file", str(token_file)]
             await router.start()
             network.daemons.extend(network._daemon(n, ()) for n in range(1, daemons + 1))
             await _start_all(network.daemons)

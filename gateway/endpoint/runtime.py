@@ -105,8 +105,9 @@ class SendTimeouts:
 class SendObserver:
     """Metrics hooks of the send pipeline."""
 
-    on_send: Callable[[str, str], None] = lambda op, outcome: None
-    """(op, outcome): `ok` or the closed reason."""
+    on_send: Callable[[str, str | HarnessError], None] = lambda op, outcome: None
+    """(op, outcome): `ok`, or the failure itself (the metrics give every failure its
+    closed label, so counting one never fails the answered send)."""
     on_delivery_published: Callable[[str], None] = lambda item: None
     on_record_consumed: Callable[[str], None] = lambda kind: None
     on_send_refused_inbound: Callable[[str], None] = lambda reason: None
@@ -239,7 +240,7 @@ class AgentRuntime:
                     lambda: self._invocation(send_input, failure_delivery, deadline),
                 )
         except HarnessError as error:
-            self._observer.on_send(op, error.reason)
+            self._observer.on_send(op, error)
             raise
         self._observer.on_send(op, "ok")
         return result

@@ -19,13 +19,26 @@ operator-chosen string. The store reports through `StoreMetrics`, a `StoreObserv
 
 Label values are the strings of the enums; the components' own enums (`RouterAttachment`,
 `StreamEndReason`, `AuthFailure`, `SendErrorReason`, `CollectiveErrorKind`, ...) are
-`StrEnum`s with the same values, so they can be passed as they are.
+`StrEnum`s with the same values, so they can be passed as they are, and a unit test
+enumerates each of those source vocabularies against its label set, so a new reason without
+a label fails a test rather than a call. A failed `Send` is counted from the error itself:
+`send_outcome()` maps every `HarnessError` to a `SendOutcome` and never raises (a type the
+send vocabulary does not know is `other`, with a warning), so counting can never turn an
+answered send into INTERNAL.
+
+Beyond operations.md §2.3's table:
+
+| Metric | Type | Labels and their closed values | Meaning |
+|---|---|---|---|
+| `harness_sends_total` | counter | `outcome` also `invalid-idempotency-key` and `other` | An idempotency key that is not 1 to 128 UTF-8 bytes without NUL; `other` only for a defect. |
+| `harness_rejected_requests_total` | counter | `reason`: malformed-request | Calls refused before any handler ran (INVALID_ARGUMENT `MALFORMED_REQUEST`): a body that does not decode as the method's request message, before authentication. |
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, TypeVar
@@ -41,7 +54,18 @@ from prometheus_client import (
     generate_latest,
 )
 
-from gateway.contract.errors import FirewallRefusal, StatusCode
+from gateway.contract.errors import (
+    CollectiveError,
+    FirewallRefusal,
+    FirewallSendError,
+    HarnessError,
+    IdempotencyConflictError,
+    InvalidIdempotencyKeyError,
+    SendError,
+    StatusCode,
+)
+
+logger = logging.getLogger(__name__)
 
 # --- Buckets (operations.md §2.4) ---------------------------------------------------------
 
@@ -222,6 +246,62 @@ class SendOutcome(enum.StrEnum):
     """CollectiveError request-expired."""
     FIREWALL_REFUSED = "firewall-refused"
     """FirewallSendError: the local firewall refused the send."""
+    INVALID_IDEMPOTENCY_KEY = "invalid-idempotency-key"
+    """The idempotency key is not 1 to 128 UTF-8 bytes without NUL; nothing ran."""
+    OTHER = "other"
+    """A failure outside the send vocabulary: a defect, logged as a warning once per type."""
+
+
+def send_outcome(error: HarnessError) -> SendOutcome:
+    """The `outcome` a failed `Send` counts under: total over every `HarnessError`.
+
+    Each closed send failure has its own value (a `SendError` by its reason, a
+    `CollectiveError` by its kind, every `FirewallSendError` refusal as `firewall-refused`);
+    anything else, which a `Send` never raises by design, is `other` with a warning, so a
+    new failure type can never make the count itself fail after the send was answered."""
+    match error:
+        case SendError(send_reason=reason):
+            return _closed_outcome(reason.value, error)
+        case CollectiveError():
+            return _closed_outcome(error.kind.value, error)
+        case FirewallSendError():
+            return SendOutcome.FIREWALL_REFUSED
+        case IdempotencyConflictError():
+            return SendOutcome.IDEMPOTENCY_CONFLICT
+        case InvalidIdempotencyKeyError():
+            return SendOutcome.INVALID_IDEMPOTENCY_KEY
+        case _:
+            return _other_outcome(error)
+
+
+def _closed_outcome(value: str, error: HarnessError) -> SendOutcome:
+    try:
+        return SendOutcome(value)
+    except ValueError:
+        return _other_outcome(error)
+
+
+_OTHER_OUTCOMES_WARNED: set[tuple[str, str]] = set()
+"""(type, reason) pairs already warned about as `other`: a closed set, the code's own."""
+
+
+def _other_outcome(error: HarnessError) -> SendOutcome:
+    key = (type(error).__name__, error.reason)
+    if key not in _OTHER_OUTCOMES_WARNED:
+        _OTHER_OUTCOMES_WARNED.add(key)
+        logger.warning(
+            "harness_sends_total: %s %s has no outcome label; counted as other", *key
+        )
+    return SendOutcome.OTHER
+
+
+class RejectedRequestReason(enum.StrEnum):
+    """`reason` of `harness_rejected_requests_total`: why a call was refused before any
+    handler ran (gateway/rpc/decoding.py)."""
+
+    MALFORMED_REQUEST = "malformed-request"
+    """The body is not a valid message of the method's request type (not protobuf, or a
+    string field that is not UTF-8): INVALID_ARGUMENT `MALFORMED_REQUEST`."""
 
 
 class IdempotencyResult(enum.StrEnum):
@@ -681,6 +761,13 @@ class Metrics:
             registry=registry,
         )
         self._auth_failures = _children(auth_failures, _values(AuthFailureReason))
+        rejected = Counter(
+            "harness_rejected_requests_total",
+            "Calls refused before any handler ran, by reason (a body that does not decode).",
+            ("reason",),
+            registry=registry,
+        )
+        self._rejected_requests = _children(rejected, _values(RejectedRequestReason))
 
     # --- definitions ---
 
@@ -1004,11 +1091,14 @@ class Metrics:
         """`n` unfinished intents of `kind` (`PostKind`) were proposed again after a restart."""
         _pick(self._intents_resumed, "harness_post_intents_resumed_total", kind).inc(n)
 
-    def count_send(self, op: str, outcome: str) -> None:
-        """One answer to a `Send` of `op` (`SendOp`) with `outcome` (`SendOutcome`: `ok`, a
-        `SendErrorReason` or `CollectiveErrorKind` value, `idempotency-conflict` or
-        `firewall-refused`); replays of a kept outcome included."""
-        _pick(self._sends, "harness_sends_total", op, outcome).inc()
+    def count_send(self, op: str, outcome: str | HarnessError) -> None:
+        """One answer to a `Send` of `op` (`SendOp`); replays of a kept outcome included.
+
+        `outcome` is the failure itself, counted under `send_outcome(outcome)` (total: it
+        never raises), or a `SendOutcome` value such as `ok` (ValueError for any other
+        string)."""
+        label = send_outcome(outcome) if isinstance(outcome, HarnessError) else outcome
+        _pick(self._sends, "harness_sends_total", op, label).inc()
 
     def count_idempotency(self, result: str) -> None:
         """A keyed `Send` resolved as `result` (`IdempotencyResult`)."""
@@ -1146,6 +1236,13 @@ class Metrics:
         """A token was refused for `reason` (`AuthFailureReason`, the `AuthFailure` values)."""
         _pick(self._auth_failures, "harness_auth_failures_total", reason).inc()
 
+    # --- requests refused before their handler ---
+
+    def count_rejected_request(self, reason: RejectedRequestReason) -> None:
+        """A call was refused before any handler ran, for `reason` (the request guard of
+        `gateway/rpc/decoding.py`, counted by the metrics interceptor)."""
+        _pick(self._rejected_requests, "harness_rejected_requests_total", reason).inc()
+
 
 class StoreMetrics:
     """A `StoreObserver` (gateway/store/observer.py) feeding the `harness_store_*` family.
@@ -1211,6 +1308,7 @@ __all__ = [
     "Mode",
     "PostKind",
     "PostOp",
+    "RejectedRequestReason",
     "RouterEvent",
     "RouterState",
     "SendOp",
@@ -1219,4 +1317,5 @@ __all__ = [
     "StoreMetrics",
     "StreamEnd",
     "StreamOpen",
+    "send_outcome",
 ]

@@ -21,9 +21,12 @@ turns ours into gRPC's):
 | `FirewallSendError`; a token of the wrong role | PERMISSION_DENIED |
 | missing, unknown or revoked token | UNAUTHENTICATED |
 
-Beyond the contract: a malformed request (`InvalidRequest`) and a management `invalid-name`
-are INVALID_ARGUMENT, `not-found` NOT_FOUND, `name-taken` ALREADY_EXISTS. Not ready and
-shutting down carry a `RetryInfo` of one second: the call had no effect.
+Beyond the contract: a malformed request (`InvalidRequest`), an invalid idempotency key
+(`INVALID_IDEMPOTENCY_KEY`), a body that does not decode as the method's request message
+(`MALFORMED_REQUEST`, answered by `gateway/rpc/decoding.py` before any handler runs) and a
+management `invalid-name` are INVALID_ARGUMENT, `not-found` NOT_FOUND, `name-taken`
+ALREADY_EXISTS. Not ready and shutting down carry a `RetryInfo` of one second: the call had
+no effect.
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ NOT_READY: Final = "NOT_READY"
 """ErrorInfo reason of a call before the gateway is SERVING."""
 SHUTTING_DOWN: Final = "SHUTTING_DOWN"
 """ErrorInfo reason of a call, or an open stream, once shutdown began."""
+MALFORMED_REQUEST: Final = "MALFORMED_REQUEST"
+"""ErrorInfo reason of a request body that does not decode as the method's message."""
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 Service = TypeVar("Service")
@@ -189,6 +194,19 @@ def status_for(error: BaseException) -> status_pb2.Status | None:
             return None
 
 
+def malformed_request_status(type_name: str) -> grpc.Status:
+    """INVALID_ARGUMENT `MALFORMED_REQUEST` for a body that is not a valid `type_name` (the
+    request message's full name, or the method when it has none); nothing of the body is
+    echoed."""
+    status = _status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"the request body is not a valid {type_name}",
+        MALFORMED_REQUEST,
+    )
+    converted: grpc.Status = rpc_status.to_status(status)
+    return converted
+
+
 def internal_status() -> status_pb2.Status:
     """INTERNAL, for a defect; nothing of the exception reaches the caller."""
     return status_pb2.Status(code=code_pb2.INTERNAL, message=INTERNAL_MESSAGE)
@@ -254,6 +272,7 @@ def stream_rpc(
 
 __all__ = [
     "ERROR_DOMAIN",
+    "MALFORMED_REQUEST",
     "MANAGEMENT_CODES",
     "NOT_READY",
     "SHUTTING_DOWN",
@@ -261,6 +280,7 @@ __all__ = [
     "InvalidRequest",
     "abort_with",
     "internal_status",
+    "malformed_request_status",
     "status_for",
     "stream_rpc",
     "unary_rpc",

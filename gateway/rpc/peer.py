@@ -8,13 +8,16 @@ Both sides of every peer call live here, so the two can never drift apart:
   `VERSION_MISMATCH`; a client treats that status, or an answer whose `harness-version`
   differs, as a version mismatch (engine.md §3: exact string comparison, nothing
   negotiated).
-- **Peer token.** With a peer token configured (`--peer-token-file`,
-  `HARNESS_PEER_TOKEN_FILE`), clients send `authorization: Bearer <peer token>` and servers
-  refuse any other token UNAUTHENTICATED. Without one, the services run open: that is only
-  allowed when they listen on loopback (`require_protected_listen`), the one-machine
-  deployments of `gateway.testing_network` and a developer's laptop.
-- **Targets and channels.** `HOST:PORT` or `grpc://HOST:PORT`; keepalive paired with the
-  server's (30 s / 10 s), message limits large enough for a full Router batch.
+- **Peer token, always.** Clients send `authorization: Bearer <peer token>` and servers
+  refuse any other token, or none, UNAUTHENTICATED — loopback included, since loopback is
+  no trust boundary on a shared host. A process serving these services without
+  `--peer-token-file` creates `<data-dir>/peer-token` (0600) on first start
+  (`ensure_peer_token`); joining processes pass that file as `--peer-token-file`. mTLS
+  (`--tls-client-ca`) is checked by the transport in addition, never instead.
+- **Targets and channels.** `HOST:PORT`, `grpc://HOST:PORT` (plaintext) or
+  `grpcs://HOST:PORT` (TLS, verified against `--peer-tls-ca` or the system's roots, with
+  `--peer-tls-cert` as the client certificate where the peer requires mTLS); keepalive
+  paired with the server's, message limits large enough for a full Router batch.
 
 The token is never logged and never put in an error.
 """
@@ -22,7 +25,7 @@ The token is never logged and never put in an error.
 from __future__ import annotations
 
 import hmac
-import ipaddress
+import logging
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +37,11 @@ from grpc_status import rpc_status
 from gateway.engine.protocol import VERSION
 from gateway.rpc.auth import AUTHORIZATION_KEY, BEARER_SCHEME
 from gateway.rpc.errors import ERROR_DOMAIN, Context
+from gateway.rpc.keepalive import KeepalivePolicy
+from gateway.secret_file import ensure_secret, read_secret
+from gateway.settings import PEER_TLS_SCHEME, Settings
+
+logger = logging.getLogger(__name__)
 
 VERSION_KEY: Final = "harness-version"
 """The metadata key naming the protocol version of a peer call and its answer."""
@@ -47,8 +55,8 @@ VERSION_MISMATCH: Final = "VERSION_MISMATCH"
 PEER_UNAUTHENTICATED: Final = "PEER_UNAUTHENTICATED"
 """`ErrorInfo.reason` of a peer call without the configured peer token."""
 
-PEER_TOKEN_MIN_LENGTH: Final = 32
-"""Shortest peer token accepted, in characters (as the admin token)."""
+PEER_TOKEN_FILE: Final = "peer-token"  # noqa: S105 - a file name, not a secret
+"""The generated peer token's file in the data directory of a process serving peers."""
 
 PEER_MAX_MESSAGE_BYTES: Final = 8 * 1024 * 1024
 """Largest peer message either side sends or receives, in bytes.
@@ -56,73 +64,60 @@ PEER_MAX_MESSAGE_BYTES: Final = 8 * 1024 * 1024
 A Router batch holds at most 4 MiB of envelopes plus up to 256 recipient tags (about
 1 KiB each with framing), so 8 MiB leaves room; a Router send is at most ~354 KB."""
 
-PEER_KEEPALIVE_TIME: Final = 30.0
-"""Seconds between a peer client's keepalive pings; servers accept pings 10 s apart."""
-
-PEER_KEEPALIVE_TIMEOUT: Final = 10.0
-"""Seconds a peer client waits for a ping acknowledgement before the connection is dead,
-so a half-open subscription is found within about 40 s."""
-
-_SCHEME: Final = "grpc://"
+_SCHEMES: Final = ("grpc://", PEER_TLS_SCHEME)
 
 
 class PeerConfigError(ValueError):
-    """A peer setting is unusable: a malformed target, a short token file, an open
-    non-loopback listener. `str()` says which, never the token."""
+    """A peer setting is unusable: a malformed target, a missing or short token file. `str()`
+    says which, never the token."""
 
 
 def peer_target(text: str) -> str:
-    """The `HOST:PORT` of `HOST:PORT` or `grpc://HOST:PORT` (`PeerConfigError` otherwise)."""
-    target = text.strip().removeprefix(_SCHEME).rstrip("/")
+    """The `HOST:PORT` of `HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT`
+    (`PeerConfigError` otherwise)."""
+    target = text.strip()
+    for scheme in _SCHEMES:
+        target = target.removeprefix(scheme)
+    target = target.rstrip("/")
     if "://" in target:
-        raise PeerConfigError(f"only grpc://HOST:PORT peers are supported, got {text!r}")
+        raise PeerConfigError(
+            f"only grpc://HOST:PORT or grpcs://HOST:PORT peers are supported, got {text!r}"
+        )
     host, separator, port = target.rpartition(":")
     if not separator or not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise PeerConfigError(f"expected HOST:PORT or grpc://HOST:PORT, got {text!r}")
     return target
 
 
-def read_peer_token(path: Path | None) -> str | None:
-    """The peer token in `path` (surrounding whitespace stripped), or None without a path.
+def read_peer_token(path: Path | None) -> str:
+    """The peer token a joining process sends, from `--peer-token-file`.
 
-    Raises `PeerConfigError` when the file cannot be read or the token is shorter than
-    `PEER_TOKEN_MIN_LENGTH` or contains whitespace."""
+    Raises `PeerConfigError` without a file, and `SecretFileError` (a `ValueError`) when the
+    file is unreadable, open to others, or holds a short token."""
     if path is None:
-        return None
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise PeerConfigError(f"cannot read the peer token file {path}: {error.strerror}") from None
-    if len(token) < PEER_TOKEN_MIN_LENGTH or any(char.isspace() for char in token):
         raise PeerConfigError(
-            f"the peer token in {path} must be at least {PEER_TOKEN_MIN_LENGTH} characters "
-            "without whitespace"
+            "joining a Router or Registry needs --peer-token-file (HARNESS_PEER_TOKEN_FILE): "
+            f"the {PEER_TOKEN_FILE} file of the process that serves them"
         )
-    return token
+    return read_secret(path, what="peer token")
 
 
-def is_loopback_listen(listen: str) -> bool:
-    """True when `listen` (`HOST:PORT`) binds a loopback address only."""
-    host = listen.rpartition(":")[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def require_protected_listen(listen: str, peer_token: str | None, *, mtls: bool) -> None:
-    """Refuse to serve peer services open beyond this machine.
-
-    Without a peer token or client certificates, `RouterService` and `RegistryService` take
-    calls from anyone who can connect, which is acceptable on loopback only."""
-    if peer_token is None and not mtls and not is_loopback_listen(listen):
-        raise PeerConfigError(
-            f"serving the Router or Registry on {listen} needs --peer-token-file "
-            "(HARNESS_PEER_TOKEN_FILE) or client certificates; without them only a "
-            "loopback address is allowed"
+def ensure_peer_token(settings: Settings) -> tuple[str, Path]:
+    """The token the peer services of this process require, and its file: `peer_token_file`
+    when set, else `<data-dir>/peer-token`, created on first start. Its path is logged (never
+    the token), since joining processes need it."""
+    if settings.peer_token_file is not None:
+        path = settings.peer_token_file
+        return read_secret(path, what="peer token"), path
+    path = settings.data_dir / PEER_TOKEN_FILE
+    token, created = ensure_secret(path, what="peer token", prefix="hpeer_")
+    if created:
+        logger.info(
+            "peer token created path=%s: joining daemons and Routers pass this file as "
+            "--peer-token-file",
+            path,
         )
+    return token, path
 
 
 def _pack(message: Any) -> any_pb2.Any:
@@ -157,27 +152,22 @@ def _metadata_values(metadata: Any, key: str) -> list[object]:
 
 
 class PeerGuard:
-    """The server side of a peer call: the version and, when configured, the peer token.
+    """The server side of a peer call: the peer token and the version.
 
     Every handler of `RouterService` and `RegistryService` starts with `await
     guard.admit(context)`, which ends the call with a status unless it may proceed and
     announces this side's version as initial metadata."""
 
-    def __init__(self, peer_token: str | None) -> None:
-        """`peer_token` None runs the services open (loopback only, see
-        `require_protected_listen`)."""
-        self._token = None if peer_token is None else peer_token.encode("utf-8")
-
-    @property
-    def open(self) -> bool:
-        """True when calls need no peer token."""
-        return self._token is None
+    def __init__(self, peer_token: str) -> None:
+        if not peer_token:
+            raise PeerConfigError("peer services never run without a peer token")
+        self._token = peer_token.encode("utf-8")
 
     async def admit(self, context: Context) -> None:
         """Return when the call may proceed; otherwise abort it (UNAUTHENTICATED, then
         FAILED_PRECONDITION `VERSION_MISMATCH`)."""
         metadata = context.invocation_metadata()
-        if self._token is not None and not self._token_matches(metadata):
+        if not self._token_matches(metadata):
             await context.abort_with_status(
                 error_status(
                     code_pb2.UNAUTHENTICATED,
@@ -192,7 +182,6 @@ class PeerGuard:
         await context.send_initial_metadata(((VERSION_KEY, HARNESS_VERSION),))
 
     def _token_matches(self, metadata: Any) -> bool:
-        assert self._token is not None
         values = _metadata_values(metadata, AUTHORIZATION_KEY)
         if len(values) != 1 or not isinstance(values[0], str):
             return False
@@ -202,10 +191,8 @@ class PeerGuard:
         return hmac.compare_digest(token.encode("utf-8"), self._token)
 
 
-def call_metadata(peer_token: str | None) -> tuple[tuple[str, str], ...]:
-    """The metadata of every peer call: the version, and the peer token when configured."""
-    if peer_token is None:
-        return ((VERSION_KEY, HARNESS_VERSION),)
+def call_metadata(peer_token: str) -> tuple[tuple[str, str], ...]:
+    """The metadata of every peer call: the version and the peer token."""
     return ((VERSION_KEY, HARNESS_VERSION), (AUTHORIZATION_KEY, f"Bearer {peer_token}"))
 
 
@@ -248,19 +235,30 @@ def describe_failure(error: grpc.aio.AioRpcError) -> str:
     return f"{error.code().name}: {details[:200]}" if details else error.code().name
 
 
-def channel_options() -> list[tuple[str, int]]:
-    """Options of a peer client's channel: keepalive paired with the server's table
-    (operations.md §3) and the peer message limits."""
+def channel_options(keepalive: KeepalivePolicy) -> list[tuple[str, int]]:
+    """Options of a peer client's channel: the client side of `keepalive` (the process's
+    `KeepalivePolicy.from_settings(settings)`: a ping every `keepalive_time`, so a
+    half-open subscription is found within `keepalive_time + keepalive_timeout`, 40 s by
+    default) and the peer message limits."""
     return [
-        ("grpc.keepalive_time_ms", round(PEER_KEEPALIVE_TIME * 1000)),
-        ("grpc.keepalive_timeout_ms", round(PEER_KEEPALIVE_TIMEOUT * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
+        *keepalive.client_options(),
         ("grpc.max_receive_message_length", PEER_MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", PEER_MAX_MESSAGE_BYTES),
     ]
 
 
-def open_peer_channel(target: str) -> grpc.aio.Channel:
-    """A plaintext channel to a peer at `HOST:PORT` or `grpc://HOST:PORT`; no I/O yet."""
-    return grpc.aio.insecure_channel(peer_target(target), options=channel_options())
+def open_peer_channel(
+    target: str,
+    *,
+    tls: grpc.ChannelCredentials | None = None,
+    keepalive: KeepalivePolicy | None = None,
+) -> grpc.aio.Channel:
+    """A channel to a peer at `HOST:PORT`, `grpc://HOST:PORT` (plaintext) or
+    `grpcs://HOST:PORT` (TLS with `tls`, by default the system's roots), pinging as
+    `keepalive` says (by default the shipped policy); no I/O yet."""
+    address = peer_target(target)
+    options = channel_options(keepalive or KeepalivePolicy())
+    if target.strip().startswith(PEER_TLS_SCHEME):
+        credentials = tls if tls is not None else grpc.ssl_channel_credentials()
+        return grpc.aio.secure_channel(address, credentials, options=options)
+    return grpc.aio.insecure_channel(address, options=options)

@@ -19,7 +19,7 @@ import enum
 import json
 import logging
 from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, Final, NoReturn, Self
 
 import grpc
 
@@ -39,6 +39,7 @@ from gateway.registry import (
     RegistryVersionMismatch,
 )
 from gateway.registry.port import check_list_arguments, check_registration
+from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.peer import (
     answered_version,
     call_metadata,
@@ -49,6 +50,10 @@ from gateway.rpc.peer import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+FAST_FAILURE_DEADLINE: Final = 2.0
+"""Seconds of the one call, made after a key fetch waited in vain, that names the cause."""
 
 
 class GrpcRegistryState(enum.StrEnum):
@@ -99,7 +104,7 @@ class GrpcRegistry:
         channel: grpc.aio.Channel,
         *,
         target: str,
-        peer_token: str | None,
+        peer_token: str,
         registry_public_key: str,
         deadline: float,
     ) -> None:
@@ -117,11 +122,14 @@ class GrpcRegistry:
         cls,
         target: str,
         *,
-        peer_token: str | None = None,
+        peer_token: str,
+        tls: grpc.ChannelCredentials | None = None,
+        keepalive: KeepalivePolicy | None = None,
         registry_public_key: str | None = None,
         deadline: float = REGISTRY_DEADLINE,
     ) -> Self:
-        """A client of the Registry at `HOST:PORT` or `grpc://HOST:PORT`.
+        """A client of the Registry at `HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT`
+        (TLS with `tls`, by default the system's roots), pinging as `keepalive` says.
 
         With `registry_public_key` (`b64` of 32 bytes) that key is pinned and nothing is
         called; without it the key is fetched with `GetRegistryKey`, waiting up to
@@ -131,7 +139,7 @@ class GrpcRegistry:
         address = peer_target(target)
         if registry_public_key is not None and not is_public_key_text(registry_public_key):
             raise ValueError("the registry public key must be b64 of 32 raw bytes")
-        channel = open_peer_channel(address)
+        channel = open_peer_channel(target, tls=tls, keepalive=keepalive)
         client = cls(
             channel,
             target=address,
@@ -237,9 +245,27 @@ class GrpcRegistry:
     async def _fetch_key(self) -> str:
         # wait_for_ready: a Registry started a moment ago may not listen yet; the deadline
         # still bounds the wait.
-        response = await self._call(
-            self._stub.GetRegistryKey, registry_pb2.GetRegistryKeyRequest(), wait_for_ready=True
-        )
+        try:
+            response = await self._call(
+                self._stub.GetRegistryKey,
+                registry_pb2.GetRegistryKeyRequest(),
+                wait_for_ready=True,
+            )
+        except RegistryUnavailable as waited:
+            # Waiting hides why the channel never connected (a refused port, a certificate
+            # the pinned CA did not sign): one call that fails fast names the cause.
+            try:
+                await self._stub.GetRegistryKey(
+                    registry_pb2.GetRegistryKeyRequest(),
+                    metadata=self._metadata,
+                    timeout=FAST_FAILURE_DEADLINE,
+                )
+            except grpc.aio.AioRpcError as error:
+                raise RegistryUnavailable(
+                    f"the registry at {self._target} could not be reached within "
+                    f"{self._deadline:g} s: {describe_failure(error)}"
+                ) from waited
+            raise
         if len(response.public_key) != PUBLIC_KEY_SIZE:
             raise RegistryUnavailable("the registry's key is not 32 bytes")
         return b64(response.public_key)

@@ -50,6 +50,7 @@ from gateway.router import (
     SendOutcome,
 )
 from gateway.router.port import RouterUnavailable, RouterVersionMismatch
+from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.peer import (
     answered_version,
     call_metadata,
@@ -141,7 +142,7 @@ class GrpcRouter:
     subscriptions with `RouterClosedError`.
     """
 
-    def __init__(self, channel: grpc.aio.Channel, *, target: str, peer_token: str | None) -> None:
+    def __init__(self, channel: grpc.aio.Channel, *, target: str, peer_token: str) -> None:
         """Use `connect`; this only wires what it prepared."""
         self._channel = channel
         self._stub = router_pb2_grpc.RouterServiceStub(channel)
@@ -150,13 +151,25 @@ class GrpcRouter:
         self._state = RouterState.OPEN
 
     @classmethod
-    async def connect(cls, target: str, *, peer_token: str | None = None) -> Self:
-        """A client of the Router at `HOST:PORT` or `grpc://HOST:PORT`.
+    async def connect(
+        cls,
+        target: str,
+        *,
+        peer_token: str,
+        tls: grpc.ChannelCredentials | None = None,
+        keepalive: KeepalivePolicy | None = None,
+    ) -> Self:
+        """A client of the Router at `HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT`
+        (TLS with `tls`, by default the system's roots), pinging as `keepalive` says.
 
         Raises `ValueError` (`PeerConfigError`) for a malformed target; never waits for the
         Router."""
         address = peer_target(target)
-        return cls(open_peer_channel(address), target=address, peer_token=peer_token)
+        return cls(
+            open_peer_channel(target, tls=tls, keepalive=keepalive),
+            target=address,
+            peer_token=peer_token,
+        )
 
     async def __aenter__(self) -> Self:
         return self

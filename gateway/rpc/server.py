@@ -10,6 +10,11 @@ Peer services (`RouterService`, `RegistryService`) come as `ServiceBinding`s: a 
 exposing its embedded Router and Registry passes them to `build_server` next to its own,
 and the standalone `router` and `registry` processes serve them alone through
 `build_peer_server`. Each binding's name joins the readiness names and reflection.
+
+With `tls_cert_file` the listener speaks TLS only (`gateway.rpc.tls` checks the files first).
+The kubelet's gRPC probe speaks plaintext, so `health_listen` opens a second, plaintext
+listener that serves `grpc.health.v1.Health` alone, from the same servicer: both ports always
+report the same statuses (operations.md §4).
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, management_pb2_grpc
 from gateway.endpoint.api import GatewayCore
+from gateway.rpc import tls
 from gateway.rpc.endpoint_service import HarnessEndpointService
+from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.management_service import ManagementService
 from gateway.rpc.peer import PEER_MAX_MESSAGE_BYTES
 from gateway.settings import Settings
@@ -49,8 +56,6 @@ READINESS_NAMES: Final = ("", ENDPOINT_SERVICE, MANAGEMENT_SERVICE)
 
 MAX_SEND_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 """Largest message the server sends (operations.md §3): a history page stays well below."""
-MAX_PING_STRIKES: Final = 2
-"""Pings faster than the accepted interval tolerated before GOAWAY `too_many_pings`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +86,13 @@ def server_options(
 ) -> list[tuple[str, int]]:
     """The channel arguments of operations.md §3's keepalive and limits table.
 
+    Keepalive comes from `gateway.rpc.keepalive` (one policy for both ends): the server
+    pings every `keepalive_time` and waits `keepalive_timeout` for the acknowledgement; it
+    accepts client pings `keepalive_min_client_interval` apart or more, with or without a
+    call open, and tolerates two faster ones between two of its writes before GOAWAY
+    `too_many_pings`. Raises `ValueError` when `keepalive_time` is under twice
+    `keepalive_min_client_interval`, since this process's peer clients ping that often.
+
     `max_send_bytes` is raised to `PEER_MAX_MESSAGE_BYTES` where a Router is served: one
     batch may pass 4 MiB once its recipient tags are counted."""
 
@@ -88,15 +100,7 @@ def server_options(
         return round(seconds * 1000)
 
     return [
-        ("grpc.keepalive_time_ms", ms(settings.keepalive_time)),
-        ("grpc.keepalive_timeout_ms", ms(settings.keepalive_timeout)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-        (
-            "grpc.http2.min_recv_ping_interval_without_data_ms",
-            ms(settings.keepalive_min_client_interval),
-        ),
-        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+        *KeepalivePolicy.from_settings(settings).server_options(),
         ("grpc.max_connection_idle_ms", ms(settings.max_connection_idle)),
         ("grpc.max_connection_age_ms", ms(settings.max_connection_age)),
         ("grpc.max_connection_age_grace_ms", ms(settings.max_connection_age_grace)),
@@ -108,7 +112,10 @@ def server_options(
 
 
 class RpcServer:
-    """A bound gRPC server: start, flip health, stop."""
+    """A bound gRPC server: start, flip health, stop.
+
+    It owns the health-only listener too, when there is one: started after the server and
+    stopped after it, so probes keep seeing NOT_SERVING through the whole drain."""
 
     def __init__(
         self,
@@ -116,10 +123,15 @@ class RpcServer:
         health: HealthServicer,
         address: str,
         readiness_names: Sequence[str] = READINESS_NAMES,
+        *,
+        health_server: grpc.aio.Server | None = None,
+        health_address: str | None = None,
     ) -> None:
         self._server = server
         self._health = health
         self._address = address
+        self._health_server = health_server
+        self._health_address = health_address
         self._readiness_names = tuple(readiness_names)
         self._state = RpcServerState.BOUND
         self._served = False
@@ -129,6 +141,12 @@ class RpcServer:
     def address(self) -> str:
         """The bound `HOST:PORT` (the real port when the listen address asked for 0)."""
         return self._address
+
+    @property
+    def health_address(self) -> str | None:
+        """The bound `HOST:PORT` of the plaintext health-only listener (the real port when
+        `health_listen` asked for 0); None when there is none."""
+        return self._health_address
 
     @property
     def state(self) -> RpcServerState:
@@ -147,6 +165,13 @@ class RpcServer:
         await self._server.start()
         self._state = RpcServerState.STARTED
         logger.info("rpc server listening address=%s", self._address)
+        if self._health_server is not None:
+            try:
+                await self._health_server.start()
+            except BaseException:
+                await self.stop(None)
+                raise
+            logger.info("health listener listening address=%s", self._health_address)
 
     async def set_serving(self) -> None:
         """Readiness SERVING: calls can be taken. Ignored once serving ended."""
@@ -169,8 +194,15 @@ class RpcServer:
             return
         await self.set_not_serving()
         self._state = RpcServerState.STOPPED
-        await self._server.stop(grace)
-        logger.info("rpc server stopped address=%s", self._address)
+        try:
+            await self._server.stop(grace)
+            logger.info("rpc server stopped address=%s", self._address)
+        finally:
+            # Only now: probes must keep reading NOT_SERVING while calls drain above. A
+            # health call holds nothing worth a grace, so it ends at once.
+            if self._health_server is not None:
+                await self._health_server.stop(None)
+                logger.info("health listener stopped address=%s", self._health_address)
 
     async def wait_for_termination(self) -> None:
         """Wait until the server has stopped."""
@@ -182,19 +214,6 @@ def _bound_address(listen: str, port: int) -> str:
     if host in ("", "0.0.0.0", "[::]"):  # noqa: S104 - naming the wildcard, not binding it
         host = "127.0.0.1" if host != "[::]" else "[::1]"
     return f"{host}:{port}"
-
-
-def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
-        return None
-    key_pair = (settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())
-    if settings.tls_client_ca_file is None:
-        return grpc.ssl_server_credentials([key_pair])
-    return grpc.ssl_server_credentials(
-        [key_pair],
-        root_certificates=settings.tls_client_ca_file.read_bytes(),
-        require_client_auth=True,
-    )
 
 
 async def build_server(
@@ -272,11 +291,17 @@ async def _build(
             (*names, HEALTH_SERVICE, reflection.SERVICE_NAME),
             server,
         )
-    credentials = _credentials(settings)
+    try:
+        # Checked before binding: grpc reports a mismatched key as "Failed to bind".
+        credentials = tls.server_credentials(settings)
+    except tls.TlsConfigError:
+        await server.stop(None)
+        raise
     try:
         if credentials is None:
             port = server.add_insecure_port(settings.listen)
         else:
+            # TLS only on this port: a secure port refuses plaintext handshakes.
             port = server.add_secure_port(settings.listen, credentials)
     except RuntimeError as error:
         await server.stop(None)
@@ -284,4 +309,48 @@ async def _build(
     if port == 0:
         await server.stop(None)
         raise OSError(f"cannot listen on {settings.listen}")
-    return RpcServer(server, health, _bound_address(settings.listen, port), readiness)
+    address = _bound_address(settings.listen, port)
+    if settings.health_listen is None:
+        return RpcServer(server, health, address, readiness)
+    try:
+        health_server, health_address = await _bind_health(
+            settings.health_listen, health, interceptors=interceptors
+        )
+    except OSError:
+        await server.stop(None)
+        raise
+    return RpcServer(
+        server,
+        health,
+        address,
+        readiness,
+        health_server=health_server,
+        health_address=health_address,
+    )
+
+
+async def _bind_health(
+    listen: str,
+    health: HealthServicer,
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor],
+) -> tuple[grpc.aio.Server, str]:
+    """The plaintext health-only listener on `listen` and its bound address; `OSError` when
+    it cannot be bound. It shares `health` with the main server, so both ports answer alike;
+    no reflection and no other service, since it has no TLS. The interceptors (metrics) see
+    its calls as they would on the main port."""
+    server = grpc.aio.server(
+        interceptors=list(interceptors),
+        # A fixed port that another process holds must fail the bind, not share it.
+        options=[("grpc.so_reuseport", 0)],
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as error:
+        await server.stop(None)
+        raise OSError(f"cannot listen on {listen} for health: {error}") from error
+    if port == 0:
+        await server.stop(None)
+        raise OSError(f"cannot listen on {listen} for health: the address cannot be bound")
+    return server, _bound_address(listen, port)

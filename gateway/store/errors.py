@@ -34,10 +34,20 @@ class DataDirLocked(StoreError):
     """
 
     directory: Path
+    holder_pid: int | None
+    """The pid the holder wrote into `LOCK`, when it could be read."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, holder_pid: int | None = None) -> None:
         self.directory = directory
-        super().__init__(f"another harness-gateway process holds the lock on {directory}")
+        self.holder_pid = holder_pid
+        holder = (
+            "another harness-gateway process"
+            if holder_pid is None
+            else f"another harness-gateway process (pid {holder_pid})"
+        )
+        super().__init__(
+            f"{holder} holds the lock on {directory}: a data directory runs in one daemon at a time"
+        )
 
 
 class StoreClosed(StoreError):

@@ -2,8 +2,11 @@
 
 `DataDirLock.acquire(directory)` creates the directory if needed (mode 0700) and takes
 `fcntl.flock(LOCK_EX | LOCK_NB)` on `<directory>/LOCK`, or raises `DataDirLocked` naming
-the directory. Callers may rely on:
+the directory and the holder's pid. Callers may rely on:
 
+- the directory is owner-only (0700) once `acquire` returns: one that others could read or
+  enter (a pre-existing 0777 directory, say) is tightened, with a warning, since it holds
+  agents' private keys and the admin and peer tokens;
 - the lock is held until `release()` or until the process exits (the kernel drops it then,
   even on SIGKILL), so a supervisor can restart the daemon at once;
 - a second holder is refused whether it is another process or another `acquire` in this
@@ -19,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -58,12 +62,14 @@ class DataDirLock:
         """
         path = Path(directory)
         path.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+        _make_owner_only(path)
         fd = os.open(path / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _holder_pid(fd)
             os.close(fd)
-            raise DataDirLocked(path) from None
+            raise DataDirLocked(path, holder) from None
         except BaseException:
             os.close(fd)
             raise
@@ -107,3 +113,24 @@ class DataDirLock:
         traceback: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def _make_owner_only(path: Path) -> None:
+    """Tighten `path` to 0700 when its group or others have any access, with a warning."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, DATA_DIR_MODE)
+        logger.warning(
+            "data directory %s was mode %04o; made it 0700 (it holds agent keys and tokens)",
+            path,
+            mode,
+        )
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The pid the lock's holder wrote, or None when it is absent or not a number."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import secrets
+import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -78,17 +79,15 @@ async def test_standalone_processes_report_ready_serve_health_and_stop_in_order_
 
 @pytest.mark.timeout(120)
 async def test_a_daemon_exposing_its_embedded_network_is_joined_by_another(tmp_path):
-    token = write_token(tmp_path)
     (tmp_path / "hub").mkdir()
     (tmp_path / "spoke").mkdir()
-    hub = NetworkProcess(
-        "serve",
-        "hub",
-        data_dir=tmp_path / "hub",
-        args=["--expose-network", "--peer-token-file", str(token)],
-    )
+    # No --peer-token-file: the hub creates <data-dir>/peer-token, and names it.
+    hub = NetworkProcess("serve", "hub", data_dir=tmp_path / "hub", args=["--expose-network"])
     spoke = NetworkProcess("serve", "spoke", data_dir=tmp_path / "spoke", args=[])
     async with started(hub):
+        token = tmp_path / "hub" / "peer-token"
+        assert hub.ready_line["peer_token_file"] == str(token)
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
         spoke.args = ["--router", hub.address, "--registry", hub.target]
         spoke.args += ["--peer-token-file", str(token)]
         async with started(spoke):
@@ -115,15 +114,17 @@ async def test_a_daemon_exposing_its_embedded_network_is_joined_by_another(tmp_p
 async def test_a_daemon_without_the_peer_token_cannot_join_and_exits_non_zero(tmp_path):
     async with run_network(daemons=0) as network:
         (tmp_path / "intruder").mkdir()
-        intruder = NetworkProcess(
-            "serve",
-            "intruder",
-            data_dir=tmp_path / "intruder",
-            args=["--router", network.router.target, "--registry", network.registry.target],
-        )
+        peers = ["--router", network.router.target, "--registry", network.registry.target]
+        intruder = NetworkProcess("serve", "intruder", data_dir=tmp_path / "intruder", args=peers)
         with pytest.raises(ProcessFailed) as raised:
             async with started(intruder):
-                pytest.fail("a daemon joined without the peer token")
+                pytest.fail("a daemon joined without a peer token")
+        assert raised.value.returncode == 2
+        assert "needs --peer-token-file" in raised.value.stderr
+        intruder.args = [*peers, "--peer-token-file", str(write_token(tmp_path))]
+        with pytest.raises(ProcessFailed) as raised:
+            async with started(intruder):
+                pytest.fail("a daemon joined with another peer token")
         assert raised.value.returncode == 1
         assert "UNAUTHENTICATED" in raised.value.stderr
 
@@ -139,23 +140,15 @@ async def test_a_router_without_a_registry_is_a_usage_error():
 
 
 @pytest.mark.timeout(60)
-async def test_peer_services_open_beyond_loopback_without_a_peer_token_are_refused(tmp_path):
-    (tmp_path / "registry").mkdir()
-    (tmp_path / "daemon").mkdir()
-    # Refused before anything binds, so the wildcard address is never opened.
-    wildcard = "0.0.0.0:0"
-    registry = NetworkProcess(
-        "registry", "registry", data_dir=tmp_path / "registry", args=[], listen=wildcard
+async def test_a_standalone_router_without_the_peer_token_is_a_usage_error_naming_the_flag():
+    router = NetworkProcess(
+        "router", "router", data_dir=None, args=["--registry", "grpc://127.0.0.1:1"]
     )
-    daemon = NetworkProcess(
-        "serve", "daemon", data_dir=tmp_path / "daemon", args=["--expose-network"], listen=wildcard
-    )
-    for process in (registry, daemon):
-        with pytest.raises(ProcessFailed) as raised:
-            async with started(process):
-                pytest.fail(f"{process.name} served peer calls openly on 0.0.0.0")
-        assert raised.value.returncode == 1
-        assert "--peer-token-file" in raised.value.stderr
+    with pytest.raises(ProcessFailed) as raised:
+        async with started(router):
+            pytest.fail("a router started without a peer token")
+    assert raised.value.returncode == 2
+    assert "the standalone Router needs --peer-token-file" in raised.value.stderr
 
 
 def test_check_config_normalises_peers_and_shows_the_new_settings(capsys):
@@ -170,6 +163,8 @@ def test_check_config_normalises_peers_and_shows_the_new_settings(capsys):
                 "grpc://127.0.0.1:7772",
                 "--registry-public-key",
                 key,
+                "--peer-token-file",
+                "/run/secrets/peer-token",
             ]
         )
         == 0

@@ -63,7 +63,7 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def served_registry(
-    registry: RegistryPort, *, peer_token: str | None = PEER_TOKEN
+    registry: RegistryPort, *, peer_token: str = PEER_TOKEN
 ) -> AsyncIterator[RpcServer]:
     """`registry` served on 127.0.0.1:0, stopped when the block ends."""
     server = await build_peer_server(
@@ -111,26 +111,28 @@ async def test_a_grpc_registry_is_a_registry_port_pinning_a_configured_key_witho
     pinned = SigningKey.generate().public_key_b64
     # Nothing listens: a configured key needs no call, so the daemon starts anyway.
     async with await GrpcRegistry.connect(
-        f"127.0.0.1:{free_port()}", registry_public_key=pinned
+        f"127.0.0.1:{free_port()}", peer_token=PEER_TOKEN, registry_public_key=pinned
     ) as client:
         port: RegistryPort = client  # mypy checks the client against the seam here
         assert port.registry_public_key() == pinned
         with pytest.raises(RegistryUnavailable):
             await client.lookup_by_name("alice")
     with pytest.raises(ValueError, match="public key"):
-        await GrpcRegistry.connect("127.0.0.1:1", registry_public_key="not-a-key")
+        await GrpcRegistry.connect(
+            "127.0.0.1:1", peer_token=PEER_TOKEN, registry_public_key="not-a-key"
+        )
 
 
 async def test_connecting_to_an_unreachable_registry_without_a_key_is_registry_unavailable():
     with pytest.raises(RegistryUnavailable):
-        await GrpcRegistry.connect(f"127.0.0.1:{free_port()}", deadline=0.5)
+        await GrpcRegistry.connect(f"127.0.0.1:{free_port()}", peer_token=PEER_TOKEN, deadline=0.5)
 
 
 async def test_a_call_without_the_peer_token_is_registry_unavailable_and_registers_nothing():
     backend = MemoryRegistry()
     async with served_registry(backend) as server:
         with pytest.raises(RegistryUnavailable, match="UNAUTHENTICATED"):
-            await GrpcRegistry.connect(server.address, peer_token=None, deadline=2.0)
+            await GrpcRegistry.connect(server.address, peer_token="w" * 40, deadline=2.0)
         async with await GrpcRegistry.connect(
             server.address,
             peer_token="wrong-token-" + "q" * 32,
@@ -179,7 +181,7 @@ async def test_a_registry_of_another_version_raises_registry_version_mismatch(re
     await server.start()
     try:
         with pytest.raises(RegistryVersionMismatch):
-            await GrpcRegistry.connect(f"127.0.0.1:{port}")
+            await GrpcRegistry.connect(f"127.0.0.1:{port}", peer_token=PEER_TOKEN)
     finally:
         await server.stop(None)
 

@@ -28,7 +28,7 @@ from gateway.router import (
     RouterVersionMismatch,
     SendMode,
 )
-from gateway.rpc.peer import PeerGuard, is_version_mismatch
+from gateway.rpc.peer import PeerConfigError, PeerGuard, is_version_mismatch
 from gateway.rpc.router_client import POLL_DEADLINE_MARGIN, GrpcRouter
 from gateway.rpc.router_service import RouterService
 from gateway.rpc.server import RpcServer, build_peer_server
@@ -61,7 +61,7 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def served_router(
-    router: RouterPort, *, peer_token: str | None = PEER_TOKEN
+    router: RouterPort, *, peer_token: str = PEER_TOKEN
 ) -> AsyncIterator[tuple[RouterService, RpcServer]]:
     """`router` served on 127.0.0.1:0, stopped when the block ends."""
     service = RouterService(router, PeerGuard(peer_token))
@@ -186,14 +186,14 @@ class TestGrpcRouter(RouterContract):
 
 async def test_a_grpc_router_is_a_router_port_and_takes_either_target_form():
     for target in ("127.0.0.1:1", "grpc://127.0.0.1:1"):
-        client = await GrpcRouter.connect(target)
+        client = await GrpcRouter.connect(target, peer_token=PEER_TOKEN)
         port: RouterPort = client  # mypy checks the client against the seam here
         assert port is client
         assert client.target == "127.0.0.1:1"
         await client.close()
     for target in ("nats://127.0.0.1:1", "127.0.0.1", "grpc://:1"):
         with pytest.raises(ValueError, match="HOST:PORT"):
-            await GrpcRouter.connect(target)
+            await GrpcRouter.connect(target, peer_token=PEER_TOKEN)
 
 
 async def test_a_call_without_the_peer_token_is_unauthenticated_and_has_no_effect():
@@ -201,22 +201,26 @@ async def test_a_call_without_the_peer_token_is_unauthenticated_and_has_no_effec
         InProcessRouter(FakeVerifier()) as ring,
         served_router(ring) as (_, server),
     ):
-        for token in (None, "another-token-" + "y" * 32):
-            async with await GrpcRouter.connect(server.address, peer_token=token) as client:
-                with pytest.raises(RouterUnavailable) as raised:
-                    await client.instance_id()
-                assert raised.value.code == "UNAUTHENTICATED"
-                assert not isinstance(raised.value, RouterVersionMismatch)
+        async with await GrpcRouter.connect(
+            server.address, peer_token="another-token-" + "y" * 32
+        ) as client:
+            with pytest.raises(RouterUnavailable) as raised:
+                await client.instance_id()
+            assert raised.value.code == "UNAUTHENTICATED"
+            assert not isinstance(raised.value, RouterVersionMismatch)
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = router_pb2_grpc.RouterServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.GetInstance(
+                    router_pb2.GetInstanceRequest(), metadata=[("harness-version", "harness/1")]
+                )
+            assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert ring.status().tail == 0
 
 
-async def test_without_a_configured_peer_token_the_service_runs_open():
-    async with (
-        InProcessRouter(FakeVerifier()) as ring,
-        served_router(ring, peer_token=None) as (_, server),
-        await GrpcRouter.connect(server.address) as client,
-    ):
-        assert await client.instance_id() == ring.status().instance_id
+def test_peer_services_never_run_without_a_peer_token():
+    with pytest.raises(PeerConfigError, match="never run without a peer token"):
+        PeerGuard("")
 
 
 @pytest.mark.parametrize("version", [None, "harness/2", "harness/1 "])
@@ -261,7 +265,7 @@ async def test_a_router_of_another_version_raises_router_version_mismatch(refuse
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        async with await GrpcRouter.connect(f"127.0.0.1:{port}") as client:
+        async with await GrpcRouter.connect(f"127.0.0.1:{port}", peer_token=PEER_TOKEN) as client:
             with pytest.raises(RouterVersionMismatch):
                 await client.instance_id()
     finally:
@@ -271,7 +275,7 @@ async def test_a_router_of_another_version_raises_router_version_mismatch(refuse
 async def test_an_unreachable_router_raises_router_unavailable_for_sends_and_polls():
     port = free_port()
     alice, bob = agent_ids(2)
-    async with await GrpcRouter.connect(f"127.0.0.1:{port}") as client:
+    async with await GrpcRouter.connect(f"127.0.0.1:{port}", peer_token=PEER_TOKEN) as client:
         with pytest.raises(RouterUnavailable) as raised:
             await client.send(
                 "rti_" + "A" * 22,

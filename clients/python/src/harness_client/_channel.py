@@ -13,9 +13,14 @@ from harness_client._errors import ConnectError, ConnectErrorReason
 from harness_client._retry import SERVICE_CONFIG_JSON
 
 KEEPALIVE_TIME: Final = 30.0
-"""Seconds between client keepalive pings; the server accepts pings 10 s apart or more."""
+"""Seconds between client keepalive pings, even on an idle `Messages` stream.
+
+The server accepts pings 10 s apart or more and sends GOAWAY `too_many_pings` on the third
+faster one; pinging at three times that leaves room for late timers. The gateway's
+`gateway.rpc.keepalive` policy holds the same numbers (a test pins that they agree)."""
 KEEPALIVE_TIMEOUT: Final = 10.0
-"""Seconds to wait for a ping acknowledgement before the connection is considered dead."""
+"""Seconds to wait for a ping acknowledgement before the connection is considered dead, so
+a half-open stream is found within about 40 s."""
 MAX_RECEIVE_BYTES: Final = 4 * 1024 * 1024
 """Largest message the client accepts: the server sends at most 4 MiB."""
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
@@ -30,17 +35,24 @@ _SECURE_SCHEMES: Final = ("grpcs://", "https://")
 
 
 def channel_options(extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
-    """Keepalive (30 s / 10 s) paired with the server's, and the retry service config."""
-    return [
-        ("grpc.keepalive_time_ms", round(KEEPALIVE_TIME * 1000)),
-        ("grpc.keepalive_timeout_ms", round(KEEPALIVE_TIMEOUT * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-        ("grpc.enable_retries", 1),
-        ("grpc.service_config", SERVICE_CONFIG_JSON),
-        *extra,
-    ]
+    """Keepalive (30 s / 10 s) paired with the server's, and the retry service config.
+
+    An `extra` entry replaces the default of the same name (`("grpc.keepalive_time_ms",
+    1000)` pings every second); other entries are added. gRPC itself keeps the first of two
+    entries with one name, so appending alone would never override a default."""
+    options: dict[str, Any] = {
+        "grpc.keepalive_time_ms": round(KEEPALIVE_TIME * 1000),
+        "grpc.keepalive_timeout_ms": round(KEEPALIVE_TIMEOUT * 1000),
+        # Pings with no call open keep an idle channel's connection checked too.
+        "grpc.keepalive_permit_without_calls": 1,
+        # Otherwise a channel stops pinging after two pings until data flows.
+        "grpc.http2.max_pings_without_data": 0,
+        "grpc.max_receive_message_length": MAX_RECEIVE_BYTES,
+        "grpc.enable_retries": 1,
+        "grpc.service_config": SERVICE_CONFIG_JSON,
+    }
+    options.update(extra)
+    return list(options.items())
 
 
 def parse_target(url: str) -> tuple[str, bool]:
