@@ -68,8 +68,8 @@ from gateway.registry import (
     SqliteRegistry,
 )
 from gateway.router import InProcessRouter, RingSettings
-from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.keepalive import KeepalivePolicy
+from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService

@@ -55,8 +55,8 @@ from gateway.observability.metrics import (
 from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import RegistryClient, SqliteRegistry
 from gateway.router import InProcessRouter, RingSettings, VerifiedEnvelope
-from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.keepalive import KeepalivePolicy
+from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService

@@ -51,7 +51,7 @@ async def _call(
     serialize = type(request).SerializeToString
     try:
         if method.server_streaming:
-            call = channel.unary_stream(path, request_serializer=serialize)(
+            call: Any = channel.unary_stream(path, request_serializer=serialize)(
                 request, metadata=metadata, timeout=5
             )
             async for _ in call:
