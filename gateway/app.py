@@ -52,6 +52,7 @@ from gateway.engine.crypto import SigningKey, VerifyCache
 from gateway.engine.local_move import move_existing
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
 from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.observability.logs import install_grpc_log_filter
 from gateway.observability.metrics import (
     DAEMON_GRPC_SERVICES,
     REGISTRY_SERVICE,
@@ -191,6 +192,7 @@ class Gateway:
         return gateway
 
     async def _start(self) -> None:
+        install_grpc_log_filter()  # before any call can make grpc log a token
         settings = self.settings
         if settings.metrics_listen is not None:
             # Metrics come up first and go down last, so a scrape sees the whole life.

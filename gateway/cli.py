@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -200,6 +201,13 @@ def _role_defaults(command: str) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `harness-gateway` command and return its exit code."""
+    # gRPC's C core writes straight to stderr, past the JSON log handler, and by default
+    # INFO too: a peer link's failed TLS handshake or a GOAWAY with an error code is an
+    # `I1201 ... chttp2_transport.cc:1403] ... Got goaway` line at every retry. ERROR keeps
+    # what an operator must see; GRPC_VERBOSITY or GRPC_TRACE set by hand win. It works only
+    # because nothing imported grpc yet: the C core reads the variable at import.
+    if "GRPC_VERBOSITY" not in os.environ and not os.environ.get("GRPC_TRACE"):
+        os.environ["GRPC_VERBOSITY"] = "ERROR"
     args = _build_parser().parse_args(argv)
     if args.command == "version":
         print(f"harness-gateway {__version__}")

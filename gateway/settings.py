@@ -32,6 +32,14 @@ PEER_TLS_SCHEME: Final = "grpcs://"
 """The TLS scheme of a Router or Registry to join; `--peer-tls-ca` pins its CA."""
 
 
+KEEPALIVE_INTERVAL_MARGIN: Final = 2.0
+"""How many times the server's accepted ping interval (`keepalive_min_client_interval`) a
+client waits between pings (`keepalive_time`), at least (`gateway/rpc/keepalive.py`).
+
+Timers fire late and a ping can sit behind a write, so two pings sent exactly the accepted
+interval apart may arrive closer; twice the interval leaves room for any scheduling delay."""
+
+
 def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
     """`$XDG_STATE_HOME/harness-gateway`, else `~/.local/state/harness-gateway`."""
     env = os.environ if env is None else env
@@ -389,6 +397,21 @@ def _check_ranges(values: Mapping[str, object]) -> list[str]:
         errors.append("expose_network: a daemon joined to a Router cannot serve its own")
     if values.get("registry") is not None and (exposes or values.get("serve_registry")):
         errors.append("expose_network: a daemon joined to a Registry cannot serve its own")
+    defaults = {item.name: item.default for item in dataclasses.fields(Settings)}
+    ping = values.get("keepalive_time", defaults["keepalive_time"])
+    accepted = values.get(
+        "keepalive_min_client_interval", defaults["keepalive_min_client_interval"]
+    )
+    if isinstance(ping, float) and isinstance(accepted, float):
+        if ping < KEEPALIVE_INTERVAL_MARGIN * accepted:
+            errors.append(
+                f"keepalive_time: pings every {ping:g} s but the server accepts pings "
+                f"{accepted:g} s apart (keepalive_min_client_interval); it must be at least "
+                f"{KEEPALIVE_INTERVAL_MARGIN:g} times that, or idle connections get GOAWAY "
+                "too_many_pings"
+            )
+        if ping <= 0 or accepted <= 0:
+            errors.append("keepalive_time: keepalive intervals must be positive")
     joins = values.get("router") is not None or values.get("registry") is not None
     if joins and values.get("peer_token_file") is None:
         who = "the standalone Router" if values.get("role") == "router" else "joining"

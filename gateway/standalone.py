@@ -45,6 +45,7 @@ from gateway import __version__
 from gateway.engine import protocol as p
 from gateway.engine.crypto import VerifyCache
 from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.observability.logs import install_grpc_log_filter
 from gateway.observability.metrics import (
     HEALTH_SERVICE,
     REFLECTION_SERVICE,
@@ -125,6 +126,7 @@ class _StandaloneProcess:
     """What both roles share: metrics, the peer server, health and the shutdown order."""
 
     def __init__(self, settings: Settings, grpc_service: str) -> None:
+        install_grpc_log_filter()  # before any call can make grpc log a token
         self.settings = settings
         self.metrics = Metrics(
             __version__,

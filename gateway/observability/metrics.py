@@ -289,9 +289,7 @@ def _other_outcome(error: HarnessError) -> SendOutcome:
     key = (type(error).__name__, error.reason)
     if key not in _OTHER_OUTCOMES_WARNED:
         _OTHER_OUTCOMES_WARNED.add(key)
-        logger.warning(
-            "harness_sends_total: %s %s has no outcome label; counted as other", *key
-        )
+        logger.warning("harness_sends_total: %s %s has no outcome label; counted as other", *key)
     return SendOutcome.OTHER
 
 

@@ -146,10 +146,15 @@ class RequestGuard:
             raise AssertionError("abort_with_status returned")  # pragma: no cover
 
         wrapped: Callable[..., Any]
-        if handler.request_streaming:
-            wrapped = (_stream_generator if generator else _stream_coroutine)(behavior, reject)
-        else:
-            wrapped = (_unary_generator if generator else _unary_coroutine)(behavior, reject)
+        match (handler.request_streaming, generator):
+            case (True, True):
+                wrapped = _stream_generator(behavior, reject)
+            case (True, False):
+                wrapped = _stream_coroutine(behavior, reject)
+            case (False, True):
+                wrapped = _unary_generator(behavior, reject)
+            case _:
+                wrapped = _unary_coroutine(behavior, reject)
         return factory(
             wrapped,
             request_deserializer=_lenient(deserializer),
@@ -206,7 +211,9 @@ def _stream_coroutine(
     behavior: Callable[[Any, Any], Awaitable[Any]], reject: Reject
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     async def handle(requests: Any, context: Any) -> Any:
-        return await behavior(_checked(requests, context, reject), _CheckingContext(context, reject))
+        return await behavior(
+            _checked(requests, context, reject), _CheckingContext(context, reject)
+        )
 
     return handle
 
@@ -280,7 +287,9 @@ class _GuardedServer(grpc.aio.Server):
         self._server = server
         self._guard = guard
 
-    def add_generic_rpc_handlers(self, generic_rpc_handlers: Iterable[grpc.GenericRpcHandler]) -> None:
+    def add_generic_rpc_handlers(
+        self, generic_rpc_handlers: Iterable[grpc.GenericRpcHandler]
+    ) -> None:
         self._server.add_generic_rpc_handlers(
             [_GuardedGenericHandler(handler, self._guard) for handler in generic_rpc_handlers]
         )
@@ -308,7 +317,10 @@ class _GuardedServer(grpc.aio.Server):
     async def stop(self, grace: float | None) -> None:
         await self._server.stop(grace)
 
-    async def wait_for_termination(self, timeout: float | None = None) -> bool:
+    async def wait_for_termination(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 - grpc.aio.Server's own signature
+    ) -> bool:
         return await self._server.wait_for_termination(timeout)
 
 

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
 
-class GatewayHealthServicer(HealthServicer):
+class GatewayHealthServicer(HealthServicer):  # type: ignore[misc] # grpc_health is untyped
     """The asyncio health servicer plus `List`: every name this server has a status for
     (`""`, `liveness`, and each served service), a non-atomic snapshot as the proto says."""
 

@@ -27,16 +27,13 @@ the client numbers; `tests/unit/rpc/test_keepalive.py` pins that the two agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from gateway.settings import Settings
+from gateway.settings import KEEPALIVE_INTERVAL_MARGIN, Settings
 
-CLIENT_INTERVAL_MARGIN: Final = 2.0
-"""How many times the server's accepted interval a client waits between pings, at least.
-
-Timers fire late and a ping can sit behind a write, so two pings sent exactly the accepted
-interval apart may arrive closer; twice the interval leaves room for any scheduling delay."""
+CLIENT_INTERVAL_MARGIN: Final = KEEPALIVE_INTERVAL_MARGIN
+"""How many times the server's accepted interval a client waits between pings, at least
+(defined with the settings, which refuse a policy that breaks it when they load)."""
 
 CLIENT_TIME: Final = 30.0
 """Seconds between a client's keepalive pings (agents, operators and peers)."""

@@ -15,6 +15,10 @@ How a call ends decides its `grpc_code`:
 - a cancelled call is CANCELLED (DEADLINE_EXCEEDED when its deadline has passed);
 - any other exception is UNKNOWN, as grpc.aio answers it.
 
+A request the request guard (`gateway/rpc/decoding.py`) could not decode arrives here as
+`Undecodable` before the guarded handler refuses it: it counts as a received message and in
+`harness_rejected_requests_total{reason}`; the call itself ends INVALID_ARGUMENT.
+
 Handling time runs from the handler's start to its end: for a stream, the stream's
 lifetime, so latency panels filter `grpc_type="unary"`. Every async handler shape is wrapped:
 async generators and `context.write()`/`context.read()` coroutines alike. A synchronous
@@ -33,7 +37,13 @@ from typing import Any, Final, TypeAlias
 
 import grpc
 
-from gateway.observability.metrics import GrpcMethodMetrics, GrpcType, Metrics
+from gateway.observability.metrics import (
+    GrpcMethodMetrics,
+    GrpcType,
+    Metrics,
+    RejectedRequestReason,
+)
+from gateway.rpc.decoding import Undecodable
 
 OK: Final = grpc.StatusCode.OK.name
 """`grpc_code` of a call that ended normally."""
@@ -49,6 +59,14 @@ UNIMPLEMENTED: Final = grpc.StatusCode.UNIMPLEMENTED.name
 _CODE_NAMES: Final = {code.value[0]: code.name for code in grpc.StatusCode}
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+OnRejected: TypeAlias = Callable[[RejectedRequestReason], None]
+
+
+def _received(row: GrpcMethodMetrics, request: Any, on_rejected: OnRejected) -> None:
+    """One request message arrived; one the guard could not decode is a rejection too."""
+    row.received.inc()
+    if isinstance(request, Undecodable):
+        on_rejected(request.reason)
 
 
 def _grpc_type(handler: Handler) -> GrpcType:
@@ -111,14 +129,15 @@ class _CountingContext:
     """Delegates to the real servicer context, counting `read()` and `write()` messages for a
     handler that streams through the context rather than an iterator."""
 
-    def __init__(self, context: Any, row: GrpcMethodMetrics) -> None:
+    def __init__(self, context: Any, row: GrpcMethodMetrics, on_rejected: OnRejected) -> None:
         self._context = context
         self._row = row
+        self._on_rejected = on_rejected
 
     async def read(self) -> Any:
         message = await self._context.read()
         if message is not grpc.aio.EOF:
-            self._row.received.inc()
+            _received(self._row, message, self._on_rejected)
         return message
 
     async def write(self, message: Any) -> None:
@@ -129,14 +148,20 @@ class _CountingContext:
         return getattr(self._context, name)
 
 
-async def _counted_requests(requests: Any, row: GrpcMethodMetrics) -> AsyncIterator[Any]:
+async def _counted_requests(
+    requests: Any, row: GrpcMethodMetrics, on_rejected: OnRejected
+) -> AsyncIterator[Any]:
     async for request in requests:
-        row.received.inc()
+        _received(row, request, on_rejected)
         yield request
 
 
 def _wrap_unary_response(
-    behavior: Callable[..., Awaitable[Any]], row: GrpcMethodMetrics, *, request_streaming: bool
+    behavior: Callable[..., Awaitable[Any]],
+    row: GrpcMethodMetrics,
+    on_rejected: OnRejected,
+    *,
+    request_streaming: bool,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     async def handle(request: Any, context: Any) -> Any:
         call = _Call(row)
@@ -144,10 +169,11 @@ def _wrap_unary_response(
         try:
             if request_streaming:
                 response = await behavior(
-                    _counted_requests(request, row), _CountingContext(context, row)
+                    _counted_requests(request, row, on_rejected),
+                    _CountingContext(context, row, on_rejected),
                 )
             else:
-                row.received.inc()
+                _received(row, request, on_rejected)
                 response = await behavior(request, context)
             code = _set_code(context, OK)
             if code == OK:
@@ -168,6 +194,7 @@ def _wrap_unary_response(
 def _wrap_generator(
     behavior: Callable[..., AsyncGenerator[Any, None]],
     row: GrpcMethodMetrics,
+    on_rejected: OnRejected,
     *,
     request_streaming: bool,
 ) -> Callable[[Any, Any], AsyncIterator[Any]]:
@@ -175,9 +202,12 @@ def _wrap_generator(
         call = _Call(row)
         code = UNKNOWN
         if request_streaming:
-            responses = behavior(_counted_requests(request, row), _CountingContext(context, row))
+            responses = behavior(
+                _counted_requests(request, row, on_rejected),
+                _CountingContext(context, row, on_rejected),
+            )
         else:
-            row.received.inc()
+            _received(row, request, on_rejected)
             responses = behavior(request, context)
         try:
             async for response in responses:
@@ -204,17 +234,21 @@ def _wrap_generator(
 
 
 def _wrap_writer(
-    behavior: Callable[..., Awaitable[None]], row: GrpcMethodMetrics, *, request_streaming: bool
+    behavior: Callable[..., Awaitable[None]],
+    row: GrpcMethodMetrics,
+    on_rejected: OnRejected,
+    *,
+    request_streaming: bool,
 ) -> Callable[[Any, Any], Awaitable[None]]:
     async def handle(request: Any, context: Any) -> None:
         call = _Call(row)
         code = UNKNOWN
-        counting = _CountingContext(context, row)
+        counting = _CountingContext(context, row, on_rejected)
         try:
             if request_streaming:
-                await behavior(_counted_requests(request, row), counting)
+                await behavior(_counted_requests(request, row, on_rejected), counting)
             else:
-                row.received.inc()
+                _received(row, request, on_rejected)
                 await behavior(request, counting)
             code = _set_code(context, OK)
         except asyncio.CancelledError:
@@ -229,7 +263,7 @@ def _wrap_writer(
     return handle
 
 
-def _wrap(handler: Handler, row: GrpcMethodMetrics) -> Handler:
+def _wrap(handler: Handler, row: GrpcMethodMetrics, on_rejected: OnRejected) -> Handler:
     """A handler that measures `handler`; the handler itself when it is synchronous."""
     request_streaming = handler.request_streaming
     behavior: Any
@@ -246,12 +280,14 @@ def _wrap(handler: Handler, row: GrpcMethodMetrics) -> Handler:
         return handler
     wrapped: Callable[[Any, Any], Any]
     if inspect.isasyncgenfunction(behavior):
-        wrapped = _wrap_generator(behavior, row, request_streaming=request_streaming)
+        wrapped = _wrap_generator(behavior, row, on_rejected, request_streaming=request_streaming)
     elif inspect.iscoroutinefunction(behavior):
         if handler.response_streaming:
-            wrapped = _wrap_writer(behavior, row, request_streaming=request_streaming)
+            wrapped = _wrap_writer(behavior, row, on_rejected, request_streaming=request_streaming)
         else:
-            wrapped = _wrap_unary_response(behavior, row, request_streaming=request_streaming)
+            wrapped = _wrap_unary_response(
+                behavior, row, on_rejected, request_streaming=request_streaming
+            )
     else:
         return handler
     return factory(
@@ -288,7 +324,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             return cached[1]
         service, method = _split(full_method)
         row = self._metrics.grpc_method(_grpc_type(handler), service, method)
-        wrapped = _wrap(handler, row)
+        wrapped = _wrap(handler, row, self._metrics.count_rejected_request)
         if row.known:
             self._wrapped[full_method] = (handler, wrapped)
         return wrapped

@@ -136,7 +136,9 @@ def _requested_hold(
 ) -> float:
     if not request.HasField("hold"):
         return POLL_HOLD
-    return min(request.hold.ToTimedelta().total_seconds(), POLL_HOLD)
+    # From the fields, not `ToTimedelta()`: every int64 of seconds is a valid Duration, and one
+    # past `timedelta`'s range raised OverflowError (INTERNAL and a traceback per call).
+    return min(request.hold.seconds + request.hold.nanos / 1e9, POLL_HOLD)
 
 
 def _requested_cursor(

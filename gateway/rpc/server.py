@@ -33,7 +33,9 @@ from grpc_reflection.v1alpha import reflection
 from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, management_pb2_grpc
 from gateway.endpoint.api import GatewayCore
 from gateway.rpc import tls
+from gateway.rpc.decoding import guard_requests
 from gateway.rpc.endpoint_service import HarnessEndpointService
+from gateway.rpc.health import GatewayHealthServicer
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.management_service import ManagementService
 from gateway.rpc.peer import PEER_MAX_MESSAGE_BYTES
@@ -191,6 +193,9 @@ class RpcServer:
         """Stop: readiness NOT_SERVING, then `grpc.aio.Server.stop(grace)`. Idempotent and
         safe before start; in-flight calls get `grace` seconds (None: cancelled at once)."""
         if self._state is RpcServerState.STOPPED:
+            # A second stop while the first still drains (a second signal): grpc ends the
+            # drain at the shorter grace, cancelling what is left.
+            await self._server.stop(grace)
             return
         await self.set_not_serving()
         self._state = RpcServerState.STOPPED
@@ -277,19 +282,22 @@ async def _build(
         options=server_options(settings, max_send_bytes=max_send_bytes),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
+    # Every servicer is added through the request guard: a body that does not decode is
+    # INVALID_ARGUMENT `MALFORMED_REQUEST`, never cygrpc's ERROR traceback and UNKNOWN.
+    guarded = guard_requests(server)
     for service in services:
-        service.add(server)
+        service.add(guarded)
     names = tuple(service.name for service in services)
     readiness = ("", *names)
-    health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    health = GatewayHealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, guarded)
     for name in readiness:
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     if settings.reflection_enabled:
         reflection.enable_server_reflection(
             (*names, HEALTH_SERVICE, reflection.SERVICE_NAME),
-            server,
+            guarded,
         )
     try:
         # Checked before binding: grpc reports a mismatched key as "Failed to bind".

@@ -71,3 +71,48 @@ def test_describe_lists_every_setting_as_plain_values():
     described = describe(Settings(data_dir=Path("/d")))
     assert described["data_dir"] == "/d"
     assert "admin_token_file" in described
+
+
+def test_a_keepalive_faster_than_twice_the_accepted_interval_is_refused_at_load():
+    with pytest.raises(SettingsError, match="GOAWAY too_many_pings"):
+        load_settings(env={"HARNESS_KEEPALIVE_TIME": "15s"})
+    with pytest.raises(SettingsError, match="keepalive_time"):
+        load_settings(env={"HARNESS_KEEPALIVE_MIN_CLIENT_INTERVAL": "20s"})
+    scaled = load_settings(
+        env={"HARNESS_KEEPALIVE_TIME": "1s", "HARNESS_KEEPALIVE_MIN_CLIENT_INTERVAL": "500ms"}
+    )
+    assert (scaled.keepalive_time, scaled.keepalive_min_client_interval) == (1.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HARNESS_TLS_CERT_FILE": "/c.pem"}, "--tls-cert /c.pem is set without --tls-key"),
+        ({"HARNESS_TLS_KEY_FILE": "/k.pem"}, "--tls-key /k.pem is set without --tls-cert"),
+        ({"HARNESS_TLS_CLIENT_CA_FILE": "/ca.pem"}, "--tls-client-ca /ca.pem (mTLS) needs"),
+        ({"HARNESS_PEER_TLS_CERT_FILE": "/p.pem"}, "--peer-tls-cert and --peer-tls-key"),
+        (
+            {"HARNESS_PEER_TLS_CA_FILE": "/ca.pem", "HARNESS_ROUTER": "grpc://h:1"},
+            "no --router or --registry is grpcs://",
+        ),
+        ({"HARNESS_ROUTER": "grpc://h:1"}, "joining needs --peer-token-file"),
+    ],
+)
+def test_half_tls_and_peer_configurations_are_refused_naming_the_files(env, named):
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env=env)
+    assert named in str(refused.value)
+
+
+def test_grpcs_peers_are_kept_and_marked_as_tls():
+    settings = load_settings(
+        env={
+            "HARNESS_ROUTER": "grpcs://router:7771",
+            "HARNESS_REGISTRY": "registry:7772",
+            "HARNESS_PEER_TOKEN_FILE": "/t",
+            "HARNESS_PEER_TLS_CA_FILE": "/ca.pem",
+        }
+    )
+    assert settings.router == "grpcs://router:7771"
+    assert settings.registry == "grpc://registry:7772"
+    assert settings.joins_over_tls

@@ -1,5 +1,7 @@
 """Keepalive that holds: idle connections outlive many ping periods without GOAWAY
-`too_many_pings` (operations.md §3), with every interval scaled down 30 times.
+`too_many_pings` (operations.md §3), with the intervals scaled down: clients and servers
+ping every second, and pings half a second apart are accepted (the policy's tightest
+allowed pairing; 30 s and 10 s in production).
 
 The server accepts client pings `MIN_CLIENT_INTERVAL` apart and sends GOAWAY on the third
 faster one between two of its writes; an idle `Messages` stream and an idle peer link write
@@ -15,6 +17,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
@@ -30,8 +33,8 @@ from tests.support import eventually
 CLIENT_TIME: Final = 1.0
 """Seconds between client pings (30 s in production)."""
 MIN_CLIENT_INTERVAL: Final = 0.5
-"""Fastest client ping interval the servers accept, in seconds: exactly the policy's
-margin (twice), its tightest allowed pairing."""
+"""Fastest client ping interval the servers accept, in seconds: clients ping exactly
+`CLIENT_INTERVAL_MARGIN` (2) times slower."""
 PERIODS: Final = 8
 """Keepalive periods a connection stays idle: a GOAWAY comes on the third strike."""
 IDLE: Final = PERIODS * CLIENT_TIME
@@ -77,7 +80,9 @@ def messages_of(caplog: pytest.LogCaptureFixture, logger: str, text: str) -> lis
 def goaway_signs(caplog: pytest.LogCaptureFixture, stderr: str) -> list[str]:
     """Every captured log line or stderr line that speaks of a ping GOAWAY."""
     texts = [caplog.text, stderr]
-    return [line for text in texts for line in text.splitlines() if any(s in line for s in GOAWAY_SIGNS)]
+    return [
+        line for text in texts for line in text.splitlines() if any(s in line for s in GOAWAY_SIGNS)
+    ]
 
 
 @contextlib.asynccontextmanager
@@ -87,23 +92,21 @@ async def joined_pair(
     """A daemon exposing its Router and Registry, and a daemon joined to it; both
     in-process, with one explicit peer token."""
     token = write_peer_token(tmp_path / "peer-token")
-    async with run_gateway(
-        Settings(**{**vars_of(router_settings), "expose_network": True, "peer_token_file": token})
-    ) as router_side:
-        joined = Settings(
-            **{
-                **vars_of(daemon_settings),
-                "router": router_side.address,
-                "registry": router_side.address,
-                "peer_token_file": token,
-            }
+    exposing = replace(router_settings, expose_network=True, peer_token_file=token)
+    async with run_gateway(exposing) as router_side:
+        joined = replace(
+            daemon_settings,
+            router=router_side.address,
+            registry=router_side.address,
+            peer_token_file=token,
         )
         async with run_gateway(joined) as daemon_side:
             yield router_side, daemon_side
 
 
-def vars_of(settings: Settings) -> dict[str, object]:
-    return {name: getattr(settings, name) for name in Settings.__dataclass_fields__}
+async def logged(caplog: pytest.LogCaptureFixture, logger: str, text: str) -> list[str]:
+    """`messages_of` as a probe for `eventually`."""
+    return messages_of(caplog, logger, text)
 
 
 async def first_delivery(deliveries: AsyncIterator[InboundDelivery]) -> InboundDelivery:
@@ -119,7 +122,9 @@ async def test_an_idle_messages_stream_outlives_eight_keepalive_periods_and_then
         alice_token = await gw.register("alice")
         bob_token = await gw.register("bob")
         async with (
-            await harness_client.connect(gw.address, token=bob_token, options=CLIENT_OPTIONS) as bob,
+            await harness_client.connect(
+                gw.address, token=bob_token, options=CLIENT_OPTIONS
+            ) as bob,
             await harness_client.connect(
                 gw.address, token=alice_token, options=CLIENT_OPTIONS
             ) as alice,
@@ -128,7 +133,7 @@ async def test_an_idle_messages_stream_outlives_eight_keepalive_periods_and_then
             waiting = asyncio.ensure_future(first_delivery(deliveries))
             try:
                 await eventually(
-                    lambda: asyncio.sleep(0, messages_of(caplog, "gateway.rpc.endpoint_service", "stream attached"))
+                    lambda: logged(caplog, "gateway.rpc.endpoint_service", "stream attached")
                 )
                 # The idleness is what is under test, not a wait for something to happen.
                 await asyncio.sleep(IDLE)
@@ -202,7 +207,7 @@ async def test_a_peer_pinging_faster_than_the_router_accepts_is_sent_away(
     )
     async with joined_pair(tmp_path, router_settings=strict, daemon_settings=FAST):
         detached = await eventually(
-            lambda: asyncio.sleep(0, messages_of(caplog, "gateway.engine.network", "detached")),
+            lambda: logged(caplog, "gateway.engine.network", "detached"),
             within=BOUND,
             interval=0.1,
         )

@@ -54,6 +54,7 @@ from gateway.observability.metrics import (
     Mode,
     PostKind,
     PostOp,
+    RejectedRequestReason,
     RouterEvent,
     RouterState,
     SendOp,
@@ -111,9 +112,11 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_firewall_check_seconds": ("histogram", {"kind": FirewallKind}),
     "harness_firewall_reloads_total": ("counter", {"result": FirewallReload}),
     "harness_auth_failures_total": ("counter", {"reason": AuthFailureReason}),
+    "harness_rejected_requests_total": ("counter", {"reason": RejectedRequestReason}),
 }
 """operations.md §2.3, restated: every harness_* metric (except build info), its type, and
-its labels with their closed values."""
+its labels with their closed values (plus `harness_rejected_requests_total`, documented in
+the metrics module)."""
 
 GRPC_METRICS = {
     "grpc_server_started_total": "counter",
@@ -480,8 +483,10 @@ def test_the_label_enums_carry_the_values_of_the_components_own_enums():
             "ok",
             *SendErrorReason,
             "idempotency-conflict",
+            "invalid-idempotency-key",
             *CollectiveErrorKind,
             "firewall-refused",
+            "other",
         },
     )
     assert set(values(SendOp)) < set(values(PostOp))

@@ -13,7 +13,7 @@
     ├── PermissionDeniedError     a token of the wrong role
     ├── UnavailableError          the gateway is not ready or is shutting down (no effect)
     ├── ManagementError           not-found, name-taken, invalid-name
-    ├── InvalidRequestError       the gateway could not read the request (a client defect)
+    ├── InvalidRequestError       the gateway could not read the request or its idempotency key
     └── TransportError            the call failed below the API (no typed status)
 
 Each has a closed `reason` and a `message` that is exactly the gateway's model-facing text.
@@ -621,7 +621,10 @@ class ManagementError(_ServerText):
 
 
 class InvalidRequestError(_ServerText):
-    """The gateway could not read the request (`invalid-request`); a client defect."""
+    """The gateway could not read the request: `invalid-request` (a field no conforming
+    client sends), `malformed-request` (the body is not the method's protobuf message) or
+    `invalid-idempotency-key` (not 1 to 128 UTF-8 bytes without NUL). A client defect:
+    nothing ran, and sending the same request again fails the same way."""
 
 
 class TransportError(_ServerText):
@@ -657,6 +660,9 @@ _CLOSED_DETAILS: Final = {
 _AUTH_REASONS: Final = frozenset({"MISSING", "MALFORMED", "UNKNOWN", "REVOKED"})
 _UNAVAILABLE_REASONS: Final = frozenset({"NOT_READY", "SHUTTING_DOWN"})
 _MANAGEMENT_REASONS: Final = frozenset({"NOT_FOUND", "NAME_TAKEN", "INVALID_NAME"})
+_INVALID_REQUEST_REASONS: Final = frozenset(
+    {"INVALID_REQUEST", "MALFORMED_REQUEST", "INVALID_IDEMPOTENCY_KEY"}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -730,8 +736,8 @@ def decode_status(error: grpc.aio.AioRpcError) -> HarnessClientError:
         return UnavailableError(_kebab(reason), status.message)
     if reason in _MANAGEMENT_REASONS:
         return ManagementError(_kebab(reason), status.message)
-    if reason == "INVALID_REQUEST":
-        return InvalidRequestError("invalid-request", status.message)
+    if reason in _INVALID_REQUEST_REASONS:
+        return InvalidRequestError(_kebab(reason), status.message)
     return TransportError(status.code, status.message)
 
 
