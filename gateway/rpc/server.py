@@ -138,6 +138,7 @@ class RpcServer:
         self._state = RpcServerState.BOUND
         self._served = False
         self._readiness_ended = False
+        self._draining = False
 
     @property
     def address(self) -> str:
@@ -191,18 +192,26 @@ class RpcServer:
 
     async def stop(self, grace: float | None) -> None:
         """Stop: readiness NOT_SERVING, then `grpc.aio.Server.stop(grace)`. Idempotent and
-        safe before start; in-flight calls get `grace` seconds (None: cancelled at once)."""
+        safe before start; in-flight calls get `grace` seconds (None: cancelled at once).
+
+        A second call while the first still drains (a second signal) cancels what is left
+        at once, whatever its `grace`; once the drain ended it does nothing."""
         if self._state is RpcServerState.STOPPED:
-            # A second stop while the first still drains (a second signal): grpc ends the
-            # drain at the shorter grace, cancelling what is left.
-            await self._server.stop(grace)
+            if self._draining:
+                # Always None here: grpc's shutdown with a grace yields inside `wait_for`
+                # before it cancels, and if the first shutdown destroys the core server in
+                # that gap, the cancel touches freed memory (a segfault). With None it
+                # cancels without yielding, while the core server still exists.
+                await self._server.stop(None)
             return
         await self.set_not_serving()
         self._state = RpcServerState.STOPPED
+        self._draining = True
         try:
             await self._server.stop(grace)
             logger.info("rpc server stopped address=%s", self._address)
         finally:
+            self._draining = False
             # Only now: probes must keep reading NOT_SERVING while calls drain above. A
             # health call holds nothing worth a grace, so it ends at once.
             if self._health_server is not None:
@@ -352,7 +361,7 @@ async def _bind_health(
         # A fixed port that another process holds must fail the bind, not share it.
         options=[("grpc.so_reuseport", 0)],
     )
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, guard_requests(server))
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as error:

@@ -96,6 +96,7 @@ async def raw_unary(
         ("bytes that are not protobuf", b"\xff\xff\xff"),
         ("a string field that is not UTF-8", NOT_UTF8_SEND),
     ],
+    ids=["not-protobuf", "not-utf8"],
 )
 async def test_an_undecodable_send_body_is_invalid_argument_malformed_request_before_auth(
     gw: RunningGateway, caplog: pytest.LogCaptureFixture, case: str, body: bytes
