@@ -435,11 +435,10 @@ class Gateway:
             )
         finally:
             hurry.cancel()
-        if not stopper.done():
-            if self._network is not None:
-                self._network.cancel_waiters()
-            if self._hurry.is_set():
-                await self._server.stop(0)
+        if not stopper.done() and self._network is not None:
+            # A second signal answers waiting sends now; the grace itself runs on, since
+            # grpc cannot shorten a drain it began (see `RpcServer.stop`).
+            self._network.cancel_waiters()
         await stopper
 
     async def _stop_metrics(self) -> None:

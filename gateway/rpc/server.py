@@ -138,7 +138,6 @@ class RpcServer:
         self._state = RpcServerState.BOUND
         self._served = False
         self._readiness_ended = False
-        self._draining = False
 
     @property
     def address(self) -> str:
@@ -194,24 +193,17 @@ class RpcServer:
         """Stop: readiness NOT_SERVING, then `grpc.aio.Server.stop(grace)`. Idempotent and
         safe before start; in-flight calls get `grace` seconds (None: cancelled at once).
 
-        A second call while the first still drains (a second signal) cancels what is left
-        at once, whatever its `grace`; once the drain ended it does nothing."""
+        A second call returns at once and cannot shorten a running drain: a second
+        `grpc.aio.Server.stop` racing the first can touch the core server after the first
+        destroyed it (a segfault, reproduced under grpcio 1.85)."""
         if self._state is RpcServerState.STOPPED:
-            if self._draining:
-                # Always None here: grpc's shutdown with a grace yields inside `wait_for`
-                # before it cancels, and if the first shutdown destroys the core server in
-                # that gap, the cancel touches freed memory (a segfault). With None it
-                # cancels without yielding, while the core server still exists.
-                await self._server.stop(None)
             return
         await self.set_not_serving()
         self._state = RpcServerState.STOPPED
-        self._draining = True
         try:
             await self._server.stop(grace)
             logger.info("rpc server stopped address=%s", self._address)
         finally:
-            self._draining = False
             # Only now: probes must keep reading NOT_SERVING while calls drain above. A
             # health call holds nothing worth a grace, so it ends at once.
             if self._health_server is not None:
