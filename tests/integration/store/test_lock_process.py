@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -66,7 +67,9 @@ def test_the_kernel_releases_the_lock_of_a_killed_process(tmp_path: Path) -> Non
         assert lock.held
 
 
-def test_another_process_is_refused_while_we_hold_the_lock(tmp_path: Path) -> None:
+def test_another_process_is_refused_while_we_hold_the_lock_and_told_our_pid(
+    tmp_path: Path,
+) -> None:
     with DataDirLock.acquire(tmp_path):
         refused = subprocess.run(
             [sys.executable, "-c", TRY_LOCK, str(tmp_path)],
@@ -76,4 +79,7 @@ def test_another_process_is_refused_while_we_hold_the_lock(tmp_path: Path) -> No
             check=False,
         )
     assert refused.returncode == 3
-    assert refused.stdout == f"another harness-gateway process holds the lock on {tmp_path}\n"
+    assert refused.stdout == (
+        f"another harness-gateway process (pid {os.getpid()}) holds the lock on {tmp_path}: "
+        "a data directory runs in one daemon at a time\n"
+    )
