@@ -48,10 +48,9 @@ from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
 from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certified, Certifier, Identity
-from gateway.engine.crypto import SigningKey, VerifyCache
 from gateway.engine.local_move import move_existing
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
-from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.observability.logs import install_grpc_log_filter
 from gateway.observability.metrics import (
     DAEMON_GRPC_SERVICES,
@@ -68,6 +67,7 @@ from gateway.registry import (
     RegistryClient,
     SqliteRegistry,
 )
+from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter, RingSettings
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.metrics_interceptor import MetricsInterceptor

@@ -43,8 +43,7 @@ from typing import Final
 
 from gateway import __version__
 from gateway.engine import protocol as p
-from gateway.engine.crypto import VerifyCache
-from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.identity.keys import VerifyCache
 from gateway.observability.logs import install_grpc_log_filter
 from gateway.observability.metrics import (
     HEALTH_SERVICE,
@@ -55,6 +54,7 @@ from gateway.observability.metrics import (
 )
 from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import RegistryClient, SqliteRegistry
+from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter, RingSettings, VerifiedEnvelope
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.metrics_interceptor import MetricsInterceptor

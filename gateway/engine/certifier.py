@@ -30,7 +30,7 @@ from gateway.contract.ids import RandomId, agent_id_order_key
 from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
 from gateway.contract.values import Content, DirectMessage, GroupMessage, InboundMessage
 from gateway.engine import protocol as p
-from gateway.engine.crypto import SigningKey, VerifyCache
+from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.store.records import (
     AgentSnapshot,
     ConversationRow,

@@ -17,7 +17,7 @@ threshold, an action naming its membership) are checked by the pure `check_*`/`v
 helpers, which take objects that may also have been built locally.
 
     decode / from_json          shape and in-object rules       -> ProtocolError
-    verify_card                 Registry signature              -> bool
+    verify_card                 Registry signature (gateway.identity.cards) -> bool
     verify_*_signature          one signature                   -> bool
     verify_membership           descriptor rules of §5.2        -> ProtocolError
     check_action                intent, hashes, anchor (§5.4.1) -> ProtocolError
@@ -29,16 +29,12 @@ helpers, which take objects that may also have been built locally.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import functools
-import itertools
-import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Protocol, Self, TypeAlias, TypeVar, assert_never
+from typing import ClassVar, Final, Self, TypeAlias, TypeVar, assert_never
 
-from gateway.contract.addresses import is_agent_name
 from gateway.contract.content import content_from_json, content_to_json
 from gateway.contract.errors import SendError
 from gateway.contract.ids import (
@@ -48,23 +44,35 @@ from gateway.contract.ids import (
     b64,
     unb64,
 )
-from gateway.contract.jsonvalue import (
-    JsonValue,
-    JsonValueError,
-    canonical_json,
-    parse_canonical_json,
-)
+from gateway.contract.jsonvalue import JsonValue
 from gateway.contract.values import Content
-from gateway.engine.crypto import (
-    SigningKey,
-    VerifyCache,
-    is_public_key_text,
-    is_signature_text,
-    verify,
-)
 
-VERSION: Final = "harness/1"
-"""The `version` of every protocol object; compared as an exact string, never negotiated."""
+# Cards and the object rules live in the leaf `gateway.identity`, which the Registry shares;
+# the names the engine's callers use with the rest of this vocabulary are re-exported.
+from gateway.identity.cards import AgentCard as AgentCard
+from gateway.identity.cards import SignedAgentCard as SignedAgentCard
+from gateway.identity.cards import verify_card
+from gateway.identity.keys import SigningKey, VerifyCache, verify
+from gateway.identity.objects import VERSION as VERSION
+from gateway.identity.objects import ProtocolError as ProtocolError
+from gateway.identity.objects import ProtocolObject as ProtocolObject
+from gateway.identity.objects import (
+    array_field,
+    flag_field,
+    hash_id_field,
+    kind_of,
+    null_field,
+    object_fields,
+    optional_hash_id_field,
+    parse_object_bytes,
+    random_id_field,
+    show,
+    signature_field,
+    strictly_byte_ordered,
+    text_field,
+)
+from gateway.identity.objects import decode as decode
+from gateway.identity.objects import encode as encode
 
 MIN_MEMBERS: Final = 2
 """Fewest members of a conversation (a direct one)."""
@@ -77,226 +85,6 @@ MAX_ENVELOPE_BODY_BYTES: Final = 262_144
 
 _MAX_ENVELOPE_BODY_TEXT: Final = (MAX_ENVELOPE_BODY_BYTES * 4 + 2) // 3
 """Characters of unpadded base64url of the largest body; longer text is refused undecoded."""
-
-_TIMESTAMP: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_TIMESTAMP_FORMAT: Final = "%Y-%m-%dT%H:%M:%SZ"
-_SHOW_LIMIT: Final = 40
-
-
-class ProtocolError(ValueError):
-    """A protocol object or its bytes are invalid; `detail` says where and why.
-
-    Raised before any state change; the receiver drops what it was given.
-    """
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-# --- Small formats ---------------------------------------------------------------------
-
-
-def format_timestamp(moment: dt.datetime) -> str:
-    """An `issuedAt` text: UTC `YYYY-MM-DDTHH:MM:SSZ`, sub-seconds dropped.
-
-    Raises `ValueError` for a naive datetime.
-    """
-    if moment.tzinfo is None:
-        raise ValueError("a timestamp needs a timezone")
-    return moment.astimezone(dt.UTC).strftime(_TIMESTAMP_FORMAT)
-
-
-def is_timestamp(text: object) -> bool:
-    """True for a real UTC calendar time written `YYYY-MM-DDTHH:MM:SSZ` (ASCII digits)."""
-    if not isinstance(text, str) or _TIMESTAMP.fullmatch(text) is None:
-        return False
-    try:
-        dt.datetime.strptime(text, _TIMESTAMP_FORMAT)
-    except ValueError:
-        return False
-    return True
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 3] + "..."
-
-
-# --- Decoding primitives -----------------------------------------------------------------
-
-
-def _kind_of(value: JsonValue, at: str) -> str:
-    if not isinstance(value, Mapping):
-        raise ProtocolError(f"{at}: expected an object")
-    if "kind" not in value:
-        raise ProtocolError(f"{at}: missing field 'kind'")
-    kind = value["kind"]
-    if not isinstance(kind, str):
-        raise ProtocolError(f"{at}: kind must be a string")
-    return kind
-
-
-def _fields(
-    value: JsonValue, kind: str, names: tuple[str, ...], at: str
-) -> Mapping[str, JsonValue]:
-    found = _kind_of(value, at)
-    assert isinstance(value, Mapping)
-    if found != kind:
-        raise ProtocolError(f"{at}: kind {_show(found)} is not {kind!r}")
-    if "version" not in value:
-        raise ProtocolError(f"{at}: missing field 'version'")
-    if value["version"] != VERSION:
-        raise ProtocolError(f"{at}: version {_show(value['version'])} is not {VERSION!r}")
-    missing = [name for name in names if name not in value]
-    if missing:
-        raise ProtocolError(f"{at}: missing field {', '.join(map(repr, missing))}")
-    allowed = {"kind", "version", *names}
-    extra = sorted(key for key in value if key not in allowed)
-    if extra:
-        raise ProtocolError(f"{at}: unexpected field {', '.join(_show(key) for key in extra)}")
-    return value
-
-
-def _text(obj: Mapping[str, JsonValue], name: str, at: str) -> str:
-    value = obj[name]
-    if not isinstance(value, str):
-        raise ProtocolError(f"{at}.{name}: expected a string")
-    return value
-
-
-def _flag(obj: Mapping[str, JsonValue], name: str, at: str) -> bool:
-    value = obj[name]
-    if not isinstance(value, bool):
-        raise ProtocolError(f"{at}.{name}: expected a boolean")
-    return value
-
-
-def _random_id(obj: Mapping[str, JsonValue], name: str, kind: RandomId, at: str) -> str:
-    value = obj[name]
-    if not kind.is_valid(value):
-        raise ProtocolError(f"{at}.{name}: not a valid {kind.name.lower()} identifier")
-    assert isinstance(value, str)
-    return value
-
-
-def _hash_id(obj: Mapping[str, JsonValue], name: str, kind: HashId, at: str) -> str:
-    value = obj[name]
-    if not kind.is_valid(value):
-        raise ProtocolError(f"{at}.{name}: not a valid {kind.prefix} hash")
-    assert isinstance(value, str)
-    return value
-
-
-def _optional_hash_id(obj: Mapping[str, JsonValue], name: str, kind: HashId, at: str) -> str | None:
-    return None if obj[name] is None else _hash_id(obj, name, kind, at)
-
-
-def _null(obj: Mapping[str, JsonValue], name: str, at: str) -> None:
-    if obj[name] is not None:
-        raise ProtocolError(f"{at}.{name}: must be null")
-
-
-def _signature(obj: Mapping[str, JsonValue], name: str, at: str) -> str:
-    value = obj[name]
-    if not is_signature_text(value):
-        raise ProtocolError(f"{at}.{name}: not b64 of a 64-byte signature")
-    assert isinstance(value, str)
-    return value
-
-
-def _array(
-    obj: Mapping[str, JsonValue], name: str, at: str, *, least: int, most: int
-) -> Sequence[JsonValue]:
-    value = obj[name]
-    if isinstance(value, str | Mapping) or not isinstance(value, Sequence):
-        raise ProtocolError(f"{at}.{name}: expected an array")
-    if not least <= len(value) <= most:
-        raise ProtocolError(f"{at}.{name}: expected {least} to {most} entries, got {len(value)}")
-    return value
-
-
-def _strictly_byte_ordered(agent_ids: Sequence[str]) -> bool:
-    keys = [agent_id_order_key(agent_id) for agent_id in agent_ids]
-    return all(first < second for first, second in itertools.pairwise(keys))
-
-
-# --- Registry objects (§3) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentCard:
-    """`{kind:"agent_card", agentId, agentName, publicKey, issuedAt}`, minted by the Registry."""
-
-    KIND: ClassVar[str] = "agent_card"
-    agent_id: str
-    agent_name: str
-    public_key: str
-    """`b64` of the 32-byte raw Ed25519 public key."""
-    issued_at: str
-    """UTC `YYYY-MM-DDTHH:MM:SSZ`."""
-
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        return {
-            "kind": self.KIND,
-            "version": VERSION,
-            "agentId": self.agent_id,
-            "agentName": self.agent_name,
-            "publicKey": self.public_key,
-            "issuedAt": self.issued_at,
-        }
-
-    @classmethod
-    def from_json(cls, value: JsonValue, *, at: str = "agent_card") -> Self:
-        """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("agentId", "agentName", "publicKey", "issuedAt"), at)
-        name = obj["agentName"]
-        if not is_agent_name(name):
-            raise ProtocolError(f"{at}.agentName: not a valid agent name")
-        assert isinstance(name, str)
-        public_key = obj["publicKey"]
-        if not is_public_key_text(public_key):
-            raise ProtocolError(f"{at}.publicKey: not b64 of a 32-byte public key")
-        assert isinstance(public_key, str)
-        issued_at = obj["issuedAt"]
-        if not is_timestamp(issued_at):
-            raise ProtocolError(f"{at}.issuedAt: not a UTC YYYY-MM-DDTHH:MM:SSZ time")
-        assert isinstance(issued_at, str)
-        return cls(
-            agent_id=_random_id(obj, "agentId", RandomId.AGENT, at),
-            agent_name=name,
-            public_key=public_key,
-            issued_at=issued_at,
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SignedAgentCard:
-    """`{kind:"signed_agent_card", card, signature}`: `SIG(registryKey, "agent-card", card)`."""
-
-    KIND: ClassVar[str] = "signed_agent_card"
-    card: AgentCard
-    signature: str
-
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        return {
-            "kind": self.KIND,
-            "version": VERSION,
-            "card": self.card.to_json(),
-            "signature": self.signature,
-        }
-
-    @classmethod
-    def from_json(cls, value: JsonValue, *, at: str = "signed_agent_card") -> Self:
-        """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("card", "signature"), at)
-        return cls(
-            card=AgentCard.from_json(obj["card"], at=f"{at}.card"),
-            signature=_signature(obj, "signature", at),
-        )
-
 
 # --- Conversations (§1.4, §5.2) ----------------------------------------------------------
 
@@ -319,12 +107,12 @@ class ConversationIdentity:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "conversation_identity") -> Self:
         """Decode strictly, including the byte order; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("memberAgentIds",), at)
-        items = _array(obj, "memberAgentIds", at, least=MIN_MEMBERS, most=MAX_MEMBERS)
+        obj = object_fields(value, cls.KIND, ("memberAgentIds",), at)
+        items = array_field(obj, "memberAgentIds", at, least=MIN_MEMBERS, most=MAX_MEMBERS)
         ids = tuple(
             _agent_id_item(item, f"{at}.memberAgentIds[{i}]") for i, item in enumerate(items)
         )
-        if not _strictly_byte_ordered(ids):
+        if not strictly_byte_ordered(ids):
             raise ProtocolError(f"{at}.memberAgentIds: not distinct and in AgentId byte order")
         return cls(member_agent_ids=ids)
 
@@ -394,14 +182,14 @@ class MembershipDescriptor:
 
         The cards' signatures and the conversationId are checked by `verify_membership`.
         """
-        obj = _fields(value, cls.KIND, ("conversationId", "members"), at)
-        items = _array(obj, "members", at, least=MIN_MEMBERS, most=MAX_MEMBERS)
+        obj = object_fields(value, cls.KIND, ("conversationId", "members"), at)
+        items = array_field(obj, "members", at, least=MIN_MEMBERS, most=MAX_MEMBERS)
         members = tuple(
             SignedAgentCard.from_json(item, at=f"{at}.members[{index}]")
             for index, item in enumerate(items)
         )
         descriptor = cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
             members=members,
         )
         problem = _membership_order_problem(descriptor)
@@ -413,7 +201,7 @@ class MembershipDescriptor:
 def _membership_order_problem(descriptor: MembershipDescriptor) -> str | None:
     if not MIN_MEMBERS <= descriptor.size <= MAX_MEMBERS:
         return f"a conversation has 2 to 32 members, not {descriptor.size}"
-    if not _strictly_byte_ordered(descriptor.member_agent_ids):
+    if not strictly_byte_ordered(descriptor.member_agent_ids):
         return "not distinct AgentIds in byte order"
     names = {member.card.agent_name for member in descriptor.members}
     if len(names) != descriptor.size:
@@ -451,7 +239,7 @@ class PostIntent:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "post_intent") -> Self:
         """Decode strictly, content validated as a send validates it (engine.md §2)."""
-        obj = _fields(
+        obj = object_fields(
             value,
             cls.KIND,
             ("conversationId", "membershipHash", "authorAgentId", "postId", "content"),
@@ -462,10 +250,10 @@ class PostIntent:
         except SendError as error:
             raise ProtocolError(f"{at}.content: {error.detail or 'invalid content'}") from None
         return cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
-            membership_hash=_hash_id(obj, "membershipHash", HashId.MEMBERSHIP, at),
-            author_agent_id=_random_id(obj, "authorAgentId", RandomId.AGENT, at),
-            post_id=_random_id(obj, "postId", RandomId.POST, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
+            membership_hash=hash_id_field(obj, "membershipHash", HashId.MEMBERSHIP, at),
+            author_agent_id=random_id_field(obj, "authorAgentId", RandomId.AGENT, at),
+            post_id=random_id_field(obj, "postId", RandomId.POST, at),
             content=content,
         )
 
@@ -492,11 +280,15 @@ class GenesisAnchor:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "genesis_anchor") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("conversationId", "membershipHash", "routerInstanceId"), at)
+        obj = object_fields(
+            value, cls.KIND, ("conversationId", "membershipHash", "routerInstanceId"), at
+        )
         return cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
-            membership_hash=_hash_id(obj, "membershipHash", HashId.MEMBERSHIP, at),
-            router_instance_id=_random_id(obj, "routerInstanceId", RandomId.ROUTER_INSTANCE, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
+            membership_hash=hash_id_field(obj, "membershipHash", HashId.MEMBERSHIP, at),
+            router_instance_id=random_id_field(
+                obj, "routerInstanceId", RandomId.ROUTER_INSTANCE, at
+            ),
         )
 
 
@@ -527,7 +319,7 @@ class ReanchorBody:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "reanchor") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value,
             cls.KIND,
             (
@@ -540,11 +332,13 @@ class ReanchorBody:
             at,
         )
         return cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
-            membership_hash=_hash_id(obj, "membershipHash", HashId.MEMBERSHIP, at),
-            previous_anchor_hash=_hash_id(obj, "previousAnchorHash", HashId.ANCHOR, at),
-            selected_record_hash=_hash_id(obj, "selectedRecordHash", HashId.RECORD, at),
-            router_instance_id=_random_id(obj, "routerInstanceId", RandomId.ROUTER_INSTANCE, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
+            membership_hash=hash_id_field(obj, "membershipHash", HashId.MEMBERSHIP, at),
+            previous_anchor_hash=hash_id_field(obj, "previousAnchorHash", HashId.ANCHOR, at),
+            selected_record_hash=hash_id_field(obj, "selectedRecordHash", HashId.RECORD, at),
+            router_instance_id=random_id_field(
+                obj, "routerInstanceId", RandomId.ROUTER_INSTANCE, at
+            ),
         )
 
 
@@ -593,7 +387,7 @@ class GenesisAction:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "GENESIS") -> Self:
         """Decode strictly (predecessor must be null); raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value,
             cls.KIND,
             (
@@ -606,13 +400,13 @@ class GenesisAction:
             ),
             at,
         )
-        _null(obj, "previousRecordHash", at)
+        null_field(obj, "previousRecordHash", at)
         return cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
             membership=MembershipDescriptor.from_json(obj["membership"], at=f"{at}.membership"),
             anchor=GenesisAnchor.from_json(obj["anchor"], at=f"{at}.anchor"),
             post_intent=PostIntent.from_json(obj["postIntent"], at=f"{at}.postIntent"),
-            post_intent_hash=_hash_id(obj, "postIntentHash", HashId.POST_INTENT, at),
+            post_intent_hash=hash_id_field(obj, "postIntentHash", HashId.POST_INTENT, at),
         )
 
 
@@ -650,7 +444,7 @@ class PostAction:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "POST") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value,
             cls.KIND,
             (
@@ -664,12 +458,12 @@ class PostAction:
             at,
         )
         return cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
-            membership_hash=_hash_id(obj, "membershipHash", HashId.MEMBERSHIP, at),
-            anchor_hash=_hash_id(obj, "anchorHash", HashId.ANCHOR, at),
-            previous_record_hash=_hash_id(obj, "previousRecordHash", HashId.RECORD, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
+            membership_hash=hash_id_field(obj, "membershipHash", HashId.MEMBERSHIP, at),
+            anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
+            previous_record_hash=hash_id_field(obj, "previousRecordHash", HashId.RECORD, at),
             post_intent=PostIntent.from_json(obj["postIntent"], at=f"{at}.postIntent"),
-            post_intent_hash=_hash_id(obj, "postIntentHash", HashId.POST_INTENT, at),
+            post_intent_hash=hash_id_field(obj, "postIntentHash", HashId.POST_INTENT, at),
         )
 
 
@@ -679,13 +473,13 @@ Action: TypeAlias = GenesisAction | PostAction
 
 def action_from_json(value: JsonValue, *, at: str = "action") -> Action:
     """Decode a GENESIS or POST action by its `kind`; raises `ProtocolError`."""
-    match _kind_of(value, at):
+    match kind_of(value, at):
         case GenesisAction.KIND:
             return GenesisAction.from_json(value, at=at)
         case PostAction.KIND:
             return PostAction.from_json(value, at=at)
         case other:
-            raise ProtocolError(f"{at}: unknown action kind {_show(other)}")
+            raise ProtocolError(f"{at}: unknown action kind {show(other)}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -715,12 +509,14 @@ class RecordCore:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "record_core") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("membership", "anchorHash", "action", "actionHash"), at)
+        obj = object_fields(
+            value, cls.KIND, ("membership", "anchorHash", "action", "actionHash"), at
+        )
         return cls(
             membership=MembershipDescriptor.from_json(obj["membership"], at=f"{at}.membership"),
-            anchor_hash=_hash_id(obj, "anchorHash", HashId.ANCHOR, at),
+            anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
             action=action_from_json(obj["action"], at=f"{at}.action"),
-            action_hash=_hash_id(obj, "actionHash", HashId.ACTION, at),
+            action_hash=hash_id_field(obj, "actionHash", HashId.ACTION, at),
         )
 
 
@@ -754,7 +550,7 @@ class CatchUpRequest:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "catch_up_request") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value,
             cls.KIND,
             (
@@ -766,16 +562,16 @@ class CatchUpRequest:
             ),
             at,
         )
-        known_record = _optional_hash_id(obj, "knownRecordHash", HashId.RECORD, at)
-        known_anchor = _optional_hash_id(obj, "knownAnchorHash", HashId.ANCHOR, at)
+        known_record = optional_hash_id_field(obj, "knownRecordHash", HashId.RECORD, at)
+        known_anchor = optional_hash_id_field(obj, "knownAnchorHash", HashId.ANCHOR, at)
         if (known_record is None) != (known_anchor is None):
             raise ProtocolError(
                 f"{at}: knownRecordHash and knownAnchorHash are both null or both set"
             )
         return cls(
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
-            membership_hash=_hash_id(obj, "membershipHash", HashId.MEMBERSHIP, at),
-            requester_agent_id=_random_id(obj, "requesterAgentId", RandomId.AGENT, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
+            membership_hash=hash_id_field(obj, "membershipHash", HashId.MEMBERSHIP, at),
+            requester_agent_id=random_id_field(obj, "requesterAgentId", RandomId.AGENT, at),
             known_record_hash=known_record,
             known_anchor_hash=known_anchor,
         )
@@ -804,10 +600,10 @@ class ActionSignature:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "action_signature") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("signerAgentId", "actionHash"), at)
+        obj = object_fields(value, cls.KIND, ("signerAgentId", "actionHash"), at)
         return cls(
-            signer_agent_id=_random_id(obj, "signerAgentId", RandomId.AGENT, at),
-            action_hash=_hash_id(obj, "actionHash", HashId.ACTION, at),
+            signer_agent_id=random_id_field(obj, "signerAgentId", RandomId.AGENT, at),
+            action_hash=hash_id_field(obj, "actionHash", HashId.ACTION, at),
         )
 
 
@@ -835,14 +631,14 @@ class DurabilityVote:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "durability_vote") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value, cls.KIND, ("signerAgentId", "conversationId", "membershipHash", "recordHash"), at
         )
         return cls(
-            signer_agent_id=_random_id(obj, "signerAgentId", RandomId.AGENT, at),
-            conversation_id=_hash_id(obj, "conversationId", HashId.CONVERSATION, at),
-            membership_hash=_hash_id(obj, "membershipHash", HashId.MEMBERSHIP, at),
-            record_hash=_hash_id(obj, "recordHash", HashId.RECORD, at),
+            signer_agent_id=random_id_field(obj, "signerAgentId", RandomId.AGENT, at),
+            conversation_id=hash_id_field(obj, "conversationId", HashId.CONVERSATION, at),
+            membership_hash=hash_id_field(obj, "membershipHash", HashId.MEMBERSHIP, at),
+            record_hash=hash_id_field(obj, "recordHash", HashId.RECORD, at),
         )
 
 
@@ -868,10 +664,10 @@ class ReanchorVote:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "reanchor_vote") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("signerAgentId", "anchorHash", "reanchor"), at)
+        obj = object_fields(value, cls.KIND, ("signerAgentId", "anchorHash", "reanchor"), at)
         return cls(
-            signer_agent_id=_random_id(obj, "signerAgentId", RandomId.AGENT, at),
-            anchor_hash=_hash_id(obj, "anchorHash", HashId.ANCHOR, at),
+            signer_agent_id=random_id_field(obj, "signerAgentId", RandomId.AGENT, at),
+            anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
             reanchor=ReanchorBody.from_json(obj["reanchor"], at=f"{at}.reanchor"),
         )
 
@@ -914,30 +710,30 @@ class CatchUpAttestation:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "catch_up_attestation") -> Self:
         """Decode strictly, `itemHash` matching `itemKind`; raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value, cls.KIND, ("signerAgentId", "request", "itemKind", "itemHash", "hasMore"), at
         )
-        raw_kind = _text(obj, "itemKind", at)
+        raw_kind = text_field(obj, "itemKind", at)
         try:
             item_kind = CatchUpItemKind(raw_kind)
         except ValueError:
-            raise ProtocolError(f"{at}.itemKind: unknown item kind {_show(raw_kind)}") from None
-        has_more = _flag(obj, "hasMore", at)
+            raise ProtocolError(f"{at}.itemKind: unknown item kind {show(raw_kind)}") from None
+        has_more = flag_field(obj, "hasMore", at)
         item_hash: str | None
         match item_kind:
             case CatchUpItemKind.CERTIFIED_RECORD:
-                item_hash = _hash_id(obj, "itemHash", HashId.RECORD, at)
+                item_hash = hash_id_field(obj, "itemHash", HashId.RECORD, at)
             case CatchUpItemKind.COMPLETED_REANCHOR:
-                item_hash = _hash_id(obj, "itemHash", HashId.ANCHOR, at)
+                item_hash = hash_id_field(obj, "itemHash", HashId.ANCHOR, at)
             case CatchUpItemKind.INCOMPLETE:
-                _null(obj, "itemHash", at)
+                null_field(obj, "itemHash", at)
                 item_hash = None
                 if has_more:
                     raise ProtocolError(f"{at}.hasMore: must be false for an incomplete answer")
             case _:
                 assert_never(item_kind)
         return cls(
-            signer_agent_id=_random_id(obj, "signerAgentId", RandomId.AGENT, at),
+            signer_agent_id=random_id_field(obj, "signerAgentId", RandomId.AGENT, at),
             request=CatchUpRequest.from_json(obj["request"], at=f"{at}.request"),
             item_kind=item_kind,
             item_hash=item_hash,
@@ -951,7 +747,7 @@ Statement: TypeAlias = ActionSignature | DurabilityVote | ReanchorVote | CatchUp
 
 def statement_from_json(value: JsonValue, *, at: str = "statement") -> Statement:
     """Decode any statement by its `kind`; raises `ProtocolError`."""
-    match _kind_of(value, at):
+    match kind_of(value, at):
         case ActionSignature.KIND:
             return ActionSignature.from_json(value, at=at)
         case DurabilityVote.KIND:
@@ -961,7 +757,7 @@ def statement_from_json(value: JsonValue, *, at: str = "statement") -> Statement
         case CatchUpAttestation.KIND:
             return CatchUpAttestation.from_json(value, at=at)
         case other:
-            raise ProtocolError(f"{at}: unknown statement kind {_show(other)}")
+            raise ProtocolError(f"{at}: unknown statement kind {show(other)}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -992,20 +788,20 @@ class SignedStatement:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "signed_statement") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("statement", "signature"), at)
+        obj = object_fields(value, cls.KIND, ("statement", "signature"), at)
         return cls(
             statement=statement_from_json(obj["statement"], at=f"{at}.statement"),
-            signature=_signature(obj, "signature", at),
+            signature=signature_field(obj, "signature", at),
         )
 
 
 def _entries(obj: Mapping[str, JsonValue], name: str, at: str) -> tuple[SignedStatement, ...]:
-    items = _array(obj, name, at, least=0, most=MAX_MEMBERS)
+    items = array_field(obj, name, at, least=0, most=MAX_MEMBERS)
     entries = tuple(
         SignedStatement.from_json(item, at=f"{at}.{name}[{index}]")
         for index, item in enumerate(items)
     )
-    if not _strictly_byte_ordered([entry.signer_agent_id for entry in entries]):
+    if not strictly_byte_ordered([entry.signer_agent_id for entry in entries]):
         raise ProtocolError(f"{at}.{name}: not one entry per signer in AgentId byte order")
     return entries
 
@@ -1033,9 +829,9 @@ class ActionCertificate:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "action_certificate") -> Self:
         """Decode strictly (entries one per signer, in byte order); raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("actionHash", "signatures"), at)
+        obj = object_fields(value, cls.KIND, ("actionHash", "signatures"), at)
         return cls(
-            action_hash=_hash_id(obj, "actionHash", HashId.ACTION, at),
+            action_hash=hash_id_field(obj, "actionHash", HashId.ACTION, at),
             signatures=_entries(obj, "signatures", at),
         )
 
@@ -1060,9 +856,9 @@ class DurabilityCertificate:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "durability_certificate") -> Self:
         """Decode strictly (entries one per signer, in byte order); raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("recordHash", "votes"), at)
+        obj = object_fields(value, cls.KIND, ("recordHash", "votes"), at)
         return cls(
-            record_hash=_hash_id(obj, "recordHash", HashId.RECORD, at),
+            record_hash=hash_id_field(obj, "recordHash", HashId.RECORD, at),
             votes=_entries(obj, "votes", at),
         )
 
@@ -1087,9 +883,9 @@ class ReanchorCertificate:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "reanchor_certificate") -> Self:
         """Decode strictly (entries one per signer, in byte order); raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("anchorHash", "votes"), at)
+        obj = object_fields(value, cls.KIND, ("anchorHash", "votes"), at)
         return cls(
-            anchor_hash=_hash_id(obj, "anchorHash", HashId.ANCHOR, at),
+            anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
             votes=_entries(obj, "votes", at),
         )
 
@@ -1116,9 +912,9 @@ class CompletedReanchor:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "completed_reanchor") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("anchorHash", "reanchor", "certificate"), at)
+        obj = object_fields(value, cls.KIND, ("anchorHash", "reanchor", "certificate"), at)
         return cls(
-            anchor_hash=_hash_id(obj, "anchorHash", HashId.ANCHOR, at),
+            anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
             reanchor=ReanchorBody.from_json(obj["reanchor"], at=f"{at}.reanchor"),
             certificate=ReanchorCertificate.from_json(obj["certificate"], at=f"{at}.certificate"),
         )
@@ -1153,20 +949,20 @@ class ActionCertifiedRecord:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "action_certified_record") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(
+        obj = object_fields(
             value, cls.KIND, ("recordHash", "recordCore", "routerAnchor", "actionCertificate"), at
         )
         router_anchor: RouterAnchor
         anchor_at = f"{at}.routerAnchor"
-        match _kind_of(obj["routerAnchor"], anchor_at):
+        match kind_of(obj["routerAnchor"], anchor_at):
             case GenesisAnchor.KIND:
                 router_anchor = GenesisAnchor.from_json(obj["routerAnchor"], at=anchor_at)
             case CompletedReanchor.KIND:
                 router_anchor = CompletedReanchor.from_json(obj["routerAnchor"], at=anchor_at)
             case other:
-                raise ProtocolError(f"{anchor_at}: unknown anchor kind {_show(other)}")
+                raise ProtocolError(f"{anchor_at}: unknown anchor kind {show(other)}")
         return cls(
-            record_hash=_hash_id(obj, "recordHash", HashId.RECORD, at),
+            record_hash=hash_id_field(obj, "recordHash", HashId.RECORD, at),
             record_core=RecordCore.from_json(obj["recordCore"], at=f"{at}.recordCore"),
             router_anchor=router_anchor,
             action_certificate=ActionCertificate.from_json(
@@ -1200,7 +996,7 @@ class CertifiedRecord:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "certified_record") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("actionCertifiedRecord", "durabilityCertificate"), at)
+        obj = object_fields(value, cls.KIND, ("actionCertifiedRecord", "durabilityCertificate"), at)
         return cls(
             action_certified_record=ActionCertifiedRecord.from_json(
                 obj["actionCertifiedRecord"], at=f"{at}.actionCertifiedRecord"
@@ -1228,7 +1024,7 @@ class ActionProposal:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "action_proposal") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("action",), at)
+        obj = object_fields(value, cls.KIND, ("action",), at)
         return cls(action=action_from_json(obj["action"], at=f"{at}.action"))
 
 
@@ -1260,20 +1056,20 @@ class CatchUpPage:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "catch_up_page") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("request", "item", "hasMore", "attestation"), at)
+        obj = object_fields(value, cls.KIND, ("request", "item", "hasMore", "attestation"), at)
         item: CatchUpItem
         item_at = f"{at}.item"
-        match _kind_of(obj["item"], item_at):
+        match kind_of(obj["item"], item_at):
             case CertifiedRecord.KIND:
                 item = CertifiedRecord.from_json(obj["item"], at=item_at)
             case CompletedReanchor.KIND:
                 item = CompletedReanchor.from_json(obj["item"], at=item_at)
             case other:
-                raise ProtocolError(f"{item_at}: unknown item kind {_show(other)}")
+                raise ProtocolError(f"{item_at}: unknown item kind {show(other)}")
         return cls(
             request=CatchUpRequest.from_json(obj["request"], at=f"{at}.request"),
             item=item,
-            has_more=_flag(obj, "hasMore", at),
+            has_more=flag_field(obj, "hasMore", at),
             attestation=SignedStatement.from_json(obj["attestation"], at=f"{at}.attestation"),
         )
 
@@ -1298,7 +1094,7 @@ class CatchUpIncomplete:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "catch_up_incomplete") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("request", "attestation"), at)
+        obj = object_fields(value, cls.KIND, ("request", "attestation"), at)
         return cls(
             request=CatchUpRequest.from_json(obj["request"], at=f"{at}.request"),
             attestation=SignedStatement.from_json(obj["attestation"], at=f"{at}.attestation"),
@@ -1318,7 +1114,7 @@ Packet: TypeAlias = (
 
 def packet_from_json(value: JsonValue, *, at: str = "packet") -> Packet:
     """Decode any packet by its `kind`; raises `ProtocolError`."""
-    match _kind_of(value, at):
+    match kind_of(value, at):
         case ActionProposal.KIND:
             return ActionProposal.from_json(value, at=at)
         case SignedStatement.KIND:
@@ -1332,7 +1128,7 @@ def packet_from_json(value: JsonValue, *, at: str = "packet") -> Packet:
         case CompletedReanchor.KIND:
             return CompletedReanchor.from_json(value, at=at)
         case other:
-            raise ProtocolError(f"{at}: unknown packet kind {_show(other)}")
+            raise ProtocolError(f"{at}: unknown packet kind {show(other)}")
 
 
 # --- Envelopes (§5.3) --------------------------------------------------------------------
@@ -1372,25 +1168,25 @@ class Envelope:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "envelope") -> Self:
         """Decode strictly: 1..32 distinct recipients in byte order, a bounded canonical body."""
-        obj = _fields(
+        obj = object_fields(
             value, cls.KIND, ("senderAgentId", "recipientAgentIds", "messageId", "body"), at
         )
-        items = _array(obj, "recipientAgentIds", at, least=1, most=MAX_MEMBERS)
+        items = array_field(obj, "recipientAgentIds", at, least=1, most=MAX_MEMBERS)
         recipients = tuple(
             _agent_id_item(item, f"{at}.recipientAgentIds[{index}]")
             for index, item in enumerate(items)
         )
-        if not _strictly_byte_ordered(recipients):
+        if not strictly_byte_ordered(recipients):
             raise ProtocolError(f"{at}.recipientAgentIds: not distinct and in AgentId byte order")
-        body = _text(obj, "body", at)
+        body = text_field(obj, "body", at)
         if len(body) > _MAX_ENVELOPE_BODY_TEXT:
             raise ProtocolError(f"{at}.body: larger than {MAX_ENVELOPE_BODY_BYTES:,} bytes")
         if unb64(body) is None:
             raise ProtocolError(f"{at}.body: not canonical unpadded base64url")
         return cls(
-            sender_agent_id=_random_id(obj, "senderAgentId", RandomId.AGENT, at),
+            sender_agent_id=random_id_field(obj, "senderAgentId", RandomId.AGENT, at),
             recipient_agent_ids=recipients,
-            message_id=_random_id(obj, "messageId", RandomId.MESSAGE, at),
+            message_id=random_id_field(obj, "messageId", RandomId.MESSAGE, at),
             body=body,
         )
 
@@ -1418,57 +1214,16 @@ class SignedEnvelope:
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "signed_envelope") -> Self:
         """Decode strictly; raises `ProtocolError`."""
-        obj = _fields(value, cls.KIND, ("envelope", "signature"), at)
+        obj = object_fields(value, cls.KIND, ("envelope", "signature"), at)
         return cls(
             envelope=Envelope.from_json(obj["envelope"], at=f"{at}.envelope"),
-            signature=_signature(obj, "signature", at),
+            signature=signature_field(obj, "signature", at),
         )
-
-
-# --- Bytes -------------------------------------------------------------------------------
-
-
-class ProtocolObject(Protocol):
-    """Any object of this module."""
-
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        ...
-
-
-class _Decodable(Protocol):
-    @classmethod
-    def from_json(cls, value: JsonValue, *, at: str = ...) -> Self: ...
-
-
-_D = TypeVar("_D", bound=_Decodable)
-
-
-def encode(obj: ProtocolObject) -> bytes:
-    """`JCS(obj.to_json())`: the one byte form of an object, as sent and stored."""
-    return canonical_json(obj.to_json())
-
-
-def _parse(data: bytes) -> JsonValue:
-    if not isinstance(data, bytes):
-        raise ProtocolError("protocol bytes must be bytes")
-    try:
-        return parse_canonical_json(data)
-    except JsonValueError as error:
-        raise ProtocolError(f"not canonical JSON: {error.detail}") from None
-
-
-def decode(data: bytes, cls: type[_D]) -> _D:
-    """Decode the JCS bytes of one object of type `cls` (a stored row, a Registry answer).
-
-    Raises `ProtocolError` when the bytes are not exactly canonical or not such an object.
-    """
-    return cls.from_json(_parse(data))
 
 
 def decode_packet(data: bytes) -> Packet:
     """Decode an envelope body: canonical JCS bytes of one packet; raises `ProtocolError`."""
-    return packet_from_json(_parse(data))
+    return packet_from_json(parse_object_bytes(data))
 
 
 def decode_signed_envelope(data: bytes) -> SignedEnvelope:
@@ -1476,7 +1231,7 @@ def decode_signed_envelope(data: bytes) -> SignedEnvelope:
 
     Shapes only: the signature is checked by `verify_envelope_signature`.
     """
-    return SignedEnvelope.from_json(_parse(data))
+    return SignedEnvelope.from_json(parse_object_bytes(data))
 
 
 # --- Hashes (§1.4) -----------------------------------------------------------------------
@@ -1597,26 +1352,10 @@ def build_record_core(*, membership: MembershipDescriptor, action: Action) -> Re
 # --- Signatures --------------------------------------------------------------------------
 
 
-CARD_ARTIFACT: Final = "agent-card"
-"""Artifact of the Registry's card signature."""
 STATEMENT_ARTIFACT: Final = "statement"
 """Artifact of a member's evidence signature."""
 ENVELOPE_ARTIFACT: Final = "envelope"
 """Artifact of a sender's envelope signature."""
-
-
-def sign_card(registry_key: SigningKey, card: AgentCard) -> SignedAgentCard:
-    """The Registry's signed card."""
-    return SignedAgentCard(card=card, signature=registry_key.sign(CARD_ARTIFACT, card.to_json()))
-
-
-def verify_card(
-    signed: SignedAgentCard, registry_public_key: str, *, cache: VerifyCache | None = None
-) -> bool:
-    """True when the card carries the pinned Registry key's signature."""
-    return verify(
-        registry_public_key, CARD_ARTIFACT, signed.card.to_json(), signed.signature, cache=cache
-    )
 
 
 def sign_statement(key: SigningKey, statement: Statement) -> SignedStatement:

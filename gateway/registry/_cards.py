@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from gateway.engine.crypto import SigningKey
-from gateway.engine.protocol import AgentCard, SignedAgentCard, format_timestamp, sign_card
+from gateway.identity.cards import AgentCard, SignedAgentCard, sign_card
+from gateway.identity.keys import SigningKey
+from gateway.identity.objects import format_timestamp
 
 
 def utc_now() -> dt.datetime:

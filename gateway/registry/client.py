@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias, TypeVar, assert_never
 
-from gateway.engine.crypto import VerifyCache
-from gateway.engine.protocol import SignedAgentCard, verify_card
+from gateway.identity.cards import SignedAgentCard, verify_card
+from gateway.identity.keys import VerifyCache
 from gateway.registry.port import (
     LIST_LIMIT_MAX,
     KeyAlreadyRegistered,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId, agent_id_order_key
-from gateway.engine.crypto import SigningKey
-from gateway.engine.protocol import SignedAgentCard
+from gateway.identity.cards import SignedAgentCard
+from gateway.identity.keys import SigningKey
 from gateway.registry._cards import mint_card, utc_now
 from gateway.registry.port import (
     LIST_LIMIT_MAX,

@@ -15,8 +15,8 @@ from typing import Final, Protocol, TypeAlias
 
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId
-from gateway.engine.crypto import is_public_key_text
-from gateway.engine.protocol import SignedAgentCard
+from gateway.identity.cards import SignedAgentCard
+from gateway.identity.keys import is_public_key_text
 
 LIST_LIMIT_MAX: Final = 100
 """Most cards one `list` call returns (engine.md §3)."""

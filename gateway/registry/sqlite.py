@@ -22,14 +22,9 @@ from typing import Final, Self, TypeVar
 
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId, agent_id_order_key
-from gateway.engine.crypto import SEED_SIZE, SigningKey
-from gateway.engine.protocol import (
-    VERSION,
-    ProtocolError,
-    SignedAgentCard,
-    decode,
-    encode,
-)
+from gateway.identity.cards import SignedAgentCard
+from gateway.identity.keys import SEED_SIZE, SigningKey
+from gateway.identity.objects import VERSION, ProtocolError, decode, encode
 from gateway.registry._cards import mint_card, utc_now
 from gateway.registry.port import (
     LIST_LIMIT_MAX,

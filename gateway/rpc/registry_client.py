@@ -27,7 +27,7 @@ from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId, b64, unb64
 from gateway.engine import protocol as p
-from gateway.engine.crypto import PUBLIC_KEY_SIZE, is_public_key_text
+from gateway.identity.keys import PUBLIC_KEY_SIZE, is_public_key_text
 from gateway.registry import (
     LIST_LIMIT_MAX,
     REGISTRY_DEADLINE,

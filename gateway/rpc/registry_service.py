@@ -21,7 +21,7 @@ from google.rpc import code_pb2
 from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
 from gateway.contract.ids import b64, unb64
 from gateway.engine import protocol as p
-from gateway.engine.crypto import PUBLIC_KEY_SIZE
+from gateway.identity.keys import PUBLIC_KEY_SIZE
 from gateway.registry import (
     KeyAlreadyRegistered,
     NameTaken,

@@ -15,7 +15,8 @@ import pytest
 from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
 from gateway.contract.ids import RandomId
 from gateway.engine import protocol as p
-from gateway.engine.crypto import SigningKey
+from gateway.identity.cards import AgentCard, sign_card
+from gateway.identity.keys import SigningKey
 from gateway.registry import (
     Found,
     MemoryRegistry,
@@ -188,9 +189,9 @@ async def test_a_registry_of_another_version_raises_registry_version_mismatch(re
 
 def test_a_card_of_another_version_is_a_version_mismatch_and_garbage_is_unavailable():
     registry_key = SigningKey.generate()
-    card = p.sign_card(
+    card = sign_card(
         registry_key,
-        p.AgentCard(
+        AgentCard(
             agent_id=RandomId.AGENT.mint(),
             agent_name="alice",
             public_key=key(),

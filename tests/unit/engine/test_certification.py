@@ -15,10 +15,10 @@ from gateway.contract.content import multicast_content
 from gateway.contract.jsonvalue import parse_canonical_json
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
-from gateway.engine.crypto import SigningKey, VerifyCache
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
-from gateway.engine.verifier import RegistryEnvelopeVerifier
+from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.registry import MemoryRegistry, Registered, RegistryClient
+from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter
 from gateway.store.memory import MemoryStore
 from gateway.store.records import DeliveryState

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from gateway.contract.content import multicast_content
 from gateway.contract.ids import HashId, RandomId, b64
 from gateway.contract.jsonvalue import canonical_json
-from gateway.engine.crypto import SigningKey, VerifyCache
 from gateway.engine.protocol import (
     MAX_ENVELOPE_BODY_BYTES,
     VERSION,
@@ -74,21 +73,20 @@ from gateway.engine.protocol import (
     envelope_recipients,
     evidence_id,
     f,
-    format_timestamp,
-    is_timestamp,
     membership_hash,
     post_intent_hash,
     q,
     record_hash,
     seal_envelope,
-    sign_card,
     sign_envelope,
     sign_statement,
-    verify_card,
     verify_member_statement,
     verify_membership,
     verify_statement_signature,
 )
+from gateway.identity.cards import sign_card, verify_card
+from gateway.identity.keys import SigningKey, VerifyCache
+from gateway.identity.objects import format_timestamp, is_timestamp
 
 ZERO = "agt_AAAAAAAAAAAAAAAAAAAAAA"
 SEVEN_F = "agt_f39_f39_f39_f39_f39_fw"

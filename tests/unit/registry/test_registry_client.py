@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.engine.crypto import SigningKey
-from gateway.engine.protocol import SignedAgentCard, sign_card
+from gateway.identity.cards import SignedAgentCard, sign_card
+from gateway.identity.keys import SigningKey
 from gateway.registry import (
     Found,
     KeyAlreadyRegistered,

@@ -9,8 +9,9 @@ from typing import Protocol
 import pytest
 
 from gateway.contract.ids import RandomId, agent_id_order_key, b64
-from gateway.engine.crypto import SigningKey
-from gateway.engine.protocol import format_timestamp, is_timestamp, verify_card
+from gateway.identity.cards import verify_card
+from gateway.identity.keys import SigningKey
+from gateway.identity.objects import format_timestamp, is_timestamp
 from gateway.registry import (
     KeyAlreadyRegistered,
     MemoryRegistry,

@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from gateway.engine.crypto import SigningKey
-from gateway.engine.protocol import verify_card
+from gateway.identity.cards import verify_card
+from gateway.identity.keys import SigningKey
 from gateway.registry import Registered, RegistryState, RegistryUnavailable, SqliteRegistry
 
 

@@ -1,4 +1,4 @@
-"""The Router's envelope verification (engine.md §4 Send step 2), on engine code.
+"""The Router's envelope verification (engine.md §4 Send step 2) against Registry cards.
 
 The Router is content-blind: it checks the outer envelope's shape and the sender's
 signature under the sender's Registry card, never the body. Cards come through the
@@ -8,8 +8,8 @@ verifying, caching `RegistryClient`; signature verdicts are cached per daemon.
 from __future__ import annotations
 
 from gateway.engine import protocol as p
-from gateway.engine.crypto import VerifyCache
-from gateway.registry import Found, RegistryClient
+from gateway.identity.keys import VerifyCache
+from gateway.registry.client import Found, RegistryClient
 from gateway.router import VerifiedEnvelope
 
 

@@ -5,7 +5,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gateway.contract.ids import b64, domain_bytes, unb64
 from gateway.contract.jsonvalue import JsonValue
-from gateway.engine.crypto import (
+from gateway.identity.keys import (
     SigningKey,
     VerifyCache,
     is_public_key_text,
