@@ -227,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(log_format=settings.log_format, level=settings.log_level)
     run = {"router": _router, "registry": _registry}.get(args.command, _serve)
     if settings.uvloop:
-        # Installed here only: libraries and tests never set a loop policy (house style 8).
+        # Installed here only: a library that set the loop policy would impose it on every embedder,
+        # and tests choose their own loops.
         import uvloop
 
         return uvloop.run(run(settings))

@@ -77,7 +77,7 @@ DIRECTORY_MODE: Final = 0o700
 
 
 class ProcessState(enum.StrEnum):
-    """The lifecycle of a standalone process (house style 9)."""
+    """The lifecycle of a standalone process: each state refuses the calls that make no sense in it."""
 
     STARTING = "starting"
     """Opening its backend and binding; health NOT_SERVING."""

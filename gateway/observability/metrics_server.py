@@ -43,7 +43,7 @@ _WILDCARDS: Final = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # no
 
 
 class MetricsServerState(enum.StrEnum):
-    """A MetricsServer's lifecycle (house style 9)."""
+    """A MetricsServer's lifecycle: each state refuses the calls that make no sense in it."""
 
     CREATED = "created"
     """Built; nothing bound."""

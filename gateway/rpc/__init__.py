@@ -1,4 +1,4 @@
-"""The gRPC edge: the only package that imports grpc or the generated code (house style 3).
+"""The gRPC edge: the only package that imports grpc or the generated code.
 
 `build_server(core, settings)` serves the agent API (`HarnessEndpointService`), the operator
 API (`ManagementService`), health and reflection over a `GatewayCore`; `convert` turns

@@ -73,7 +73,7 @@ class ServiceBinding:
 
 
 class RpcServerState(enum.StrEnum):
-    """An RpcServer's lifecycle (house style 9)."""
+    """An RpcServer's lifecycle: each state refuses the calls that make no sense in it."""
 
     BOUND = "bound"
     """Built and listening address bound; not started."""

@@ -53,7 +53,7 @@ class DataDirLocked(StoreError):
 class StoreClosed(StoreError):
     """The store refused a call because it is closing or closed; nothing was written.
 
-    `state` names the state that refused the call (house-style 9).
+    `state` names the state that refused the call, so the message says why, not only that.
     """
 
     state: str

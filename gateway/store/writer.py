@@ -68,7 +68,7 @@ Bounds how long one transaction holds the write lock and how much a failed COMMI
 in doubt; at ~100 rows a transaction SQLite already reaches ~150,000 rows/s (§8)."""
 
 COMMIT_QUEUE_CAPACITY: Final = 4096
-"""Units that may wait for a commit before `submit` itself waits (house-style 13).
+"""Units that may wait for a commit before `submit` itself waits: the bound that keeps memory flat.
 
 Eight full groups: enough to absorb a burst while one group syncs, small enough that a
 stalled disk stops writers instead of growing memory."""

@@ -1,7 +1,7 @@
 """The committed generated code is exactly what `proto/generate.py` produces.
 
-Generated code changes only through `make generate` (house-style, "What a reviewer looks
-for"); these tests are the drift check `make check-generated` runs, plus the checker's own
+Generated code changes only through `make generate`, so a reviewer reads the proto's diff
+and never hand edits; these tests are the drift check `make check-generated` runs, plus the checker's own
 behaviour and an import of both committed trees.
 """
 

@@ -1,4 +1,4 @@
-"""One contract suite for every in-process Registry backend (house style 6)."""
+"""One contract suite for every in-process Registry backend: one behaviour, several backends."""
 
 from __future__ import annotations
 

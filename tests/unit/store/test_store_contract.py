@@ -1,4 +1,4 @@
-"""One contract suite for every `Store` implementation (house style 6)."""
+"""One contract suite for every `Store` implementation: one behaviour, several backends."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ _TYPED_SEND_FAILURES: Final = (
 
 
 class EndpointState(enum.StrEnum):
-    """An Endpoint's lifecycle (house style 9)."""
+    """An Endpoint's lifecycle: each state refuses the calls that make no sense in it."""
 
     OPEN = "open"
     """Connected and checked; calls are taken."""

@@ -1,4 +1,4 @@
-"""Retry policy as data (house style 16): which failures are retried, and how.
+"""Retry policy as data: which failures are retried, and how.
 
 The channel retries only the idempotent unary methods, with the service config of
 operations.md §3; the library itself retries keyed sends under their key and reconnects
