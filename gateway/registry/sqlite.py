@@ -17,9 +17,9 @@ import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Final, Self, TypeVar
 
+from gateway.closing import AsyncClosing
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId, agent_id_order_key
 from gateway.identity.cards import SignedAgentCard
@@ -67,7 +67,7 @@ class RegistryState(enum.Enum):
     """Closed; every call raises `RegistryUnavailable`."""
 
 
-class SqliteRegistry:
+class SqliteRegistry(AsyncClosing):
     """A `RegistryPort` in one SQLite file. Create it with `await SqliteRegistry.open(path)`."""
 
     def __init__(
@@ -137,17 +137,6 @@ class SqliteRegistry:
             await loop.run_in_executor(self._executor, self._connection.close)
         finally:
             self._executor.shutdown(wait=True)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def registry_public_key(self) -> str:
         """`b64` of the Registry's public key."""

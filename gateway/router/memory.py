@@ -18,9 +18,9 @@ import heapq
 import logging
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self, assert_never
+from typing import assert_never
 
+from gateway.closing import AsyncClosing
 from gateway.contract.ids import RandomId
 from gateway.router.port import (
     POLL_HOLD,
@@ -110,7 +110,7 @@ class _OrderIndex:
             yield orders[position]
 
 
-class InProcessRouter:
+class InProcessRouter(AsyncClosing):
     """A volatile ring implementing `RouterPort`; a new instance per construction.
 
     Construction does no I/O and needs no running loop; `close()` (or leaving `async with`)
@@ -134,17 +134,6 @@ class InProcessRouter:
         self._waiters: dict[str, set[asyncio.Future[int]]] = {}
         """Per recipient, the held polls to wake with the first order appended for it."""
         logger.info("router instance started instance=%s", self._instance_id)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     @property
     def state(self) -> RouterState:

@@ -18,12 +18,12 @@ import asyncio
 import enum
 import json
 import logging
-from types import TracebackType
 from typing import Any, Final, NoReturn, Self
 
 import grpc
 
 from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
+from gateway.closing import AsyncClosing
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId, b64, unb64
 from gateway.engine import protocol as p
@@ -93,7 +93,7 @@ def _other_version(data: bytes) -> bool:
     return any(isinstance(version, str) and version != p.VERSION for version in versions)
 
 
-class GrpcRegistry:
+class GrpcRegistry(AsyncClosing):
     """A `RegistryPort` whose Registry is a `RegistryService` across the network.
 
     Create it with `await GrpcRegistry.connect(target, ...)`, which pins the Registry key;
@@ -155,17 +155,6 @@ class GrpcRegistry:
                 raise
             logger.info("registry key fetched target=%s", address)
         return client
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     @property
     def state(self) -> GrpcRegistryState:

@@ -24,13 +24,13 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import AsyncGenerator
-from types import TracebackType
 from typing import Any, Final, NoReturn, Self
 
 import grpc
 from google.protobuf import duration_pb2
 
 from gateway._gen.harness.v1 import router_pb2, router_pb2_grpc
+from gateway.closing import AsyncClosing
 from gateway.router import (
     POLL_HOLD,
     Accepted,
@@ -133,7 +133,7 @@ def read_outcome(response: router_pb2.PollResponse | router_pb2.SubscribeRespons
             raise RouterUnavailable(f"the router answered a read with {other!r}")
 
 
-class GrpcRouter:
+class GrpcRouter(AsyncClosing):
     """A `RouterPort` whose Router is a `RouterService` across the network.
 
     Create it with `await GrpcRouter.connect(target, peer_token=...)`; the channel
@@ -170,17 +170,6 @@ class GrpcRouter:
             target=address,
             peer_token=peer_token,
         )
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     @property
     def state(self) -> RouterState:

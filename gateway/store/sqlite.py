@@ -33,9 +33,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self, TypeVar
+from typing import Final, TypeVar
 
+from gateway.closing import AsyncClosing
 from gateway.store.errors import SchemaVersionMismatch, StoreClosed, StoreCorrupt, StoreError
 from gateway.store.observer import StoreObserver
 from gateway.store.writer import (
@@ -181,7 +181,7 @@ def open_database(path: Path | str, *, read_only: bool = False) -> sqlite3.Conne
     return connection
 
 
-class SqliteDatabase:
+class SqliteDatabase(AsyncClosing):
     """One store file: a `CommitWriter` for writes, reader connections for reads.
 
     Obtain one with `await SqliteDatabase.open(path, schema=...)`; an async context manager
@@ -307,16 +307,6 @@ class SqliteDatabase:
             self._closed.set()
             logger.info("store closed path=%s", self._path)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _check_open(self) -> None:
         if self._state is not DatabaseState.OPEN:

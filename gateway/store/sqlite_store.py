@@ -6,9 +6,9 @@ import functools
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
+from gateway.closing import AsyncClosing
 from gateway.contract.ids import RandomId
 from gateway.store import tables
 from gateway.store.errors import ConstraintViolation, StoreCorrupt
@@ -49,7 +49,7 @@ STORE_FILE: Final = "gateway.sqlite3"
 """The store's file name inside the data directory."""
 
 
-class SqliteStore:
+class SqliteStore(AsyncClosing):
     """A `Store` on one SQLite file; every row is keyed by agent."""
 
     def __init__(self, database: SqliteDatabase, local_instance_id: str) -> None:
@@ -179,13 +179,3 @@ class SqliteStore:
         """Flush queued writes and close; idempotent."""
         await self._db.close()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -45,9 +45,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Final, Self, TypeAlias, TypeVar, assert_never, cast
+from typing import Final, TypeAlias, TypeVar, assert_never, cast
 
+from gateway.closing import AsyncClosing
 from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreError, StoreFailed
 from gateway.store.observer import NullStoreObserver, StoreObserver
 
@@ -166,7 +166,7 @@ class _GroupReport:
     fatal: BaseException | None
 
 
-class CommitWriter:
+class CommitWriter(AsyncClosing):
     """Owns the write connection and commits submitted units in groups.
 
     Obtain one with `await CommitWriter.start(connect)`; an async context manager whose
@@ -309,17 +309,6 @@ class CommitWriter:
                 self._state = CommitWriterState.CLOSED
                 self._closed.set()
                 logger.debug("store writer closed")
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _check_accepting(self) -> None:
         match self._state:
