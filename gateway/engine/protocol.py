@@ -57,6 +57,7 @@ from gateway.identity.objects import VERSION as VERSION
 from gateway.identity.objects import ProtocolError as ProtocolError
 from gateway.identity.objects import ProtocolObject as ProtocolObject
 from gateway.identity.objects import (
+    VersionedObject,
     array_field,
     flag_field,
     hash_id_field,
@@ -90,17 +91,15 @@ _MAX_ENVELOPE_BODY_TEXT: Final = (MAX_ENVELOPE_BODY_BYTES * 4 + 2) // 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConversationIdentity:
+class ConversationIdentity(VersionedObject):
     """`{kind:"conversation_identity", memberAgentIds}`: 2..32 AgentIds in byte order."""
 
     KIND: ClassVar[str] = "conversation_identity"
     member_agent_ids: tuple[str, ...]
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "memberAgentIds": list(self.member_agent_ids),
         }
 
@@ -142,7 +141,7 @@ def _agent_id_item(value: object, at: str) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MembershipDescriptor:
+class MembershipDescriptor(VersionedObject):
     """`{kind:"membership_descriptor", conversationId, members:[SignedAgentCard...]}`."""
 
     KIND: ClassVar[str] = "membership_descriptor"
@@ -167,11 +166,9 @@ class MembershipDescriptor:
                 return member.card
         return None
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "members": [member.to_json() for member in self.members],
         }
@@ -210,7 +207,7 @@ def _membership_order_problem(descriptor: MembershipDescriptor) -> str | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PostIntent:
+class PostIntent(VersionedObject):
     """`{kind:"post_intent", conversationId, membershipHash, authorAgentId, postId, content}`.
 
     (author, PostId) names one immutable intent; its hash excludes predecessor, anchor and
@@ -224,11 +221,9 @@ class PostIntent:
     post_id: str
     content: Content
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object (`content` in the contract's part shape)."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version` (`content` in the contract's part shape)."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "authorAgentId": self.author_agent_id,
@@ -259,7 +254,7 @@ class PostIntent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GenesisAnchor:
+class GenesisAnchor(VersionedObject):
     """`{kind:"genesis_anchor", conversationId, membershipHash, routerInstanceId}`."""
 
     KIND: ClassVar[str] = "genesis_anchor"
@@ -267,11 +262,9 @@ class GenesisAnchor:
     membership_hash: str
     router_instance_id: str
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "routerInstanceId": self.router_instance_id,
@@ -293,7 +286,7 @@ class GenesisAnchor:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorBody:
+class ReanchorBody(VersionedObject):
     """`{kind:"reanchor", conversationId, membershipHash, previousAnchorHash,
     selectedRecordHash, routerInstanceId}`."""
 
@@ -304,11 +297,9 @@ class ReanchorBody:
     selected_record_hash: str
     router_instance_id: str
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "previousAnchorHash": self.previous_anchor_hash,
@@ -350,7 +341,7 @@ Anchor: TypeAlias = GenesisAnchor | ReanchorBody
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GenesisAction:
+class GenesisAction(VersionedObject):
     """`{kind:"GENESIS", conversationId, membership, anchor, previousRecordHash:null,
     postIntent, postIntentHash}`: the first record of a conversation, signed by all members."""
 
@@ -371,11 +362,9 @@ class GenesisAction:
         """The intent's author."""
         return self.post_intent.author_agent_id
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "membership": self.membership.to_json(),
             "anchor": self.anchor.to_json(),
@@ -411,7 +400,7 @@ class GenesisAction:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PostAction:
+class PostAction(VersionedObject):
     """`{kind:"POST", conversationId, membershipHash, anchorHash, previousRecordHash,
     postIntent, postIntentHash}`: a successor of one certified record."""
 
@@ -428,11 +417,9 @@ class PostAction:
         """The intent's author."""
         return self.post_intent.author_agent_id
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "anchorHash": self.anchor_hash,
@@ -483,7 +470,7 @@ def action_from_json(value: JsonValue, *, at: str = "action") -> Action:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RecordCore:
+class RecordCore(VersionedObject):
     """`{kind:"record_core", membership, anchorHash, action, actionHash}`.
 
     RecordHash covers this and no signature, so every valid signer subset gives one hash.
@@ -495,11 +482,9 @@ class RecordCore:
     action: Action
     action_hash: str
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "membership": self.membership.to_json(),
             "anchorHash": self.anchor_hash,
             "action": self.action.to_json(),
@@ -524,7 +509,7 @@ class RecordCore:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpRequest:
+class CatchUpRequest(VersionedObject):
     """`{kind:"catch_up_request", conversationId, membershipHash, requesterAgentId,
     knownRecordHash, knownAnchorHash}`: both positions null (asking for GENESIS) or both set."""
 
@@ -535,11 +520,9 @@ class CatchUpRequest:
     known_record_hash: str | None
     known_anchor_hash: str | None
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "requesterAgentId": self.requester_agent_id,
@@ -581,18 +564,16 @@ class CatchUpRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionSignature:
+class ActionSignature(VersionedObject):
     """`{kind:"action_signature", signerAgentId, actionHash}`."""
 
     KIND: ClassVar[str] = "action_signature"
     signer_agent_id: str
     action_hash: str
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "actionHash": self.action_hash,
         }
@@ -608,7 +589,7 @@ class ActionSignature:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DurabilityVote:
+class DurabilityVote(VersionedObject):
     """`{kind:"durability_vote", signerAgentId, conversationId, membershipHash, recordHash}`."""
 
     KIND: ClassVar[str] = "durability_vote"
@@ -617,11 +598,9 @@ class DurabilityVote:
     membership_hash: str
     record_hash: str
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
@@ -643,7 +622,7 @@ class DurabilityVote:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorVote:
+class ReanchorVote(VersionedObject):
     """`{kind:"reanchor_vote", signerAgentId, anchorHash, reanchor}`."""
 
     KIND: ClassVar[str] = "reanchor_vote"
@@ -651,11 +630,9 @@ class ReanchorVote:
     anchor_hash: str
     reanchor: ReanchorBody
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "anchorHash": self.anchor_hash,
             "reanchor": self.reanchor.to_json(),
@@ -684,7 +661,7 @@ class CatchUpItemKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpAttestation:
+class CatchUpAttestation(VersionedObject):
     """`{kind:"catch_up_attestation", signerAgentId, request, itemKind, itemHash, hasMore}`."""
 
     KIND: ClassVar[str] = "catch_up_attestation"
@@ -695,11 +672,9 @@ class CatchUpAttestation:
     has_more: bool
     """A hint, never a safety input."""
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "request": self.request.to_json(),
             "itemKind": self.item_kind.value,
@@ -761,7 +736,7 @@ def statement_from_json(value: JsonValue, *, at: str = "statement") -> Statement
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignedStatement:
+class SignedStatement(VersionedObject):
     """`{kind:"signed_statement", statement, signature}`: `SIG(signer, "statement", statement)`.
 
     Evidence, and a packet of its own (the envelope sender must be the signer).
@@ -776,11 +751,9 @@ class SignedStatement:
         """The statement's signer."""
         return self.statement.signer_agent_id
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "statement": self.statement.to_json(),
             "signature": self.signature,
         }
@@ -810,18 +783,16 @@ def _entries(obj: Mapping[str, JsonValue], name: str, at: str) -> tuple[SignedSt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionCertificate:
+class ActionCertificate(VersionedObject):
     """`{kind:"action_certificate", actionHash, signatures:[SignedStatement...]}`."""
 
     KIND: ClassVar[str] = "action_certificate"
     action_hash: str
     signatures: tuple[SignedStatement, ...]
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "actionHash": self.action_hash,
             "signatures": [entry.to_json() for entry in self.signatures],
         }
@@ -837,18 +808,16 @@ class ActionCertificate:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DurabilityCertificate:
+class DurabilityCertificate(VersionedObject):
     """`{kind:"durability_certificate", recordHash, votes:[SignedStatement...]}`."""
 
     KIND: ClassVar[str] = "durability_certificate"
     record_hash: str
     votes: tuple[SignedStatement, ...]
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "recordHash": self.record_hash,
             "votes": [entry.to_json() for entry in self.votes],
         }
@@ -864,18 +833,16 @@ class DurabilityCertificate:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorCertificate:
+class ReanchorCertificate(VersionedObject):
     """`{kind:"reanchor_certificate", anchorHash, votes:[SignedStatement...]}`."""
 
     KIND: ClassVar[str] = "reanchor_certificate"
     anchor_hash: str
     votes: tuple[SignedStatement, ...]
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "anchorHash": self.anchor_hash,
             "votes": [entry.to_json() for entry in self.votes],
         }
@@ -891,7 +858,7 @@ class ReanchorCertificate:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CompletedReanchor:
+class CompletedReanchor(VersionedObject):
     """`{kind:"completed_reanchor", anchorHash, reanchor, certificate}`; also a packet (relay)."""
 
     KIND: ClassVar[str] = "completed_reanchor"
@@ -899,11 +866,9 @@ class CompletedReanchor:
     reanchor: ReanchorBody
     certificate: ReanchorCertificate
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "anchorHash": self.anchor_hash,
             "reanchor": self.reanchor.to_json(),
             "certificate": self.certificate.to_json(),
@@ -925,7 +890,7 @@ RouterAnchor: TypeAlias = GenesisAnchor | CompletedReanchor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionCertifiedRecord:
+class ActionCertifiedRecord(VersionedObject):
     """`{kind:"action_certified_record", recordHash, recordCore, routerAnchor,
     actionCertificate}`: what a member stages before voting durability."""
 
@@ -935,11 +900,9 @@ class ActionCertifiedRecord:
     router_anchor: RouterAnchor
     action_certificate: ActionCertificate
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "recordHash": self.record_hash,
             "recordCore": self.record_core.to_json(),
             "routerAnchor": self.router_anchor.to_json(),
@@ -972,7 +935,7 @@ class ActionCertifiedRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CertifiedRecord:
+class CertifiedRecord(VersionedObject):
     """`{kind:"certified_record", actionCertifiedRecord, durabilityCertificate}`."""
 
     KIND: ClassVar[str] = "certified_record"
@@ -984,11 +947,9 @@ class CertifiedRecord:
         """The record's RecordHash (as the record states it; `check_certified_record` proves it)."""
         return self.action_certified_record.record_hash
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "actionCertifiedRecord": self.action_certified_record.to_json(),
             "durabilityCertificate": self.durability_certificate.to_json(),
         }
@@ -1011,15 +972,15 @@ class CertifiedRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionProposal:
+class ActionProposal(VersionedObject):
     """`{kind:"action_proposal", action}`."""
 
     KIND: ClassVar[str] = "action_proposal"
     action: Action
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        return {"kind": self.KIND, "version": VERSION, "action": self.action.to_json()}
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
+        return {"action": self.action.to_json()}
 
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "action_proposal") -> Self:
@@ -1033,7 +994,7 @@ CatchUpItem: TypeAlias = CertifiedRecord | CompletedReanchor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpPage:
+class CatchUpPage(VersionedObject):
     """`{kind:"catch_up_page", request, item, hasMore, attestation}`."""
 
     KIND: ClassVar[str] = "catch_up_page"
@@ -1042,11 +1003,9 @@ class CatchUpPage:
     has_more: bool
     attestation: SignedStatement
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "request": self.request.to_json(),
             "item": self.item.to_json(),
             "hasMore": self.has_more,
@@ -1075,18 +1034,16 @@ class CatchUpPage:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpIncomplete:
+class CatchUpIncomplete(VersionedObject):
     """`{kind:"catch_up_incomplete", request, attestation}`."""
 
     KIND: ClassVar[str] = "catch_up_incomplete"
     request: CatchUpRequest
     attestation: SignedStatement
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "request": self.request.to_json(),
             "attestation": self.attestation.to_json(),
         }
@@ -1135,7 +1092,7 @@ def packet_from_json(value: JsonValue, *, at: str = "packet") -> Packet:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Envelope:
+class Envelope(VersionedObject):
     """`{kind:"envelope", senderAgentId, recipientAgentIds, messageId, body}`.
 
     `body` is `b64` of a packet's JCS bytes, at most 262,144 bytes decoded.
@@ -1154,11 +1111,9 @@ class Envelope:
             raise ProtocolError("envelope.body: not canonical unpadded base64url")
         return data
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "senderAgentId": self.sender_agent_id,
             "recipientAgentIds": list(self.recipient_agent_ids),
             "messageId": self.message_id,
@@ -1192,7 +1147,7 @@ class Envelope:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignedEnvelope:
+class SignedEnvelope(VersionedObject):
     """`{kind:"signed_envelope", envelope, signature}`: `SIG(sender, "envelope", envelope)`.
 
     It attributes a packet to its sender; it is never action evidence.
@@ -1202,11 +1157,9 @@ class SignedEnvelope:
     envelope: Envelope
     signature: str
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+    def fields_json(self) -> dict[str, JsonValue]:
+        """The fields after `kind` and `version`."""
         return {
-            "kind": self.KIND,
-            "version": VERSION,
             "envelope": self.envelope.to_json(),
             "signature": self.signature,
         }
