@@ -1,23 +1,30 @@
-"""The composition root: one `Gateway` builds every component, in one place.
+"""The composition root: `Gateway` builds every component in one place and runs their lives.
 
-`await Gateway.start(settings)` opens the data directory (exclusive lock), the store, the
-Registry, the Router and the Router feed, rebuilds every hosted agent from the store,
-recovers its conversations, and serves gRPC. `await gateway.shutdown()` runs the written
-order of operations.md §5; it is idempotent, and `wait_stopped()` returns once it ran.
+`await Gateway.start(settings)` composes one frozen `Components` record: the data directory
+(exclusive lock), the store, the Registry, the Router, the Router feed, the hosted agents'
+`AgentDirectory`, the `ManagementQueries`, the gauges and the gRPC server. It then runs the
+start in one written order: serve gRPC (readiness NOT_SERVING), rebuild every hosted agent
+from the store, move existing conversations onto local order, start the Router feed and the
+agents, then readiness SERVING. A start that fails closes what it opened, in reverse order.
+`await gateway.shutdown()` runs the written order of operations.md §5; it is idempotent, and
+`wait_stopped()` returns once it ran.
 
 The Router and Registry are chosen by the settings (operations.md §1): in-process (the
 embedded mode) unless `router` / `registry` name a standalone process to join, through the
 gRPC clients of `gateway/rpc/` (the Registry key pinned from a setting or fetched once at
 start). With `expose_network` the embedded Router and Registry are also served to other
 daemons on this daemon's own gRPC port, behind the peer token.
+
+The gateway is the `GatewayCore` the gRPC services call; each call is handed to the
+`AgentDirectory` (hosting, tokens, registration) or to the `ManagementQueries` (what an
+operator reads).
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
+import contextlib
 import enum
-import hmac
 import logging
 import os
 import secrets
@@ -26,12 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, Protocol, Self
 
 from gateway import __version__
-from gateway.contract.addresses import canonicalize, is_agent_name
-from gateway.contract.errors import SendError
-from gateway.contract.ids import RandomId, token_digest
+from gateway.agents import AgentDirectory, Hosting
 from gateway.endpoint.api import (
     AgentStatus,
     AuthFailure,
@@ -39,36 +44,31 @@ from gateway.endpoint.api import (
     GatewayState,
     GatewayStatus,
     HistoryRecord,
-    ManagementError,
+    NotServing,
     RegisteredAgent,
-    SetAsideConversation,
 )
-from gateway.endpoint.export import HistoryExport
-from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
+from gateway.endpoint.inbox import InboxObserver, StreamEndReason
 from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
-from gateway.engine import protocol as p
-from gateway.engine.certifier import Certified, Certifier, Identity
+from gateway.engine.certifier import Certified
 from gateway.engine.local_move import move_existing
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
-from gateway.identity.keys import SigningKey, VerifyCache
+from gateway.identity.keys import VerifyCache
+from gateway.management import ManagementQueries
+from gateway.observability.gauges import GaugeLoop
 from gateway.observability.logs import install_grpc_log_filter
 from gateway.observability.metrics import (
     DAEMON_GRPC_SERVICES,
     REGISTRY_SERVICE,
     ROUTER_SERVICE,
     Metrics,
+    SendOutcome,
     StoreMetrics,
 )
 from gateway.observability.metrics_server import MetricsServer
-from gateway.registry import (
-    KeyAlreadyRegistered,
-    NameTaken,
-    Registered,
-    RegistryClient,
-    SqliteRegistry,
-)
+from gateway.registry import RegistryClient, RegistryPort, SqliteRegistry
 from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter, RingSettings
+from gateway.router.port import RouterPort
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
@@ -81,10 +81,9 @@ from gateway.rpc.tls import peer_channel_credentials
 from gateway.secret_file import ensure_secret, read_secret
 from gateway.settings import Settings
 from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
-from gateway.store.records import PutIdentity, PutToken, RevokeTokens
+from gateway.store.port import Store
 
 logger = logging.getLogger(__name__)
-audit = logging.getLogger("harness.audit")
 
 STORE_FILE: Final = "gateway.sqlite3"
 """The store's file in the data directory."""
@@ -92,8 +91,6 @@ REGISTRY_FILE: Final = "registry.sqlite3"
 """The embedded Registry's file in the data directory."""
 ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secret
 """The generated operator token's file in the data directory (mode 0600)."""
-GAUGE_INTERVAL: Final = 5.0
-"""Seconds between refreshes of the gauges read from the store (backlog, oldest unacked)."""
 SHUTDOWN_ANSWER_MARGIN: Final = 1.0
 """Seconds before the shutdown grace ends at which waiting sends answer (§5 step 5)."""
 
@@ -108,10 +105,6 @@ class ShutdownStep(enum.StrEnum):
     BACKGROUND = "stop-background"
     FLUSH = "flush-store"
     METRICS = "stop-metrics"
-
-
-def _utc_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ensure_admin_token(settings: Settings) -> tuple[str, Path]:
@@ -133,21 +126,69 @@ class GatewayHooks:
     on_fatal: Callable[[BaseException], None] | None = None
 
 
+class RegistryBackend(RegistryPort, Protocol):
+    """A Registry backend the daemon opened (its own SQLite file, or a client of a
+    standalone Registry), and so must close."""
+
+    async def close(self) -> None:
+        """Release the backend; idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Components:
+    """Everything one daemon is made of, composed once by `Gateway.start`."""
+
+    metrics_server: MetricsServer | None
+    """`/metrics`, when `metrics_listen` is set."""
+    lock: DataDirLock
+    """The data directory's exclusive lock."""
+    store: Store
+    registry_port: RegistryBackend
+    """The Registry backend: the embedded SQLite one, or a client of a standalone one."""
+    registry: RegistryClient
+    """The verifying, caching view of `registry_port` everything else resolves through."""
+    router: RouterPort
+    """The in-process ring, or a client of a standalone Router."""
+    router_service: RouterService | None
+    """The embedded Router served to other daemons, when this daemon exposes it."""
+    network: Network
+    agents: AgentDirectory
+    management: ManagementQueries
+    gauges: GaugeLoop
+    server: RpcServer
+
+
+def _inbox_observer(metrics: Metrics) -> InboxObserver:
+    return InboxObserver(
+        on_stream_open=metrics.count_stream_open,
+        on_stream_end=metrics.count_stream_end,
+        on_replayed=metrics.count_replayed,
+        on_acknowledged=metrics.count_acknowledged,
+        on_acknowledge_result=metrics.count_acknowledge_result,
+    )
+
+
+def _send_observer(metrics: Metrics) -> SendObserver:
+    return SendObserver(
+        on_send=lambda op, error: metrics.count_send(
+            op, SendOutcome.OK if error is None else error
+        ),
+        on_delivery_published=metrics.count_published,
+        on_record_consumed=metrics.count_consumed,
+        on_member_outcome=metrics.count_member_outcome,
+        on_collective_result=metrics.count_collective_result,
+        on_key_resolution=metrics.count_idempotency,
+    )
+
+
 class Gateway:
-    """One gateway daemon: every component, its lifecycle and the `GatewayCore` surface."""
+    """One gateway daemon: its components, their start and shutdown, and `GatewayCore`."""
 
     def __init__(self, settings: Settings) -> None:
+        """Use `start`; nothing is opened here."""
         self.settings = settings
         self._state = GatewayState.STARTING
-        self._lock: DataDirLock | None = None
-        self._store: SqliteStore | None = None
-        self._registry_port: SqliteRegistry | GrpcRegistry | None = None
-        self._registry: RegistryClient | None = None
-        self._router: InProcessRouter | GrpcRouter | None = None
-        self._router_service: RouterService | None = None
-        self._network: Network | None = None
-        self._server: RpcServer | None = None
-        self._cache = VerifyCache()
         exposed = [
             name
             for name, served in (
@@ -159,18 +200,12 @@ class Gateway:
         self.metrics = Metrics(
             __version__, settings.mode, grpc_services=(*DAEMON_GRPC_SERVICES, *exposed)
         )
-        self._metrics_server: MetricsServer | None = None
-        self._gauges: asyncio.Task[None] | None = None
-        self._runtimes: dict[str, AgentRuntime] = {}
-        self._by_name: dict[str, AgentRuntime] = {}
-        self._tokens: dict[str, tuple[str, bool]] = {}
-        self._admin_token = ""
+        self._components: Components | None = None
+        self._opened = contextlib.AsyncExitStack()
+        """What the start opened so far, closed in reverse order if the start fails."""
         self.admin_token_path: Path | None = None
         self.peer_token_path: Path | None = None
         """The peer token's file when this daemon serves its Router or Registry."""
-        self._registering = asyncio.Lock()
-        self._run_id = secrets.token_hex(8)
-        """This process's run: keyed sends reserved by another run are indeterminate."""
         self._shutdown_started = False
         self._hurry = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -178,86 +213,99 @@ class Gateway:
         self._fatal_shutdown: asyncio.Task[None] | None = None
         self.exit_code = 0
 
-    # --- lifecycle ---------------------------------------------------------------------------
+    # --- start -------------------------------------------------------------------------------
 
     @classmethod
     async def start(cls, settings: Settings) -> Gateway:
-        """Open everything, recover, and serve. On failure, what was opened is closed."""
+        """Compose, recover, and serve. On failure, what was opened is closed."""
         gateway = cls(settings)
         try:
-            await gateway._start()
+            install_grpc_log_filter()  # before any call can make grpc log a token
+            gateway._components = await gateway._compose(gateway._opened)
+            await gateway._run(gateway._components)
         except BaseException:
-            await gateway._close_components()
+            await gateway._close_after_failed_start()
             raise
+        # From here on the written shutdown order closes everything.
+        gateway._opened.pop_all()
         return gateway
 
-    async def _start(self) -> None:
-        install_grpc_log_filter()  # before any call can make grpc log a token
+    async def _compose(self, opened: contextlib.AsyncExitStack) -> Components:
+        """Open and build every component, pushing each one's close onto `opened`."""
         settings = self.settings
+        metrics_server = None
         if settings.metrics_listen is not None:
             # Metrics come up first and go down last, so a scrape sees the whole life.
-            self._metrics_server = MetricsServer(self.metrics, settings.metrics_listen)
-            self._metrics_server.start()
+            metrics_server = MetricsServer(self.metrics, settings.metrics_listen)
+            metrics_server.start()
+            opened.push_async_callback(asyncio.to_thread, metrics_server.stop)
         joining = settings.router is not None or settings.registry is not None
         # Joining needs the token of the process serving the Router and Registry; read it
         # before anything opens, so a missing file is the one error shown.
         peer_token = read_peer_token(settings.peer_token_file) if joining else None
         peer_tls = peer_channel_credentials(settings) if settings.joins_over_tls else None
-        self._lock = DataDirLock.acquire(settings.data_dir)
-        self._admin_token, self.admin_token_path = ensure_admin_token(settings)
+        lock = DataDirLock.acquire(settings.data_dir)
+        opened.callback(lock.release)
+        admin_token, self.admin_token_path = ensure_admin_token(settings)
+        guard = None
         if settings.exposes_router or settings.exposes_registry:
             served_token, self.peer_token_path = ensure_peer_token(settings)
-        else:
-            served_token = None
-        # The store holds agents' private seeds: create both files owner-only before SQLite
-        # opens them (its -wal and -shm files copy the database file's mode).
-        files = (STORE_FILE,) if settings.registry is not None else (STORE_FILE, REGISTRY_FILE)
-        for name in files:
-            os.close(os.open(settings.data_dir / name, os.O_CREAT | os.O_WRONLY, 0o600))
-        self._store = await SqliteStore.open(
-            settings.data_dir / STORE_FILE,
-            writer_settings=CommitWriterSettings(
-                commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
-            ),
-            observer=StoreMetrics(self.metrics),
-            on_fatal=self._on_fatal,
-        )
+            guard = PeerGuard(served_token)
+        store = await self._open_store()
+        opened.push_async_callback(store.close)
+
+        registry_port: RegistryBackend
+        registry_binding = None
         if settings.registry is None:
-            self._registry_port = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
+            embedded_registry = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
+            if guard is not None and settings.exposes_registry:
+                registry_binding = RegistryService(embedded_registry, guard).binding()
+            registry_port = embedded_registry
         else:
-            assert peer_token is not None
-            self._registry_port = await GrpcRegistry.connect(
+            assert peer_token is not None  # read above whenever a Registry is joined
+            registry_port = await GrpcRegistry.connect(
                 settings.registry,
                 peer_token=peer_token,
                 tls=peer_tls,
                 keepalive=KeepalivePolicy.from_settings(settings),
                 registry_public_key=settings.registry_public_key,
             )
-        self._registry = RegistryClient(
-            self._registry_port,
-            registry_public_key=self._registry_port.registry_public_key(),
-            verify_cache=self._cache,
+        opened.push_async_callback(registry_port.close)
+        cache = VerifyCache()
+        registry = RegistryClient(
+            registry_port,
+            registry_public_key=registry_port.registry_public_key(),
+            verify_cache=cache,
         )
+        opened.push_async_callback(registry.close)
+
+        router: RouterPort
+        router_service = None
         if settings.router is None:
-            self._router = InProcessRouter(
-                RegistryEnvelopeVerifier(self._registry, cache=self._cache),
+            ring = InProcessRouter(
+                RegistryEnvelopeVerifier(registry, cache=cache),
                 settings=RingSettings(
                     max_entries=settings.ring_max_entries, max_bytes=settings.ring_max_bytes
                 ),
             )
+            if guard is not None and settings.exposes_router:
+                router_service = RouterService(ring, guard)
+            router = ring
         else:
             # A Router that is down at start is fine: the feed retries while DETACHED.
-            assert peer_token is not None
-            self._router = await GrpcRouter.connect(
+            assert peer_token is not None  # read above whenever a Router is joined
+            router = await GrpcRouter.connect(
                 settings.router,
                 peer_token=peer_token,
                 tls=peer_tls,
                 keepalive=KeepalivePolicy.from_settings(settings),
             )
-        self._network = Network(
-            router=self._router,
-            store=self._store,
-            local_instance_id=self._store.local_instance_id,
+        opened.push_async_callback(router.close)
+
+        network = Network(
+            router=router,
+            store=store,
+            local_instance_id=store.local_instance_id,
             observer=NetworkObserver(
                 on_certified=self._certified,
                 on_deliveries=self._deliveries_ready,
@@ -266,87 +314,169 @@ class Gateway:
                 on_fatal=self._on_fatal,
             ),
         )
-        self._server = await build_server(
+        opened.push_async_callback(network.close)
+        agents = AgentDirectory(
+            store=store,
+            local_instance_id=store.local_instance_id,
+            network=network,
+            registry=registry,
+            hosting=self._hosting(registry_port.registry_public_key(), cache),
+            admin_token=admin_token,
+        )
+        opened.push_async_callback(agents.close)
+        management = ManagementQueries(
+            agents=agents, store=store, network=network, mode=settings.mode
+        )
+        gauges = GaugeLoop(management, self.metrics)
+        opened.push_async_callback(gauges.close)
+
+        server = await build_server(
             self,
             settings,
             interceptors=[MetricsInterceptor(self.metrics)],
-            services=self._exposed_services(served_token),
+            services=self._exposed_services(router_service, registry_binding),
         )
-        await self._server.start()
-        self._state = GatewayState.RECOVERING
-        for row in await self._store.identities():
-            key = SigningKey(row.seed)
-            identity = Identity(
-                agent_id=row.agent_id,
-                agent_name=row.agent_name,
-                key=key,
-                card=p.decode(row.signed_card, p.SignedAgentCard),
+        opened.push_async_callback(server.stop, None)
+        return Components(
+            metrics_server=metrics_server,
+            lock=lock,
+            store=store,
+            registry_port=registry_port,
+            registry=registry,
+            router=router,
+            router_service=router_service,
+            network=network,
+            agents=agents,
+            management=management,
+            gauges=gauges,
+            server=server,
+        )
+
+    async def _open_store(self) -> SqliteStore:
+        settings = self.settings
+        # The store holds agents' private seeds: create both files owner-only before SQLite
+        # opens them (its -wal and -shm files copy the database file's mode).
+        files = (STORE_FILE,) if settings.registry is not None else (STORE_FILE, REGISTRY_FILE)
+        for name in files:
+            os.close(os.open(settings.data_dir / name, os.O_CREAT | os.O_WRONLY, 0o600))
+        return await SqliteStore.open(
+            settings.data_dir / STORE_FILE,
+            writer_settings=CommitWriterSettings(
+                commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
+            ),
+            observer=StoreMetrics(self.metrics),
+            on_fatal=self._on_fatal,
+        )
+
+    def _hosting(self, registry_public_key: str, cache: VerifyCache) -> Hosting:
+        settings = self.settings
+        return Hosting(
+            registry_public_key=registry_public_key,
+            verify_cache=cache,
+            stream_window=settings.stream_window,
+            timeouts=SendTimeouts(
+                attach=settings.router_attach_timeout, certify=settings.send_certify_timeout
+            ),
+            history_export_dir=settings.history_export_dir,
+            run_id=secrets.token_hex(8),
+            inbox_observer=_inbox_observer(self.metrics),
+            send_observer=_send_observer(self.metrics),
+        )
+
+    def _exposed_services(
+        self, router_service: RouterService | None, registry_binding: ServiceBinding | None
+    ) -> list[ServiceBinding]:
+        """The embedded Router and Registry as services for other daemons (`expose_network`);
+        each was built behind the peer token, and only when exposed."""
+        exposed = [
+            binding
+            for binding in (
+                None if router_service is None else router_service.binding(),
+                registry_binding,
             )
-            await self._host(identity, restore=True)
+            if binding is not None
+        ]
+        if exposed:
+            logger.info(
+                "exposing the embedded network router=%s registry=%s peer_token_file=%s",
+                self.settings.exposes_router,
+                self.settings.exposes_registry,
+                self.peer_token_path,
+            )
+        return exposed
+
+    async def _run(self, components: Components) -> None:
+        """The start, one step after another."""
+        # The port is open from here on, but readiness says NOT_SERVING and every call is
+        # refused NOT_READY until the agents are back.
+        await components.server.start()
+        self._state = GatewayState.RECOVERING
+        await components.agents.restore()
         # Existing data (engine.md §5.10): before local order and Router recovery start.
         await move_existing(
-            store=self._store,
-            local=self._network.local,
-            certifiers={certifier.agent_id: certifier for certifier in self._network.certifiers()},
+            store=components.store,
+            local=components.network.local,
+            certifiers={c.agent_id: c for c in components.network.certifiers()},
         )
-        await self._network.start()
-        for runtime in self._runtimes.values():
-            await runtime.start()
+        await components.network.start()
+        await components.agents.start()
         self._state = GatewayState.SERVING
-        self._gauges = asyncio.ensure_future(self._gauge_loop())
-        self._gauges.set_name("gauges")
-        await self._server.set_serving()
-        logger.info("serving listen=%s agents=%d", self._server.address, len(self._runtimes))
-
-    def _exposed_services(self, peer_token: str | None) -> list[ServiceBinding]:
-        """The embedded Router and Registry as services for other daemons (`expose_network`),
-        always behind the peer token (`peer_token` is None only when nothing is exposed)."""
-        settings = self.settings
-        if peer_token is None:
-            return []
-        guard = PeerGuard(peer_token)
-        services = []
-        if settings.exposes_router:
-            assert isinstance(self._router, InProcessRouter)
-            self._router_service = RouterService(self._router, guard)
-            services.append(self._router_service.binding())
-        if settings.exposes_registry:
-            assert isinstance(self._registry_port, SqliteRegistry)
-            services.append(RegistryService(self._registry_port, guard).binding())
+        components.gauges.start()
+        await components.server.set_serving()
         logger.info(
-            "exposing the embedded network router=%s registry=%s peer_token_file=%s",
-            settings.exposes_router,
-            settings.exposes_registry,
-            self.peer_token_path,
+            "serving listen=%s agents=%d", components.server.address, components.agents.hosted_count
         )
-        return services
+
+    async def _close_after_failed_start(self) -> None:
+        """Close what a failed start opened, the last opened first."""
+        self._shutdown_started = True
+        try:
+            await self._opened.aclose()
+        finally:
+            self._state = GatewayState.STOPPED
+            self._stopped.set()
+
+    # --- what tests and the CLI read ---------------------------------------------------------
+
+    def _composed(self) -> Components:
+        if self._components is None:
+            raise NotServing(self._state)
+        return self._components
+
+    @property
+    def components(self) -> Components:
+        """The composed components (tests and tools reach into them); `NotServing` before
+        `start` composed them."""
+        return self._composed()
 
     @property
     def metrics_address(self) -> str | None:
         """The bound `/metrics` address, when metrics are on."""
-        return None if self._metrics_server is None else self._metrics_server.address
+        if self._components is None or self._components.metrics_server is None:
+            return None
+        return self._components.metrics_server.address
 
     @property
     def health_address(self) -> str | None:
         """The bound plaintext health-only address, when `health_listen` is set."""
-        return None if self._server is None else self._server.health_address
+        return None if self._components is None else self._components.server.health_address
 
     @property
     def address(self) -> str:
         """The bound gRPC address (`HOST:PORT`)."""
-        assert self._server is not None
-        return self._server.address
+        return self._composed().server.address
 
     @property
     def registry_public_key(self) -> str:
         """The pinned Registry key every card is checked against."""
-        assert self._registry_port is not None
-        return self._registry_port.registry_public_key()
+        return self._composed().registry_port.registry_public_key()
 
     @property
     def state(self) -> GatewayState:
         """The lifecycle state."""
         return self._state
+
+    # --- shutdown ----------------------------------------------------------------------------
 
     def _on_fatal(self, error: BaseException) -> None:
         # engine.md §8: a store failure not attributable to one request stops the daemon
@@ -387,9 +517,10 @@ class Gateway:
                 self.exit_code = 1
             durations[name.value] = round(time.monotonic() - started, 3)
 
+        components = self._components
         # Health first, so probes and balancers stop routing here before anything ends.
-        if self._server is not None:
-            await step(ShutdownStep.NOT_SERVING, self._server.set_not_serving)
+        if components is not None:
+            await step(ShutdownStep.NOT_SERVING, components.server.set_not_serving)
         if not skip_waits and self.settings.shutdown_delay > 0:
             await step(
                 ShutdownStep.DELAY, lambda: self._wait_or_hurry(self.settings.shutdown_delay)
@@ -397,9 +528,9 @@ class Gateway:
         # New calls are refused by the state check; streams end now so none holds the grace,
         # and their clients reconnect elsewhere and replay.
         await step(ShutdownStep.REFUSE, self._end_streams)
-        if self._server is not None:
+        if components is not None:
             grace = 0.0 if skip_waits else self.settings.shutdown_grace
-            await step(ShutdownStep.DRAIN, lambda: self._stop_server(grace))
+            await step(ShutdownStep.DRAIN, lambda: self._stop_server(components, grace))
         await step(ShutdownStep.BACKGROUND, self._stop_background)
         await step(ShutdownStep.FLUSH, self._close_store)
         # Metrics stop last, so the shutdown itself can be scraped.
@@ -409,11 +540,12 @@ class Gateway:
         self._stopped.set()
 
     def _end_streams(self) -> None:
-        for runtime in self._runtimes.values():
-            runtime.inbox.end_stream(StreamEndReason.SHUTDOWN)
-        if self._router_service is not None:
+        if self._components is None:
+            return
+        self._components.agents.end_streams(StreamEndReason.SHUTDOWN)
+        if self._components.router_service is not None:
             # Other daemons' held reads of the exposed Router would hold the grace too.
-            self._router_service.end_reads()
+            self._components.router_service.end_reads()
 
     async def _wait_or_hurry(self, seconds: float) -> None:
         hurry = asyncio.ensure_future(self._hurry.wait())
@@ -422,12 +554,11 @@ class Gateway:
         finally:
             hurry.cancel()
 
-    async def _stop_server(self, grace: float) -> None:
-        assert self._server is not None
+    async def _stop_server(self, components: Components, grace: float) -> None:
         # Waiting sends answer one second before the grace ends: cancelling their latches
         # turns a bound send into delivery-pending (it is proposed again after restart).
         answer_at = max(0.0, grace - SHUTDOWN_ANSWER_MARGIN)
-        stopper = asyncio.ensure_future(self._server.stop(grace))
+        stopper = asyncio.ensure_future(components.server.stop(grace))
         hurry = asyncio.ensure_future(self._hurry.wait())
         try:
             await asyncio.wait(
@@ -435,47 +566,34 @@ class Gateway:
             )
         finally:
             hurry.cancel()
-        if not stopper.done() and self._network is not None:
+        if not stopper.done():
             # A second signal answers waiting sends now; the grace itself runs on, since
             # grpc cannot shorten a drain it began (see `RpcServer.stop`).
-            self._network.cancel_waiters()
+            components.network.cancel_waiters()
         await stopper
 
-    async def _stop_metrics(self) -> None:
-        if self._metrics_server is not None:
-            await asyncio.to_thread(self._metrics_server.stop)
-
     async def _stop_background(self) -> None:
-        if self._gauges is not None:
-            self._gauges.cancel()
-            await asyncio.gather(self._gauges, return_exceptions=True)
-            self._gauges = None
-        for runtime in self._runtimes.values():
-            await runtime.close()
-        if self._network is not None:
-            await self._network.close()
-        if self._router is not None:
-            await self._router.close()
-        if self._registry is not None:
-            await self._registry.close()
-        if self._registry_port is not None:
-            await self._registry_port.close()
+        if self._components is None:
+            return
+        components = self._components
+        await components.gauges.close()
+        await components.agents.close()
+        await components.network.close()
+        await components.router.close()
+        await components.registry.close()
+        await components.registry_port.close()
 
     async def _close_store(self) -> None:
-        if self._store is not None:
-            await self._store.close()
-        if self._lock is not None:
-            self._lock.release()
+        if self._components is None:
+            return
+        # After the last `Send` was answered (DRAIN) and every runtime closed, so nothing
+        # writes behind the flush.
+        await self._components.store.close()
+        self._components.lock.release()
 
-    async def _close_components(self) -> None:
-        """Close what a failed start opened."""
-        if self._server is not None:
-            await self._server.stop(None)
-        await self._stop_background()
-        await self._close_store()
-        await self._stop_metrics()
-        self._state = GatewayState.STOPPED
-        self._stopped.set()
+    async def _stop_metrics(self) -> None:
+        if self._components is not None and self._components.metrics_server is not None:
+            await asyncio.to_thread(self._components.metrics_server.stop)
 
     async def __aenter__(self) -> Self:
         return self
@@ -488,78 +606,7 @@ class Gateway:
     ) -> None:
         await self.shutdown(skip_waits=True)
 
-    # --- hosting -------------------------------------------------------------------------------
-
-    async def _host(self, identity: Identity, *, restore: bool) -> AgentRuntime:
-        assert self._store is not None
-        assert self._network is not None
-        assert self._registry is not None
-        assert self._registry_port is not None
-        certifier = Certifier(
-            identity,
-            registry_public_key=self._registry_port.registry_public_key(),
-            verify_cache=self._cache,
-        )
-        next_inbox = 1
-        snapshot = await self._store.snapshot(identity.agent_id) if restore else None
-        if snapshot is not None:
-            local_rows, local_intents = certifier.restore(
-                snapshot, local_instance_id=self._store.local_instance_id
-            )
-            self._network.local.restore(identity.agent_id, local_rows, local_intents)
-            next_inbox = snapshot.max_inbox_seq + 1
-        runtime = AgentRuntime(
-            identity=identity,
-            certifier=certifier,
-            network=self._network,
-            registry=self._registry,
-            store=self._store,
-            inbox=AgentInbox(
-                agent_id=identity.agent_id,
-                store=self._store,
-                next_seq=next_inbox,
-                window=self.settings.stream_window,
-                observer=self._inbox_observer,
-            ),
-            timeouts=SendTimeouts(
-                attach=self.settings.router_attach_timeout,
-                certify=self.settings.send_certify_timeout,
-            ),
-            run_id=self._run_id,
-            export=None
-            if self.settings.history_export_dir is None
-            else HistoryExport(self.settings.history_export_dir, identity.agent_name),
-            observer=self._send_observer,
-        )
-        if snapshot is not None:
-            runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)
-        self._runtimes[identity.agent_id] = runtime
-        self._by_name[identity.agent_name] = runtime
-        self._network.host(certifier)
-        return runtime
-
-    @property
-    def _inbox_observer(self) -> InboxObserver:
-        metrics = self.metrics
-        return InboxObserver(
-            on_stream_open=metrics.count_stream_open,
-            on_stream_end=metrics.count_stream_end,
-            on_replayed=metrics.count_replayed,
-            on_acknowledged=metrics.count_acknowledged,
-            on_acknowledge_result=metrics.count_acknowledge_result,
-        )
-
-    @property
-    def _send_observer(self) -> SendObserver:
-        metrics = self.metrics
-        return SendObserver(
-            on_send=metrics.count_send,
-            on_delivery_published=metrics.count_published,
-            on_record_consumed=metrics.count_consumed,
-            on_member_outcome=metrics.count_member_outcome,
-            on_collective_result=metrics.count_collective_result,
-            on_key_resolution=metrics.count_idempotency,
-        )
+    # --- observers of the network --------------------------------------------------------------
 
     def _certified(self, certified: Certified) -> None:
         if certified.resumed:
@@ -571,291 +618,68 @@ class Gateway:
         )
 
     def _attachment(self, state: RouterAttachment) -> None:
-        hosted = len(self._runtimes)
+        hosted = 0 if self._components is None else self._components.agents.hosted_count
         for each in RouterAttachment:
-            self.metrics.set_router_attachments(each.value, hosted if each is state else 0)
+            self.metrics.set_router_attachments(each, hosted if each is state else 0)
 
-    async def _gauge_loop(self) -> None:
-        """Refresh the gauges that are read, not counted (house style: no unowned task)."""
-        while True:
-            try:
-                await self._refresh_gauges()
-            except Exception:
-                logger.exception("gauge refresh failed")
-            await asyncio.sleep(GAUGE_INTERVAL)
+    def _deliveries_ready(self, agent_ids: set[str]) -> None:
+        if self._components is not None:
+            self._components.agents.deliveries_ready(agent_ids)
 
-    async def _refresh_gauges(self) -> None:
-        assert self._store is not None
-        metrics = self.metrics
-        summary = await self._store.unread_summary()
-        now = time.time()
-        counts = {"attached": 0, "detached": 0}
-        oldest = {"attached": 0.0, "detached": 0.0}
-        for agent_id, (count, created) in summary.items():
-            runtime = self._runtimes.get(agent_id)
-            listener = "attached" if runtime is not None and runtime.inbox.listening else "detached"
-            counts[listener] += count
-            oldest[listener] = max(oldest[listener], now - created)
-        for listener in ("attached", "detached"):
-            metrics.set_unacknowledged(listener, counts[listener])
-            metrics.set_oldest_unacked_age(listener, oldest[listener])
-        runtimes = list(self._runtimes.values())
-        metrics.set_agents_hosted(len(runtimes))
-        if self._network is not None:
-            metrics.set_conversations_set_aside(
-                self._network.local.set_aside_count
-                + sum(len(runtime.certifier.set_aside) for runtime in runtimes)
-            )
-        metrics.set_streams_active(sum(1 for runtime in runtimes if runtime.inbox.listening))
-        metrics.set_streams_window_full(sum(1 for runtime in runtimes if runtime.inbox.window_full))
-        pending = {"direct": 0, "group": 0}
-        open_ops = {"gather": 0, "all_gather": 0}
-        for runtime in runtimes:
-            for kind, count in runtime.certifier.open_intents_by_kind().items():
-                pending[kind] += count
-            if self._network is not None:
-                local = self._network.local.open_intents_by_kind(runtime.agent_id)
-                for kind, count in local.items():
-                    pending[kind] += count
-            for op, count in runtime.collectives.open_counts().items():
-                open_ops[op] += count
-        for kind, count in pending.items():
-            metrics.set_post_intents_pending(kind, count)
-        for op, count in open_ops.items():
-            metrics.set_collectives_open(op, count)
+    # --- GatewayCore: handed to the directory and the management queries ---------------------
+
+    async def authenticate(self, token: str) -> AgentRuntime | AuthFailure:
+        """The runtime an agent token names, or why it is refused."""
+        return await self._composed().agents.authenticate(token)
+
+    def is_admin(self, token: str) -> bool:
+        """True for the operator token (compared in constant time)."""
+        return self._composed().agents.is_admin(token)
 
     def auth_refused(self, failure: AuthFailure) -> None:
         """Count a refused token (never the token itself)."""
-        self.metrics.count_auth_failure(failure.value)
-
-    def _deliveries_ready(self, agent_ids: set[str]) -> None:
-        for agent_id in agent_ids:
-            runtime = self._runtimes.get(agent_id)
-            if runtime is not None:
-                runtime.deliveries_ready()
-
-    # --- GatewayCore ---------------------------------------------------------------------------
-
-    async def authenticate(self, token: str) -> AgentRuntime | AuthFailure:
-        """The runtime an agent token names (tokens are looked up by their SHA-256)."""
-        if not RandomId.API_TOKEN.is_valid(token):
-            return AuthFailure.UNKNOWN if not self.is_admin(token) else AuthFailure.WRONG_ROLE
-        digest = token_digest(token)
-        known = self._tokens.get(digest)
-        if known is None:
-            assert self._store is not None
-            known = await self._store.token(digest)
-            if known is None:
-                return AuthFailure.UNKNOWN
-            self._tokens[digest] = known
-        agent_id, revoked = known
-        if revoked:
-            return AuthFailure.REVOKED
-        runtime = self._runtimes.get(agent_id)
-        return runtime if runtime is not None else AuthFailure.UNKNOWN
-
-    def is_admin(self, token: str) -> bool:
-        """Constant-time comparison with the operator token."""
-        return bool(self._admin_token) and hmac.compare_digest(
-            token.encode("utf-8"), self._admin_token.encode("utf-8")
-        )
+        self.metrics.count_auth_failure(failure)
 
     async def register_agent(self, name: str) -> RegisteredAgent:
         """Mint the agent's key, register its card, host it, and return its first token."""
-        if not is_agent_name(name):
-            raise ManagementError(
-                "invalid-name", "an agent name is 3 to 32 characters of a-z, 0-9 and inner hyphens"
-            )
-        async with self._registering:
-            if name in self._by_name:
-                raise ManagementError("name-taken", f"agent:{name} is already registered")
-            assert self._registry is not None
-            assert self._store is not None
-            key = SigningKey.generate()
-            outcome = await self._registry.register(name, key.public_key_b64)
-            match outcome:
-                case Registered(card=card):
-                    pass
-                case NameTaken() | KeyAlreadyRegistered():
-                    raise ManagementError("name-taken", f"agent:{name} is already registered")
-            identity = Identity(agent_id=card.card.agent_id, agent_name=name, key=key, card=card)
-            token = RandomId.API_TOKEN.mint()
-            await self._store.apply(
-                [
-                    PutIdentity(
-                        agent_id=identity.agent_id,
-                        agent_name=name,
-                        signed_card=p.encode(card),
-                        seed=key.seed,
-                        created_at=_utc_now(),
-                    ),
-                    PutToken(
-                        token_digest=token_digest(token),
-                        agent_id=identity.agent_id,
-                        created_at=_utc_now(),
-                    ),
-                ]
-            )
-            runtime = await self._host(identity, restore=False)
-            await runtime.start()
-        audit.info("agent registered agent=%s", name)
-        return RegisteredAgent(address=f"agent:{name}", agent_id=identity.agent_id, token=token)
+        return await self._composed().agents.register(name)
 
     def runtime(self, name: str) -> AgentRuntime:
         """A hosted agent's runtime (for tests and tools); raises `ManagementError`."""
-        return self._runtime(name)
-
-    def _runtime(self, name: str) -> AgentRuntime:
-        runtime = self._by_name.get(name)
-        if runtime is None:
-            raise ManagementError("not-found", f"agent:{name} is not hosted here")
-        return runtime
+        return self._composed().agents.runtime(name)
 
     async def agent_status(self, name: str) -> AgentStatus:
         """What an operator sees about one agent."""
-        runtime = self._runtime(name)
-        assert self._store is not None
-        snapshot_unread = await self._store.unread(runtime.identity.agent_id, 0, 1_000_000)
-        oldest = await self._store.oldest_unread(runtime.identity.agent_id)
-        card = runtime.identity.card.card
-        return AgentStatus(
-            address=runtime.address,
-            agent_id=card.agent_id,
-            public_key=card.public_key,
-            issued_at=card.issued_at,
-            hosted=True,
-            listening=runtime.inbox.listening,
-            backlog=len(snapshot_unread),
-            oldest_unacked_age=0.0 if oldest is None else max(0.0, time.time() - oldest),
-            set_aside=self._set_aside_of(runtime),
-        )
-
-    def _set_aside_of(self, runtime: AgentRuntime) -> tuple[SetAsideConversation, ...]:
-        assert self._network is not None
-        local = [
-            SetAsideConversation(conversation_id=item.conversation_id, reason=item.reason)
-            for item in self._network.local.set_aside_of(runtime.agent_id)
-        ]
-        router = [
-            SetAsideConversation(conversation_id=conversation_id, reason=reason)
-            for conversation_id, reason in runtime.certifier.set_aside.items()
-        ]
-        unique = {item.conversation_id: item for item in router + local}
-        return tuple(unique[key] for key in sorted(unique))
+        return await self._composed().management.agent_status(name)
 
     async def list_agents(
         self, *, prefix: str, after: str | None, limit: int
     ) -> tuple[list[AgentStatus], str | None]:
         """Hosted agents by name, a page at a time."""
-        names = sorted(name for name in self._by_name if name.startswith(prefix))
-        if after is not None:
-            names = [name for name in names if name > after]
-        page = names[:limit]
-        statuses = [await self.agent_status(name) for name in page]
-        return statuses, (page[-1] if len(names) > limit else None)
+        return await self._composed().management.list_agents(
+            prefix=prefix, after=after, limit=limit
+        )
 
     async def conversations(self, name: str) -> list[ConversationSummary]:
         """Every conversation one hosted agent stores."""
-        runtime = self._runtime(name)
-        assert self._store is not None
-        summaries = []
-        for row in await self._store.conversations(runtime.identity.agent_id):
-            descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
-            names = sorted(member.card.agent_name for member in descriptor.members)
-            if len(names) == 2:
-                other = next(n for n in names if n != name)
-                address, kind = f"agent:{other}", "direct"
-            else:
-                address, kind = "group:" + ",".join(names), "group"
-            summaries.append(
-                ConversationSummary(
-                    address=address,
-                    kind=kind,
-                    members=tuple(f"agent:{n}" for n in names),
-                    head=row.head,
-                    depth=row.depth,
-                )
-            )
-        return summaries
+        return await self._composed().management.conversations(name)
 
     async def history(
         self, name: str, address: str, *, after_record_hash: str | None, limit: int
     ) -> list[HistoryRecord]:
         """Certified records of one of the agent's conversations, in chain order."""
-        runtime = self._runtime(name)
-        assert self._store is not None
-        try:
-            conversation = canonicalize(address, name)
-        except SendError as error:
-            raise ManagementError("invalid-address", error.message) from None
-        agent_id = runtime.identity.agent_id
-        target = None
-        for stored in await self._store.conversations(agent_id):
-            descriptor = p.decode(stored.descriptor, p.MembershipDescriptor)
-            if tuple(sorted(m.card.agent_name for m in descriptor.members)) == conversation.members:
-                target = stored.conversation_id
-        if target is None:
-            return []
-        after_depth = 0
-        if after_record_hash is not None:
-            known = await self._store.record(agent_id, after_record_hash)
-            if known is None or known.conversation_id != target:
-                raise ManagementError("not-found", "no such record in this conversation")
-            after_depth = known.depth
-        records = []
-        for row in await self._store.records(agent_id, target, after_depth, limit):
-            record = p.decode(row.record, p.CertifiedRecord)
-            core = record.action_certified_record.record_core
-            author = core.membership.card_of(row.author)
-            records.append(
-                HistoryRecord(
-                    record_hash=row.record_hash,
-                    post_id=row.post_id,
-                    author=f"agent:{author.agent_name}" if author is not None else row.author,
-                    depth=row.depth,
-                    content=core.action.post_intent.content,
-                    certified_record=bytes(row.record),
-                )
-            )
-        return records
+        return await self._composed().management.history(
+            name, address, after_record_hash=after_record_hash, limit=limit
+        )
 
     async def rotate_token(self, name: str) -> str:
         """Revoke the agent's tokens, end its stream, and mint a new token."""
-        runtime = self._runtime(name)
-        assert self._store is not None
-        token = RandomId.API_TOKEN.mint()
-        await self._store.apply(
-            [
-                RevokeTokens(agent_id=runtime.identity.agent_id),
-                PutToken(
-                    token_digest=token_digest(token),
-                    agent_id=runtime.identity.agent_id,
-                    created_at=_utc_now(),
-                ),
-            ]
-        )
-        self._forget_tokens(runtime.identity.agent_id)
-        runtime.inbox.end_stream(StreamEndReason.REVOKED)
-        audit.info("agent token rotated agent=%s", name)
-        return token
+        return await self._composed().agents.rotate_token(name)
 
     async def revoke_token(self, name: str) -> None:
         """Revoke the agent's tokens and end its stream."""
-        runtime = self._runtime(name)
-        assert self._store is not None
-        await self._store.apply([RevokeTokens(agent_id=runtime.identity.agent_id)])
-        self._forget_tokens(runtime.identity.agent_id)
-        runtime.inbox.end_stream(StreamEndReason.REVOKED)
-        audit.info("agent token revoked agent=%s", name)
-
-    def _forget_tokens(self, agent_id: str) -> None:
-        self._tokens = {digest: row for digest, row in self._tokens.items() if row[0] != agent_id}
+        await self._composed().agents.revoke_token(name)
 
     def status(self) -> GatewayStatus:
         """Version, mode, hosted agents and Router state."""
-        return GatewayStatus(
-            version=__version__,
-            mode=self.settings.mode,
-            hosted_agents=len(self._runtimes),
-            router_state=self._network.state.value if self._network is not None else "detached",
-        )
+        return self._composed().management.status()

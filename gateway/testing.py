@@ -1,4 +1,4 @@
-"""Start real gateways for tests and examples (house style 22).
+"""Start real gateways for tests and examples: real servers on port 0, never fakes of them.
 
 `async with run_gateway() as gw:` starts a real `Gateway` in this process on 127.0.0.1:0
 with a temporary data directory and yields a handle with its `address`, `admin_token` and
@@ -9,6 +9,10 @@ files, the real certification protocol.
 way (127.0.0.1:0, a temporary data directory), waits for its `ready` line, and yields its
 `address`, `admin_token` and `process`, with `kill()` (SIGKILL), `terminate()` (SIGTERM) and
 `restart()` (same data directory, new port). The process never outlives the block.
+
+`GatewayProcess` is the one supervisor of a `harness-gateway` process (the command line, the
+bounded wait for `ready`, the ordered and the forced stop, the kept stderr) behind both
+`run_daemon` and `gateway.testing_network.run_network`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import tempfile
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 from gateway.app import Gateway
 from gateway.endpoint.api import RegisteredAgent
@@ -99,41 +103,50 @@ async def run_gateway(
             await running.gateway.shutdown(skip_waits=True)
 
 
-# --- daemon processes ------------------------------------------------------------------------
+# --- processes -------------------------------------------------------------------------------
 
-DAEMON_READY_TIMEOUT: Final = 30.0
-"""Seconds a `harness-gateway serve` process may take to log its `ready` line.
+PROCESS_READY_TIMEOUT: Final = 30.0
+"""Seconds a `harness-gateway` process may take to log its `ready` line before it is killed
+and its start fails.
 
-Start-up opens SQLite, rebuilds every hosted agent and recovers its conversations; on a
-loaded CI machine that takes seconds, never tens of them."""
+Start-up opens SQLite and, for a daemon, rebuilds every hosted agent and recovers its
+conversations; on a loaded CI machine that takes seconds, never tens of them."""
 
-DAEMON_STOP_TIMEOUT: Final = 30.0
-"""Seconds a daemon may take to exit after SIGTERM (or SIGKILL) before the helper gives up
-on the ordered stop and kills it (shutdown grace is capped at 2 s by `run_daemon`)."""
+PROCESS_STOP_TIMEOUT: Final = 30.0
+"""Seconds a process may take to exit after SIGTERM (or SIGKILL) before the helper gives up
+on the ordered stop and kills it (its shutdown grace is `PROCESS_SHUTDOWN_GRACE`)."""
 
-DAEMON_PIPE_DRAIN_TIMEOUT: Final = 5.0
-"""Seconds the stderr reader may take to reach end-of-file once the process has exited."""
+PROCESS_PIPE_DRAIN_TIMEOUT: Final = 5.0
+"""Seconds the stderr reader may take to reach end-of-file once its process has exited."""
 
-DAEMON_LOG_LINES: Final = 5_000
-"""Most stderr lines a `RunningDaemon` keeps for diagnostics (the oldest are dropped)."""
+PROCESS_LOG_LINES: Final = 5_000
+"""Most stderr lines kept per process for diagnostics (the oldest are dropped)."""
 
-DAEMON_LINE_LIMIT: Final = 1 << 20
+PROCESS_LINE_LIMIT: Final = 1 << 20
 """Longest stderr line read whole, in bytes (a logged traceback is one JSON line)."""
 
-DAEMON_SHUTDOWN_GRACE: Final = "2s"
-"""`--shutdown-grace` of test daemons: in-flight calls get little time at SIGTERM."""
+PROCESS_SHUTDOWN_GRACE: Final = "2s"
+"""`--shutdown-grace` of every test process: in-flight calls get little time at SIGTERM."""
+
+Role: TypeAlias = Literal["registry", "router", "serve"]
+"""The `harness-gateway` subcommand a process runs."""
 
 
-class DaemonFailed(Exception):
-    """A daemon process exited, or stayed silent past the bound, before its `ready` line.
+class ProcessFailed(Exception):
+    """A process exited, or stayed silent past `PROCESS_READY_TIMEOUT`, before its `ready`
+    line.
 
-    `returncode` is the exit status (None if the process had to be killed for taking too
-    long) and `stderr` what it wrote."""
+    `returncode` is its exit status (None if it had to be killed for taking too long) and
+    `stderr` what it wrote."""
 
-    def __init__(self, message: str, *, returncode: int | None, stderr: str) -> None:
-        super().__init__(f"{message}\n--- daemon stderr ---\n{stderr}")
+    def __init__(self, message: str, *, name: str, returncode: int | None, stderr: str) -> None:
+        super().__init__(f"{message}\n--- {name} stderr ---\n{stderr}")
         self.returncode = returncode
         self.stderr = stderr
+
+
+DaemonFailed: TypeAlias = ProcessFailed
+"""The name `run_daemon`'s callers know `ProcessFailed` by."""
 
 
 def gateway_command() -> list[str]:
@@ -152,25 +165,49 @@ def hermetic_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if not name.startswith("HARNESS_")}
 
 
-class RunningDaemon:
-    """A `harness-gateway serve` process started by `run_daemon`.
+class GatewayProcess:
+    """One `harness-gateway <role>` process, supervised for a test.
 
-    `address`, `admin_token` and `process` describe the current process; `kill()`,
-    `terminate()` and `restart()` change it. `run_daemon` stops whatever runs when it ends."""
+    `address`, `admin_token` and `process` describe the current (or last) process;
+    `start()`, `terminate()`, `kill()` and `restart()` change it, and `close()` stops
+    whatever runs. Every stderr line is kept (the last `PROCESS_LOG_LINES`), so the pipe
+    never fills and a failure can show what the process said."""
 
-    def __init__(self, data_dir: Path, extra_args: Sequence[str]) -> None:
-        self.data_dir = data_dir
-        self.extra_args = tuple(extra_args)
+    def __init__(
+        self,
+        role: Role,
+        name: str,
+        *,
+        data_dir: Path | None,
+        args: Sequence[str],
+        listen: str = "127.0.0.1:0",
+    ) -> None:
+        """Nothing starts until `start()`. `listen` is the first start's `--listen`; a
+        Router and a Registry then keep the port they bound."""
+        self.role: Final = role
+        self.name: Final = name
+        """What messages call the process (`daemon`, `router`, `daemon-2`...)."""
+        self.data_dir: Path | None = data_dir
+        """The data directory (None for a Router, which keeps nothing)."""
+        self.args = list(args)
+        """Flags after `--listen` and the fixed ones; tests may change them between starts."""
         self.address = ""
+        """The bound `HOST:PORT` of the running process (a daemon's is empty while stopped)."""
+        self.admin_token_file: Path | None = None
+        """A daemon's operator token file (from its `ready` line)."""
         self.admin_token = ""
-        self.log: collections.deque[str] = collections.deque(maxlen=DAEMON_LOG_LINES)
+        """A daemon's operator token."""
+        self.ready_line: dict[str, object] = {}
+        """The last `ready` entry, as logged."""
+        self.log: collections.deque[str] = collections.deque(maxlen=PROCESS_LOG_LINES)
+        self._listen = listen
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 
     @property
     def process(self) -> asyncio.subprocess.Process:
         """The current (or last) process."""
-        assert self._process is not None, "the daemon was never started"
+        assert self._process is not None, f"{self.name} was never started"
         return self._process
 
     @property
@@ -180,33 +217,37 @@ class RunningDaemon:
 
     @property
     def stderr(self) -> str:
-        """What the daemon processes wrote on stderr (the last `DAEMON_LOG_LINES` lines)."""
+        """What this process (and the ones before it) wrote on stderr, the last
+        `PROCESS_LOG_LINES` lines."""
         return "\n".join(self.log)
+
+    @property
+    def target(self) -> str:
+        """`grpc://HOST:PORT` of the running process, for `--router` / `--registry`."""
+        return f"grpc://{self.address}"
 
     def command(self) -> list[str]:
         """The full command line of the next start."""
-        return [
-            *gateway_command(),
-            "serve",
+        fixed = [
             "--listen",
-            "127.0.0.1:0",
+            self._listen,
             "--metrics-listen",
             "off",
-            "--data-dir",
-            str(self.data_dir),
             "--log-format",
             "json",
             "--shutdown-grace",
-            DAEMON_SHUTDOWN_GRACE,
-            *self.extra_args,
+            PROCESS_SHUTDOWN_GRACE,
         ]
+        if self.data_dir is not None:
+            fixed += ["--data-dir", str(self.data_dir)]
+        return [*gateway_command(), self.role, *fixed, *self.args]
 
     async def start(self) -> None:
         """Start a process and wait (bounded) for its `ready` line.
 
-        Raises `DaemonFailed` when it exits first or stays silent past the bound (it is
-        killed then)."""
-        assert not self.running, "the daemon is already running"
+        Raises `ProcessFailed` when it exits first or stays silent past
+        `PROCESS_READY_TIMEOUT` (it is killed then)."""
+        assert not self.running, f"{self.name} is already running"
         await self._close_reader()
         self.address = ""
         self.admin_token = ""
@@ -216,53 +257,64 @@ class RunningDaemon:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env=hermetic_environment(),
-            limit=DAEMON_LINE_LIMIT,
+            limit=PROCESS_LINE_LIMIT,
         )
         ready: asyncio.Future[dict[str, object] | None] = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(
-            self._read_stderr(self._process, ready), name="harness-daemon-stderr"
+            _pump_stderr(self._process, self.log, ready), name=f"harness-{self.name}-stderr"
         )
         try:
-            line = await asyncio.wait_for(ready, DAEMON_READY_TIMEOUT)
+            entry = await asyncio.wait_for(ready, PROCESS_READY_TIMEOUT)
         except TimeoutError:
-            returncode = await self._stop(signal.SIGKILL)
-            raise DaemonFailed(
-                f"the daemon logged no ready line within {DAEMON_READY_TIMEOUT} s",
-                returncode=returncode,
-                stderr=self.stderr,
+            returncode = await self._signal_and_wait(signal.SIGKILL)
+            raise self._failed(
+                f"{self.name} logged no ready line within {PROCESS_READY_TIMEOUT:g} s", returncode
             ) from None
-        if line is None:
+        if entry is None:
             returncode = await self._wait()
             await self._close_reader()
-            raise DaemonFailed(
-                f"the daemon exited with status {returncode} before it was ready",
-                returncode=returncode,
-                stderr=self.stderr,
+            raise self._failed(
+                f"{self.name} exited with status {returncode} before it was ready", returncode
             )
-        self.address = str(line["listen"])
-        token_file = Path(str(line["admin_token_file"]))
-        self.admin_token = (await asyncio.to_thread(token_file.read_text, "utf-8")).strip()
-
-    async def kill(self) -> int:
-        """SIGKILL the process and wait for it; returns its status (-9)."""
-        return await self._stop(signal.SIGKILL)
+        self.ready_line = entry
+        self.address = str(entry["listen"])
+        if self.role != "serve":
+            # Daemons name the Router and Registry by address: keep it across restarts.
+            self._listen = self.address
+        token_file = entry.get("admin_token_file")
+        if isinstance(token_file, str):
+            self.admin_token_file = Path(token_file)
+            self.admin_token = (
+                await asyncio.to_thread(self.admin_token_file.read_text, "utf-8")
+            ).strip()
 
     async def terminate(self) -> int:
         """SIGTERM the process (ordered shutdown) and wait for it; returns its status.
 
-        A process still running after `DAEMON_STOP_TIMEOUT` is killed and AssertionError
+        A process still running after `PROCESS_STOP_TIMEOUT` is killed and AssertionError
         raised: an ordered stop that hangs is a defect."""
-        returncode = await self._stop(signal.SIGTERM)
+        returncode = await self._signal_and_wait(signal.SIGTERM)
         if returncode == -signal.SIGKILL:
             raise AssertionError(
-                f"the daemon did not stop within {DAEMON_STOP_TIMEOUT} s of SIGTERM\n"
-                f"--- daemon stderr ---\n{self.stderr}"
+                f"{self.name} did not stop within {PROCESS_STOP_TIMEOUT:g} s of SIGTERM\n"
+                f"--- {self.name} stderr ---\n{self.stderr}"
             )
         return returncode
 
+    async def kill(self) -> int:
+        """SIGKILL the process and wait for it; returns its status (-9)."""
+        return await self._signal_and_wait(signal.SIGKILL)
+
+    def kill_now(self) -> None:
+        """SIGKILL the current process without waiting (the last resort of a cleanup that
+        was itself cancelled); nothing when it already exited."""
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+
     async def restart(self) -> None:
-        """Start again on the same data directory (on a new port). A process still running
-        is stopped first with SIGTERM."""
+        """Start again on the same data directory (a daemon on a new port). A process still
+        running is stopped first with SIGTERM (`terminate()`)."""
         if self.running:
             await self.terminate()
         await self.start()
@@ -271,27 +323,34 @@ class RunningDaemon:
         """Stop whatever runs (SIGTERM, then SIGKILL past the bound) and the stderr reader;
         idempotent."""
         if self.running:
-            await self._stop(signal.SIGTERM)
+            await self._signal_and_wait(signal.SIGTERM)
         await self._close_reader()
 
-    async def _stop(self, signum: signal.Signals) -> int:
+    def _failed(self, message: str, returncode: int | None) -> ProcessFailed:
+        return ProcessFailed(message, name=self.name, returncode=returncode, stderr=self.stderr)
+
+    async def _signal_and_wait(self, signum: signal.Signals) -> int:
         process = self.process
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
             try:
-                await asyncio.wait_for(process.wait(), DAEMON_STOP_TIMEOUT)
+                await asyncio.wait_for(process.wait(), PROCESS_STOP_TIMEOUT)
             except TimeoutError:
+                logger.warning("%s ignored signal %s; killing it", self.name, signum.name)
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
         returncode = await self._wait()
         await self._close_reader()
+        if self.role == "serve":
+            # A daemon comes back on another port: never leave a stale one to dial.
+            self.address = ""
         return returncode
 
     async def _wait(self) -> int:
         # SIGKILL cannot be ignored, so this wait ends; the bound only guards against a
         # kernel that never reports the exit.
-        return await asyncio.wait_for(self.process.wait(), DAEMON_STOP_TIMEOUT)
+        return await asyncio.wait_for(self.process.wait(), PROCESS_STOP_TIMEOUT)
 
     async def _close_reader(self) -> None:
         """Await the stderr reader, which ends at end-of-file once the process exited."""
@@ -299,26 +358,17 @@ class RunningDaemon:
         if reader is None:
             return
         try:
-            await asyncio.wait_for(reader, DAEMON_PIPE_DRAIN_TIMEOUT)
+            await asyncio.wait_for(reader, PROCESS_PIPE_DRAIN_TIMEOUT)
         except TimeoutError:
             # Something else (a grandchild) holds the pipe open; wait_for cancelled the
             # reader, which is all this helper owns.
-            logger.warning("daemon stderr stayed open after the process exited")
-
-    async def _read_stderr(
-        self,
-        process: asyncio.subprocess.Process,
-        ready: asyncio.Future[dict[str, object] | None],
-    ) -> None:
-        await pump_stderr(process, self.log, ready, line_limit=DAEMON_LINE_LIMIT)
+            logger.warning("%s stderr stayed open after the process exited", self.name)
 
 
-async def pump_stderr(
+async def _pump_stderr(
     process: asyncio.subprocess.Process,
     log: collections.deque[str],
     ready: asyncio.Future[dict[str, object] | None],
-    *,
-    line_limit: int,
 ) -> None:
     """Keep every stderr line of a process (bounded by `log`) so the pipe never fills, and
     resolve `ready` with the `ready` log entry, or None at end-of-file without one."""
@@ -329,14 +379,14 @@ async def pump_stderr(
             try:
                 raw = await stream.readline()
             except ValueError:
-                log.append(f"<a stderr line longer than {line_limit} bytes>")
+                log.append(f"<a stderr line longer than {PROCESS_LINE_LIMIT} bytes>")
                 continue
             if not raw:
                 return
             text = raw.decode("utf-8", errors="replace").rstrip("\n")
             log.append(text)
             if not ready.done():
-                entry = ready_entry(text)
+                entry = _ready_entry(text)
                 if entry is not None:
                     ready.set_result(entry)
     finally:
@@ -344,7 +394,7 @@ async def pump_stderr(
             ready.set_result(None)
 
 
-def ready_entry(line: str) -> dict[str, object] | None:
+def _ready_entry(line: str) -> dict[str, object] | None:
     """The `ready` log entry, if `line` is it."""
     try:
         entry = json.loads(line)
@@ -353,6 +403,17 @@ def ready_entry(line: str) -> dict[str, object] | None:
     if isinstance(entry, dict) and entry.get("msg") == "ready" and "listen" in entry:
         return entry
     return None
+
+
+class RunningDaemon(GatewayProcess):
+    """A `harness-gateway serve` process started by `run_daemon` (`daemon` in messages)."""
+
+    data_dir: Path
+    """The daemon's data directory: a daemon always has one."""
+
+    def __init__(self, data_dir: Path, extra_args: Sequence[str] = ()) -> None:
+        """A daemon on `data_dir` with `extra_args` after the fixed flags."""
+        super().__init__("serve", "daemon", data_dir=data_dir, args=extra_args)
 
 
 @contextlib.asynccontextmanager

@@ -1,10 +1,11 @@
 """Collective state of one hosted agent, and its durable rows (collectives.md §4.7).
 
 `Operation` is a requester's open gather or all_gather; `Request` is a member's received
-request. Both are plain mutable records owned by `gateway.collectives.runtime.Collectives`
-and persisted as canonical JSON rows in the same transaction as the change that made them:
-the request intents (operation), the inbox item or a classified answer (request), so a
-restart rebuilds exactly the state that was committed.
+request. Both are plain mutable records, owned by `gateway.collectives.runtime.Collectives`
+(operations) and its `Responder` (requests), and persisted as canonical JSON rows in the
+same transaction as the change that made them: the request intents (operation), the inbox
+item or a classified answer (request), so a restart rebuilds exactly the state that was
+committed. `judge` is how one answer counts against its operation's form, on either side.
 """
 
 from __future__ import annotations
@@ -21,8 +22,18 @@ from gateway.contract.codec import (
     outcome_from_json,
     outcome_to_json,
 )
+from gateway.contract.errors import answer_issues_text
+from gateway.contract.forms import check_answer
 from gateway.contract.jsonvalue import JsonValue, canonical_json, parse_canonical_json
-from gateway.contract.values import AnswerContent, CollectiveOp, MemberOutcome
+from gateway.contract.kinds import CollectiveEnd
+from gateway.contract.values import (
+    AnswerContent,
+    Answered,
+    CollectiveOp,
+    Declined,
+    Invalid,
+    MemberOutcome,
+)
 
 ROW_VERSION: Final = 1
 """Version of the row shapes below; a row of another version is unreadable."""
@@ -51,6 +62,16 @@ class RequestState(enum.StrEnum):
     CLOSED = "closed"
 
 
+def judge(schema: dict[str, JsonValue], content: AnswerContent | None) -> MemberOutcome:
+    """How an answer counts: declined (no content), invalid against the form, or answered."""
+    if content is None:
+        return Declined()
+    issues = check_answer(schema, content)
+    if issues:
+        return Invalid(reason=answer_issues_text(issues))
+    return Answered(content=content)
+
+
 @dataclass(eq=False)
 class Operation:
     """A requester's gather or all_gather."""
@@ -74,7 +95,7 @@ class Operation:
     requests_settled: bool = False
     state: OperationState = OperationState.OPEN
     close_post_id: str | None = None
-    end: str | None = None
+    end: CollectiveEnd | None = None
     """How it completed: `settled` or `deadline` (metrics)."""
 
     def to_row(self) -> bytes:
@@ -97,7 +118,7 @@ class Operation:
                 "requestsSettled": self.requests_settled,
                 "state": self.state.value,
                 "closePostId": self.close_post_id,
-                "end": self.end,
+                "end": None if self.end is None else self.end.value,
             }
         )
 
@@ -126,7 +147,7 @@ class Operation:
                 requests_settled=bool(value["requestsSettled"]),
                 state=OperationState(_str(value["state"])),
                 close_post_id=_optional_str(value["closePostId"]),
-                end=_optional_str(value["end"]),
+                end=None if value["end"] is None else CollectiveEnd(_str(value["end"])),
             )
         except (KeyError, ValueError, TypeError) as error:
             raise CodecError(f"operation row: {error}") from None

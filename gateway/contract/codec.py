@@ -8,6 +8,7 @@ decode is reported, never half-read.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar, assert_never
 
@@ -621,16 +622,14 @@ def error_to_json(error: HarnessError) -> dict[str, JsonValue]:
             match failure:
                 case MembersUnreachable(members=members):
                     value["members"] = tuple(
-                        {"member": member.member, "reason": member.reason.value}
-                        | ({"detail": member.detail} if member.detail is not None else {})
+                        _issue_to_json("member", member.member, member.reason, member.detail)
                         for member in members
                     )
                 case SchemaInvalid(detail=detail):
                     value["detail"] = detail
                 case AnswerInvalid(fields=fields):
                     value["fields"] = tuple(
-                        {"field": issue.field, "reason": issue.reason.value}
-                        | ({"detail": issue.detail} if issue.detail is not None else {})
+                        _issue_to_json("field", issue.field, issue.reason, issue.detail)
                         for issue in fields
                     )
                 case _:
@@ -648,6 +647,34 @@ def error_to_json(error: HarnessError) -> dict[str, JsonValue]:
             }
         case _:
             return {"type": type(error).__name__, "reason": error.reason}
+
+
+def _issue_to_json(
+    subject_key: str, subject: str, reason: enum.StrEnum, detail: str | None
+) -> dict[str, JsonValue]:
+    """One entry of a collective failure's list: `{<subject_key>, reason, detail?}`."""
+    entry: dict[str, JsonValue] = {subject_key: subject, "reason": reason.value}
+    if detail is not None:
+        entry["detail"] = detail
+    return entry
+
+
+def _issues_from_json(
+    value: JsonValue, where: str, subject_key: str, reasons: Callable[[str], E]
+) -> list[tuple[str, E, str | None]]:
+    """The entries `_issue_to_json` wrote, as (subject, reason, detail)."""
+    issues = []
+    for item in _list(value, where):
+        entry = _object(item, where, {subject_key, "reason"}, {"detail"})
+        detail = entry.get("detail")
+        issues.append(
+            (
+                _str(entry[subject_key], subject_key),
+                _enum(reasons, entry["reason"], "reason"),
+                None if detail is None else _str(detail, "detail"),
+            )
+        )
+    return issues
 
 
 def error_from_json(value: JsonValue) -> HarnessError:
@@ -691,31 +718,21 @@ def error_from_json(value: JsonValue) -> HarnessError:
                 operation_id, SchemaInvalid(detail=_str(obj.get("detail"), "detail"))
             )
         if reason == "members-unreachable":
-            members = []
-            for item in _list(obj.get("members"), "members"):
-                entry = _object(item, "members", {"member", "reason"}, {"detail"})
-                detail = entry.get("detail")
-                members.append(
-                    UnreachableMember(
-                        member=_str(entry["member"], "member"),
-                        reason=_enum(SendErrorReason, entry["reason"], "reason"),
-                        detail=None if detail is None else _str(detail, "detail"),
-                    )
+            members = tuple(
+                UnreachableMember(member=member, reason=member_reason, detail=detail)
+                for member, member_reason, detail in _issues_from_json(
+                    obj.get("members"), "members", "member", SendErrorReason
                 )
-            return CollectiveError(operation_id, MembersUnreachable(members=tuple(members)))
+            )
+            return CollectiveError(operation_id, MembersUnreachable(members=members))
         if reason == "answer-invalid":
-            fields = []
-            for item in _list(obj.get("fields"), "fields"):
-                entry = _object(item, "fields", {"field", "reason"}, {"detail"})
-                detail = entry.get("detail")
-                fields.append(
-                    AnswerFieldIssue(
-                        field=_str(entry["field"], "field"),
-                        reason=_enum(AnswerFieldReason, entry["reason"], "reason"),
-                        detail=None if detail is None else _str(detail, "detail"),
-                    )
+            fields = tuple(
+                AnswerFieldIssue(field=field, reason=field_reason, detail=detail)
+                for field, field_reason, detail in _issues_from_json(
+                    obj.get("fields"), "fields", "field", AnswerFieldReason
                 )
-            return CollectiveError(operation_id, AnswerInvalid(fields=tuple(fields)))
+            )
+            return CollectiveError(operation_id, AnswerInvalid(fields=fields))
         raise CodecError(f"error.reason: unknown collective kind {reason!r}")
     if kind == "FirewallSendError":
         return FirewallSendError(

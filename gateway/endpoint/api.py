@@ -19,11 +19,18 @@ from gateway.contract.values import (
     SendInput,
     SendResult,
 )
-from gateway.endpoint.inbox import AcknowledgeResult, MessageStream
+
+# The inbox's values the RPC layer needs, re-exported so that gateway/rpc/ reaches
+# gateway.endpoint only through this module.
+from gateway.endpoint.inbox import ACKNOWLEDGE_MAX_TOKENS as ACKNOWLEDGE_MAX_TOKENS
+from gateway.endpoint.inbox import AcknowledgeResult as AcknowledgeResult
+from gateway.endpoint.inbox import MessageStream as MessageStream
+from gateway.endpoint.inbox import StreamEnded as StreamEnded
+from gateway.endpoint.inbox import StreamEndReason as StreamEndReason
 
 
 class GatewayState(enum.StrEnum):
-    """A gateway's lifecycle (house style 9)."""
+    """A gateway's lifecycle: each state refuses the calls that make no sense in it."""
 
     STARTING = "starting"
     """Opening the store and the network."""
@@ -60,13 +67,26 @@ class AuthFailure(enum.StrEnum):
     """An agent token on the management API, or the admin token on the agent API."""
 
 
-class ManagementError(Exception):
-    """A management call failed; `code` is the closed reason (`not-found`, `name-taken`,
-    `invalid-name`), mapped to NOT_FOUND, ALREADY_EXISTS and INVALID_ARGUMENT."""
+class ManagementErrorReason(enum.StrEnum):
+    """Why a management call failed; `gateway/rpc/errors.py` gives each its status code."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    NOT_FOUND = "not-found"
+    """The agent is not hosted here, or the record is not in the conversation (NOT_FOUND)."""
+    NAME_TAKEN = "name-taken"
+    """Another agent holds the name, here or at the Registry (ALREADY_EXISTS)."""
+    INVALID_NAME = "invalid-name"
+    """Not 3 to 32 characters of a-z, 0-9 and inner hyphens (INVALID_ARGUMENT)."""
+    INVALID_ADDRESS = "invalid-address"
+    """The conversation address is not a valid `agent:` or `group:` one for the agent
+    (INVALID_ARGUMENT)."""
+
+
+class ManagementError(Exception):
+    """A management call failed for a closed `reason`; `detail` is the operator's text."""
+
+    def __init__(self, reason: ManagementErrorReason, detail: str) -> None:
         super().__init__(detail)
-        self.code = code
+        self.reason = reason
         self.detail = detail
 
 
@@ -230,7 +250,7 @@ class GatewayCore(Protocol):
         ...
 
     async def agent_status(self, name: str) -> AgentStatus:
-        """Raises `ManagementError` `not-found`."""
+        """What an operator sees about one agent; raises `ManagementError` `not-found`."""
         ...
 
     async def list_agents(
@@ -240,21 +260,26 @@ class GatewayCore(Protocol):
         ...
 
     async def conversations(self, name: str) -> list[ConversationSummary]:
-        """Conversations one hosted agent stores; raises `ManagementError`."""
+        """Conversations one hosted agent stores; raises `ManagementError` `not-found`."""
         ...
 
     async def history(
         self, name: str, address: str, *, after_record_hash: str | None, limit: int
     ) -> list[HistoryRecord]:
-        """Certified records of one of the agent's conversations, in chain order."""
+        """Certified records of one of the agent's conversations, in chain order.
+
+        Raises `ManagementError`: `invalid-address` for an address that names no valid
+        conversation of the agent, `not-found` for an unknown agent or record."""
         ...
 
     async def rotate_token(self, name: str) -> str:
-        """Revoke the agent's tokens, end its stream, and return a new token."""
+        """Revoke the agent's tokens, end its stream, and return a new token; raises
+        `ManagementError` `not-found`."""
         ...
 
     async def revoke_token(self, name: str) -> None:
-        """Revoke the agent's tokens and end its stream."""
+        """Revoke the agent's tokens and end its stream; raises `ManagementError`
+        `not-found`."""
         ...
 
     def status(self) -> GatewayStatus:

@@ -6,6 +6,11 @@ its intent durably, and waits — bounded — for the Router to accept its propo
 this daemon to promote the certified record. Inbound, a classification pass turns each
 promoted remote-authored record into an inbox item under the delivery's token, or consumes
 it; it runs with or without a listener.
+
+`AgentPosting` is the agent's posting side — resolving members, binding posts through the
+network (`Network.bind` owns the bind and its rollback), waiting for them to certify, and
+committing inbox items. The multicast path uses it, and it is the collectives'
+`PostingPort`. Every bound is measured on the injected `Clock`.
 """
 
 from __future__ import annotations
@@ -13,17 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.collectives.runtime import (
-    Classified,
-    CollectiveRefusal,
-    Collectives,
-    PostHandle,
-)
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.collectives.port import Classified, CollectiveRefusal
+from gateway.collectives.runtime import Collectives
 from gateway.contract.addresses import canonicalize, name_of, unknown_agent_error
 from gateway.contract.codec import CodecError, message_from_json
 from gateway.contract.collective_part import (
@@ -38,8 +39,16 @@ from gateway.contract.collective_part import (
 from gateway.contract.content import multicast_content, text_of
 from gateway.contract.errors import HarnessError, SendError, SendErrorReason
 from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
+from gateway.contract.kinds import (
+    CollectiveEnd,
+    ConsumedKind,
+    DeliveryItem,
+    MemberOutcomeKind,
+    SendOp,
+)
 from gateway.contract.values import (
     AskOperation,
+    CollectiveOp,
     Content,
     DirectMessage,
     FailureDelivery,
@@ -59,10 +68,10 @@ from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.idempotency import KeyResolution, SendLedger
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, MessageStream
 from gateway.engine import protocol as p
-from gateway.engine.certifier import BindRefused, Certifier, Effects, Identity
-from gateway.engine.network import FatalStoreError, Network
+from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.network import Network, PostHandle
 from gateway.registry import Found, RegistryClient, RegistryError, RegistryVersionMismatch
-from gateway.store.errors import CommitAmbiguous, StoreError
+from gateway.store.errors import StoreError
 from gateway.store.port import Store
 from gateway.store.records import (
     DeliveryRow,
@@ -105,25 +114,158 @@ class SendTimeouts:
 class SendObserver:
     """Metrics hooks of the send pipeline."""
 
-    on_send: Callable[[str, str | HarnessError], None] = lambda op, outcome: None
-    """(op, outcome): `ok`, or the failure itself (the metrics give every failure its
-    closed label, so counting one never fails the answered send)."""
-    on_delivery_published: Callable[[str], None] = lambda item: None
-    on_record_consumed: Callable[[str], None] = lambda kind: None
-    on_send_refused_inbound: Callable[[str], None] = lambda reason: None
-    on_member_outcome: Callable[[str, str], None] = lambda op, outcome: None
-    on_collective_result: Callable[[str, str], None] = lambda op, end: None
+    on_send: Callable[[SendOp, HarnessError | None], None] = lambda op, error: None
+    """(op, error): None for a send that succeeded, or the failure itself (the metrics give
+    every failure its closed label, so counting one never fails the answered send)."""
+    on_delivery_published: Callable[[DeliveryItem], None] = lambda item: None
+    on_record_consumed: Callable[[ConsumedKind], None] = lambda kind: None
+    on_member_outcome: Callable[[CollectiveOp, MemberOutcomeKind], None] = lambda op, outcome: None
+    on_collective_result: Callable[[CollectiveOp, CollectiveEnd], None] = lambda op, end: None
     on_key_resolution: Callable[[KeyResolution], None] = lambda resolution: None
 
 
-@dataclass(frozen=True, slots=True)
-class _Bound:
-    """One post of a bind: its route and the effects its bind produced."""
+class AgentPosting:
+    """One agent's posts: its members resolved, its intents bound, their certification
+    awaited, and its inbox items committed (the collectives' `PostingPort`)."""
 
-    conversation_id: str
-    post_id: str
-    local: bool
-    effects: Effects
+    def __init__(
+        self,
+        *,
+        identity: Identity,
+        certifier: Certifier,
+        network: Network,
+        registry: RegistryClient,
+        store: Store,
+        inbox: AgentInbox,
+        timeouts: SendTimeouts,
+        clock: Clock,
+        on_published: Callable[[DeliveryItem], None],
+    ) -> None:
+        self._identity = identity
+        self._certifier = certifier
+        self._network = network
+        self._registry = registry
+        self._store = store
+        self._inbox = inbox
+        self._timeouts = timeouts
+        self._clock = clock
+        self._on_published = on_published
+
+    async def resolve_cards(self, names: Sequence[str]) -> dict[str, p.SignedAgentCard | SendError]:
+        """Registry lookups of members, at most eight at once: each a card or why not."""
+        semaphore = asyncio.Semaphore(RESOLVE_CONCURRENCY)
+
+        async def lookup(name: str) -> p.SignedAgentCard | SendError:
+            async with semaphore:
+                try:
+                    outcome = await self._registry.lookup_by_name(name)
+                except RegistryVersionMismatch:
+                    return SendError(SendErrorReason.VERSION_MISMATCH)
+                except RegistryError:
+                    return SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+            if isinstance(outcome, Found):
+                return outcome.card
+            return unknown_agent_error(name)
+
+        outcomes = await asyncio.gather(*(lookup(name) for name in names))
+        return dict(zip(names, outcomes, strict=True))
+
+    def membership_with(self, cards: Sequence[p.SignedAgentCard]) -> p.MembershipDescriptor:
+        """The descriptor of this agent and these members (cards verified by the Registry
+        client); raises `SendError` `certification-unavailable` if it cannot be built."""
+        try:
+            return p.build_membership([self._identity.card, *cards])
+        except p.ProtocolError as error:
+            logger.error("membership could not be built: %s", error.detail)
+            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE) from None
+
+    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """A stored conversation's descriptor."""
+        local = self._network.local.membership_of(conversation_id)
+        return local if local is not None else self._certifier.membership_of(conversation_id)
+
+    async def bind_posts(
+        self,
+        posts: Sequence[tuple[p.MembershipDescriptor, Content]],
+        *,
+        extra_writes: Callable[[Sequence[str]], Sequence[Write]] = lambda post_ids: (),
+        within: float,
+    ) -> list[PostHandle]:
+        """Bind every post's intent in one transaction with `extra_writes(post_ids)`
+        (`Network.bind`), waiting for the Router attachment at most the attach bound and
+        never past `within` seconds. Raises `SendError` before anything is bound."""
+        handles = await self._network.bind(
+            self._certifier,
+            posts,
+            extra_writes=extra_writes,
+            attach_within=max(0.0, min(self._timeouts.attach, within)),
+        )
+        invocation = _INVOCATION_POSTS.get()
+        if invocation is not None:
+            invocation.extend(handles)
+        return handles
+
+    async def await_certified(self, handle: PostHandle, *, budget_end: float | None = None) -> str:
+        """The post's RecordHash within the send bound (or by the monotonic `budget_end`),
+        else `delivery-pending`; the send's waiters are dropped either way."""
+        if budget_end is None:
+            budget_end = self._clock.monotonic() + self._timeouts.drain + self._timeouts.certify
+        try:
+            return await self._wait_certified(handle, budget_end)
+        finally:
+            self._network.forget(handle.post_id)
+
+    async def _wait_certified(self, handle: PostHandle, budget_end: float) -> str:
+        """Steps 9-10: the Router accepts the proposal within the drain bound, then this
+        daemon promotes the record within the certification bound; past either, the
+        bound intent answers `delivery-pending` and keeps going."""
+        clock = self._clock
+        latch, drained = handle.certified, handle.drained
+        drain_end = min(budget_end, clock.monotonic() + self._timeouts.drain)
+        certify_end = min(budget_end, drain_end + self._timeouts.certify)
+        # Waiting on the futures directly (not through wait_for) so that a send that gives
+        # up never cancels them: `forget` does, once the send has answered.
+        waiters: set[asyncio.Future[object]] = {latch, drained}  # type: ignore[arg-type]
+        await asyncio.wait(
+            waiters,
+            timeout=max(0.0, drain_end - clock.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not latch.done():
+            if not drained.done() and self._certifier.was_proposed(handle.post_id):
+                raise SendError(SendErrorReason.DELIVERY_PENDING)
+            await asyncio.wait({latch}, timeout=max(0.0, certify_end - clock.monotonic()))
+        if not latch.done() or latch.cancelled():
+            # Past the bound, or the network closed (shutdown): the bound intent is proposed
+            # again until it certifies.
+            raise SendError(SendErrorReason.DELIVERY_PENDING)
+        return latch.result()
+
+    async def settled(self, post_id: str) -> asyncio.Future[str]:
+        """A future of an own post's RecordHash: already resolved when its intent
+        completed (while the daemon was down), else resolved when this daemon promotes it."""
+        row = await self._store.intent(self._identity.agent_id, post_id)
+        record_hash = None if row is None else row.record_hash
+        if record_hash is None:
+            return self._network.latch(post_id)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        future.set_result(record_hash)
+        return future
+
+    def prepare_item(
+        self, item: InboundItem, *, token: str | None = None
+    ) -> tuple[str, PutInboxItem]:
+        """An inbox write for an emitted item (fresh token unless given)."""
+        return self._inbox.prepare(item, token=token)
+
+    async def commit(self, writes: Sequence[Write]) -> None:
+        """Commit writes atomically and wake the stream (items may be among them)."""
+        await self._store.apply(writes)
+        self._inbox.notify()
+
+    def published(self, kind: DeliveryItem) -> None:
+        """An item was made durable under a fresh token."""
+        self._on_published(kind)
 
 
 class AgentRuntime:
@@ -142,14 +284,14 @@ class AgentRuntime:
         run_id: str,
         export: HistoryExport | None = None,
         observer: SendObserver | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.identity = identity
         self.certifier = certifier
         self.inbox = inbox
-        self._network = network
-        self._registry = registry
         self._store = store
         self._timeouts = timeouts
+        self._clock = clock
         self._observer = observer or SendObserver()
         self._classify_wanted = asyncio.Event()
         self._classifier: asyncio.Task[None] | None = None
@@ -162,8 +304,23 @@ class AgentRuntime:
             run_id=run_id,
             on_resolution=self._observer.on_key_resolution,
         )
+        self.posting = AgentPosting(
+            identity=identity,
+            certifier=certifier,
+            network=network,
+            registry=registry,
+            store=store,
+            inbox=inbox,
+            timeouts=timeouts,
+            clock=clock,
+            on_published=self._observer.on_delivery_published,
+        )
+        """Members, posts and inbox items: the multicast path's and the collectives' port."""
         self.collectives = Collectives(
-            self,
+            self.posting,
+            agent_name=identity.agent_name,
+            agent_id=identity.agent_id,
+            clock=clock,
             on_member_outcome=self._observer.on_member_outcome,
             on_result=self._observer.on_collective_result,
         )
@@ -177,6 +334,11 @@ class AgentRuntime:
     def address(self) -> str:
         """`agent:<name>`."""
         return f"agent:{self.identity.agent_name}"
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's AgentId."""
+        return self.identity.agent_id
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -242,7 +404,7 @@ class AgentRuntime:
         except HarnessError as error:
             self._observer.on_send(op, error)
             raise
-        self._observer.on_send(op, "ok")
+        self._observer.on_send(op, None)
         return result
 
     async def _invocation(
@@ -254,7 +416,7 @@ class AgentRuntime:
         try:
             result = await self._send(
                 send_input,
-                started=time.monotonic(),
+                started=self._clock.monotonic(),
                 deadline=deadline,
                 failure_delivery=failure_delivery,
             )
@@ -322,8 +484,7 @@ class AgentRuntime:
         except StoreError:
             # If that item cannot be persisted, the send fails with the refusal.
             raise refusal.error from None
-        self._observer.on_delivery_published("operationFailed")
-        self._observer.on_send_refused_inbound(refusal.error.reason)
+        self._observer.on_delivery_published(DeliveryItem.OPERATION_FAILED)
         return SendResult(operation_id=refusal.operation_id)
 
     async def _multicast(
@@ -332,230 +493,27 @@ class AgentRuntime:
         content = multicast_content(text)
         conversation = canonicalize(to, self.identity.agent_name)
         budget_end = started + self._budget(deadline)
-        cards = await self.resolve_cards(conversation.others)
+        posting = self.posting
+        cards = await posting.resolve_cards(conversation.others)
         for name in conversation.others:
             failure = cards[name]
             if isinstance(failure, SendError):
                 raise failure
-        descriptor = self.descriptor_with(
-            [
-                self.identity.card,
-                *(card for card in cards.values() if not isinstance(card, SendError)),
-            ]
+        descriptor = posting.membership_with(
+            [card for card in cards.values() if not isinstance(card, SendError)]
         )
-        [handle] = await self.bind_posts(
-            [(descriptor, content)], within=max(0.0, budget_end - time.monotonic())
+        [handle] = await posting.bind_posts(
+            [(descriptor, content)], within=max(0.0, budget_end - self._clock.monotonic())
         )
         # From here the intent is bound: any bound past this point is delivery-pending,
         # and the post still certifies in the background.
-        try:
-            await self._wait_certified(handle, budget_end)
-        finally:
-            self._network.forget(handle.post_id)
+        await posting.await_certified(handle, budget_end=budget_end)
 
     def _budget(self, deadline: float | None) -> float:
         budget = self._timeouts.attach + self._timeouts.drain + self._timeouts.certify
         if deadline is not None:
             budget = min(budget, max(0.0, deadline - DEADLINE_MARGIN))
         return budget
-
-    # --- posting (engine.md §6 steps 6-10), also the collectives' host -----------------------
-
-    @property
-    def agent_id(self) -> str:
-        """The agent's AgentId."""
-        return self.identity.agent_id
-
-    @property
-    def own_card(self) -> p.SignedAgentCard:
-        """The agent's signed card."""
-        return self.identity.card
-
-    async def bind_posts(
-        self,
-        posts: Sequence[tuple[p.MembershipDescriptor, Content]],
-        *,
-        extra_writes: Callable[[Sequence[str]], Sequence[Write]] = lambda post_ids: (),
-        within: float,
-    ) -> list[PostHandle]:
-        """Bind every post's intent in one transaction with `extra_writes(post_ids)`.
-
-        Posts whose members are all hosted here go through local order (engine.md §5.10)
-        and need no Router; when any post crosses daemons, the Router attachment is waited
-        for first (at most the attach bound). Raises `SendError` before anything is bound."""
-        local = self._network.local
-        routes = [local.accepts(descriptor) for descriptor, _ in posts]
-        if not all(routes):
-            attached = await self._network.wait_attached(
-                max(0.0, min(self._timeouts.attach, within))
-            )
-            if not attached:
-                raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
-        for (descriptor, _), is_local in zip(posts, routes, strict=True):
-            if is_local:
-                await local.founded(descriptor.conversation_id)
-        now = time.time()
-        bound: list[_Bound] = []
-        try:
-            for (descriptor, content), is_local in zip(posts, routes, strict=True):
-                if is_local:
-                    post_id, writes = local.bind(self.certifier, descriptor, content, now=now)
-                    one = Effects()
-                    one.writes.extend(writes)
-                else:
-                    post_id, one = self.certifier.bind(descriptor, content, now=now)
-                bound.append(_Bound(descriptor.conversation_id, post_id, is_local, one))
-        except BindRefused as refused:
-            self._unbind(bound)
-            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
-        post_ids = [post.post_id for post in bound]
-        effects = Effects()
-        for post in bound:
-            effects.writes.extend(post.effects.writes)
-            effects.envelopes.extend(post.effects.envelopes)
-        effects.writes.extend(extra_writes(post_ids))
-        loop = asyncio.get_running_loop()
-        handles: list[PostHandle] = []
-        for post in bound:
-            post_id = post.post_id
-            drained: asyncio.Future[None]
-            if post.local:
-                # No Router step: nothing to drain (engine.md §6 step 9 is skipped).
-                drained = loop.create_future()
-                drained.set_result(None)
-            else:
-                drained = self._network.drained(post_id)
-            handles.append(
-                PostHandle(post_id=post_id, certified=self._network.latch(post_id), drained=drained)
-            )
-        invocation = _INVOCATION_POSTS.get()
-        if invocation is not None:
-            invocation.extend(handles)
-        # A lone post of a local conversation with nothing else waiting certifies in its
-        # bind's own unit: one commit per send (engine.md §5.10 Atomic unit, rule 2).
-        unit = (
-            local.unit_in_bind(bound[0].conversation_id, bound[0].post_id)
-            if len(bound) == 1 and bound[0].local
-            else None
-        )
-        try:
-            if all(routes):
-                # Only the queue entries changed in memory: a definite failure undoes them
-                # and the daemon goes on (an ambiguous COMMIT is fatal in the writer).
-                writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
-                await self._store.apply(writes)
-            else:
-                await self._network.commit(effects)
-        except (FatalStoreError, StoreError) as error:
-            if unit is not None:
-                local.abandon(unit)
-            for post_id in post_ids:
-                self._network.forget(post_id)
-            if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
-                raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
-            self._unbind(bound)
-            raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
-        local.bound((post.conversation_id, post.post_id) for post in bound if post.local)
-        if unit is not None:
-            local.committed(unit)
-        return handles
-
-    def _unbind(self, bound: Sequence[_Bound]) -> None:
-        self._network.local.unbind(
-            (post.conversation_id, post.post_id) for post in bound if post.local
-        )
-        for post in bound:
-            if not post.local:
-                self.certifier.unbind(post.post_id)
-
-    async def await_certified(self, handle: PostHandle) -> str:
-        """The post's RecordHash within the send bound, else `delivery-pending`."""
-        budget_end = time.monotonic() + self._timeouts.drain + self._timeouts.certify
-        try:
-            return await self._wait_certified(handle, budget_end)
-        finally:
-            self._network.forget(handle.post_id)
-
-    async def _wait_certified(self, handle: PostHandle, budget_end: float) -> str:
-        """Steps 9-10: the Router accepts the proposal within the drain bound, then this
-        daemon promotes the record within the certification bound; past either, the
-        bound intent answers `delivery-pending` and keeps going."""
-        latch, drained = handle.certified, handle.drained
-        drain_end = min(budget_end, time.monotonic() + self._timeouts.drain)
-        certify_end = min(budget_end, drain_end + self._timeouts.certify)
-        # Waiting on the futures directly (not through wait_for) so that a send that gives
-        # up never cancels them: `forget` does, once the send has answered.
-        waiters: set[asyncio.Future[object]] = {latch, drained}  # type: ignore[arg-type]
-        await asyncio.wait(
-            waiters,
-            timeout=max(0.0, drain_end - time.monotonic()),
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        if not latch.done():
-            if not drained.done() and self.certifier.was_proposed(handle.post_id):
-                raise SendError(SendErrorReason.DELIVERY_PENDING)
-            await asyncio.wait({latch}, timeout=max(0.0, certify_end - time.monotonic()))
-        if not latch.done() or latch.cancelled():
-            # Past the bound, or the network closed (shutdown): the bound intent is proposed
-            # again until it certifies.
-            raise SendError(SendErrorReason.DELIVERY_PENDING)
-        return latch.result()
-
-    def latch(self, post_id: str) -> asyncio.Future[str]:
-        """A future resolved when this daemon promotes the post."""
-        return self._network.latch(post_id)
-
-    async def intent_outcome(self, post_id: str) -> str | None:
-        """The RecordHash of a completed own intent, or None while it is open."""
-        row = await self._store.intent(self.identity.agent_id, post_id)
-        return None if row is None else row.record_hash
-
-    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
-        """A stored conversation's descriptor."""
-        local = self._network.local.membership_of(conversation_id)
-        return local if local is not None else self.certifier.membership_of(conversation_id)
-
-    def descriptor_with(self, cards: Sequence[p.SignedAgentCard]) -> p.MembershipDescriptor:
-        """The descriptor of a member set (cards verified by the Registry client)."""
-        try:
-            return p.build_membership(cards)
-        except p.ProtocolError as error:
-            logger.error("membership could not be built: %s", error.detail)
-            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE) from None
-
-    def prepare_item(
-        self, item: InboundItem, *, token: str | None = None
-    ) -> tuple[str, PutInboxItem]:
-        """An inbox write for an emitted item (fresh token unless given)."""
-        return self.inbox.prepare(item, token=token)
-
-    async def commit(self, writes: Sequence[Write]) -> None:
-        """Commit writes atomically and wake the stream (items may be among them)."""
-        await self._store.apply(writes)
-        self.inbox.notify()
-
-    def published(self, kind: str) -> None:
-        """An item was made durable under a fresh token."""
-        self._observer.on_delivery_published(kind)
-
-    async def resolve_cards(self, names: Sequence[str]) -> dict[str, p.SignedAgentCard | SendError]:
-        """Registry lookups of members, at most eight at once: each a card or why not."""
-        semaphore = asyncio.Semaphore(RESOLVE_CONCURRENCY)
-
-        async def lookup(name: str) -> p.SignedAgentCard | SendError:
-            async with semaphore:
-                try:
-                    outcome = await self._registry.lookup_by_name(name)
-                except RegistryVersionMismatch:
-                    return SendError(SendErrorReason.VERSION_MISMATCH)
-                except RegistryError:
-                    return SendError(SendErrorReason.NETWORK_UNAVAILABLE)
-            if isinstance(outcome, Found):
-                return outcome.card
-            return unknown_agent_error(name)
-
-        outcomes = await asyncio.gather(*(lookup(name) for name in names))
-        return dict(zip(names, outcomes, strict=True))
 
     # --- classification ----------------------------------------------------------------------
 
@@ -572,8 +530,8 @@ class AgentRuntime:
         if not rows:
             return False
         writes: list[Write] = []
-        outcomes: list[str] = []
-        emitted: list[str] = []
+        outcomes: list[DeliveryItem | ConsumedKind] = []
+        emitted: list[DeliveryItem] = []
         for row in rows:
             item_writes, outcome, published = self._classify(row)
             writes.extend(item_writes)
@@ -582,7 +540,7 @@ class AgentRuntime:
         await self._store.apply(writes)
         self.inbox.notify()
         for outcome in outcomes:
-            if outcome in ("multicast", "collectiveRequest"):
+            if isinstance(outcome, DeliveryItem):
                 self._observer.on_delivery_published(outcome)
             else:
                 self._observer.on_record_consumed(outcome)
@@ -590,7 +548,9 @@ class AgentRuntime:
             self._observer.on_delivery_published(kind)
         return len(rows) == CLASSIFY_PAGE
 
-    def _classify(self, row: DeliveryRow) -> tuple[list[Write], str, tuple[str, ...]]:
+    def _classify(
+        self, row: DeliveryRow
+    ) -> tuple[list[Write], DeliveryItem | ConsumedKind, tuple[DeliveryItem, ...]]:
         """The writes that classify one delivery, its outcome (`multicast`,
         `collectiveRequest` or the consumed kind) and items emitted under fresh tokens.
         The rules are the contract's "Inbound items" and collectives.md §2.4-§2.5."""
@@ -601,7 +561,7 @@ class AgentRuntime:
             message = message_from_json(parse_canonical_json(row.projection))
         except (CodecError, JsonValueError):
             logger.exception("a delivery projection does not decode; consumed")
-            return [consumed], "other", ()
+            return [consumed], ConsumedKind.OTHER, ()
         read = read_collective(message.content)
         sender = name_of(message.sender) or ""
         is_group = isinstance(message, GroupMessage)
@@ -609,13 +569,13 @@ class AgentRuntime:
         match read.part:
             case None | MulticastPart():
                 if not read.rest:
-                    return [consumed], "other", ()
+                    return [consumed], ConsumedKind.OTHER, ()
                 item = MulticastItem(message=_with_content(message, read.rest))
                 _, write = self.inbox.prepare(item, token=token)
                 classified_state = SetDeliveryState(
                     agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED
                 )
-                return [classified_state, write], "multicast", ()
+                return [classified_state, write], DeliveryItem.MULTICAST, ()
             case RequestPart():
                 classified = self.collectives.classify_request(
                     read.part,
@@ -645,7 +605,7 @@ class AgentRuntime:
                     "record consumed: %s collective part",
                     "duplicated" if isinstance(read.part, Duplicate) else "malformed",
                 )
-                return [consumed], "other", ()
+                return [consumed], ConsumedKind.OTHER, ()
         writes = list(classified.writes)
         if classified.item is not None:
             _, write = self.inbox.prepare(classified.item, token=token)
@@ -653,9 +613,9 @@ class AgentRuntime:
                 SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED)
             )
             writes.append(write)
-            return writes, "collectiveRequest", classified.published
+            return writes, DeliveryItem.COLLECTIVE_REQUEST, classified.published
         writes.append(consumed)
-        return writes, classified.consumed or "other", classified.published
+        return writes, classified.consumed or ConsumedKind.OTHER, classified.published
 
 
 def _with_content(message: InboundMessage, content: Content) -> InboundMessage:
@@ -677,11 +637,11 @@ def _with_content(message: InboundMessage, content: Content) -> InboundMessage:
             )
 
 
-def _op_of(send_input: SendInput) -> str:
+def _op_of(send_input: SendInput) -> SendOp:
     match send_input:
         case MessageInput(collective=AskOperation(op=op)):
-            return op.value
+            return SendOp(op.value)
         case MessageInput():
-            return "multicast"
+            return SendOp.MULTICAST
         case ResponseInput():
-            return "answer"
+            return SendOp.ANSWER

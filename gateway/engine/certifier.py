@@ -11,13 +11,18 @@ changed memory stops the daemon (engine.md §8), which is what makes this safe.
 Every member processes its envelopes in Router order, its own proposals included; co-hosted
 members of a conversation that crosses daemons take no shortcut. Conversations whose members
 are all hosted here are not the Certifier's: `gateway.engine.local` orders them (§5.10).
+
+The module is long (some 1,600 lines) because the state machine is one: proposals, votes,
+anchors, catch-up and promotion read and change the same per-conversation state under the
+same invariants, and a split along the protocol's phases would scatter each invariant over
+files that then share private state. The helpers that need no state (intent rows, post ops,
+conversation ids) sit at the end.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, assert_never
@@ -28,6 +33,7 @@ from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePar
 from gateway.contract.content import content_to_json
 from gateway.contract.ids import RandomId, agent_id_order_key
 from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
+from gateway.contract.kinds import PostKind, PostOp
 from gateway.contract.values import Content, DirectMessage, GroupMessage, InboundMessage
 from gateway.engine import protocol as p
 from gateway.identity.keys import SigningKey, VerifyCache
@@ -93,9 +99,9 @@ class Certified:
     post_id: str
     record_hash: str
     bound_at: float
-    kind: str
-    """`direct` or `group`, for the certification latency metric."""
-    op: str = "multicast"
+    kind: PostKind
+    """Direct or group, for the certification latency metric."""
+    op: PostOp = PostOp.MULTICAST
     """What the post carried: multicast, gather, all_gather, answer or close."""
     resumed: bool = False
     """The intent was reloaded after a restart: its latency spans the downtime."""
@@ -211,8 +217,8 @@ class _Conversation:
         return self.descriptor.member_agent_ids
 
     @property
-    def kind(self) -> str:
-        return "direct" if self.size == 2 else "group"
+    def kind(self) -> PostKind:
+        return PostKind.of_size(self.size)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -437,9 +443,9 @@ class Certifier:
         """Bound intents not yet certified."""
         return sum(len(conversation.intents) for conversation in self._conversations.values())
 
-    def open_intents_by_kind(self) -> dict[str, int]:
+    def open_intents_by_kind(self) -> dict[PostKind, int]:
         """Bound intents not yet certified, by conversation kind."""
-        counts = {"direct": 0, "group": 0}
+        counts = dict.fromkeys(PostKind, 0)
         for conversation in self._conversations.values():
             counts[conversation.kind] += len(conversation.intents)
         return counts
@@ -761,7 +767,7 @@ class Certifier:
             case _:
                 assert_never(action)
         self._lock_and_sign(
-            conversation, predecessor, action, effects, new_conversation=new_conversation
+            conversation, predecessor, action, effects, new_conversation=new_conversation, now=now
         )
 
     def _lock_and_sign(
@@ -772,6 +778,7 @@ class Certifier:
         effects: Effects,
         *,
         new_conversation: bool,
+        now: float,
     ) -> None:
         hash_ = p.action_hash(action)
         locked = conversation.locks.get(predecessor)
@@ -805,7 +812,7 @@ class Certifier:
         )
         conversation.signatures.setdefault(hash_, {})[self.agent_id] = statement
         self._send(conversation, statement, effects)
-        self._maybe_stage(conversation, hash_, effects)
+        self._maybe_stage(conversation, hash_, effects, now=now)
 
     def _evidence_write(
         self,
@@ -877,7 +884,7 @@ class Certifier:
                 held[signer] = statement
                 self._bound_waiting_signatures(conversation)
                 if hash_ in conversation.actions:
-                    self._maybe_stage(conversation, hash_, effects)
+                    self._maybe_stage(conversation, hash_, effects, now=now)
                 else:
                     self._maybe_catch_up_for_waiting(conversation, effects, now=now)
             case p.DurabilityVote(record_hash=record_hash):
@@ -907,7 +914,9 @@ class Certifier:
             if subject not in conversation.actions:
                 del conversation.signatures[subject]
 
-    def _maybe_stage(self, conversation: _Conversation, hash_: str, effects: Effects) -> None:
+    def _maybe_stage(
+        self, conversation: _Conversation, hash_: str, effects: Effects, *, now: float
+    ) -> None:
         action = conversation.actions.get(hash_)
         if action is None:
             return
@@ -962,7 +971,7 @@ class Certifier:
             self._evidence_write(conversation, record_hash, vote, EvidenceKind.DURABILITY)
         )
         self._send(conversation, vote, effects)
-        self._maybe_promote(conversation, record_hash, effects, now=time.time())
+        self._maybe_promote(conversation, record_hash, effects, now=now)
 
     def _maybe_promote(
         self, conversation: _Conversation, record_hash: str, effects: Effects, *, now: float
@@ -1102,6 +1111,7 @@ class Certifier:
                 waiting.action,
                 effects,
                 new_conversation=False,
+                now=now,
             )
         pending = conversation.pending_completions.pop(conversation.head or "", None)
         if pending is not None:
@@ -1513,17 +1523,17 @@ class Certifier:
                 assert_never(item)
 
 
-def post_op(content: Content) -> str:
-    """The metric `op` of an own post, from its collective part."""
+def post_op(content: Content) -> PostOp:
+    """The operation an own post carries, from its collective part."""
     match read_collective(content).part:
         case RequestPart(op=op):
-            return op.value
+            return PostOp(op.value)
         case ResponsePart():
-            return "answer"
+            return PostOp.ANSWER
         case ClosePart():
-            return "close"
+            return PostOp.CLOSE
         case _:
-            return "multicast"
+            return PostOp.MULTICAST
 
 
 def intent_write(

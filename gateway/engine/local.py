@@ -37,6 +37,7 @@ from typing import Final
 from gateway.contract.codec import message_to_json
 from gateway.contract.ids import RandomId, agent_id_order_key
 from gateway.contract.jsonvalue import canonical_json
+from gateway.contract.kinds import PostKind
 from gateway.contract.values import Content
 from gateway.engine import protocol as p
 from gateway.engine.certifier import (
@@ -118,8 +119,8 @@ class _Conversation:
         return self.descriptor.member_agent_ids
 
     @property
-    def kind(self) -> str:
-        return "direct" if self.descriptor.size == 2 else "group"
+    def kind(self) -> PostKind:
+        return PostKind.of_size(self.descriptor.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +207,9 @@ class LocalOrder:
         """Conversations set aside (the metric)."""
         return len(self._set_aside)
 
-    def open_intents_by_kind(self, agent_id: str) -> dict[str, int]:
+    def open_intents_by_kind(self, agent_id: str) -> dict[PostKind, int]:
         """This agent's bound intents in local conversations not yet certified, by kind."""
-        counts = {"direct": 0, "group": 0}
+        counts = dict.fromkeys(PostKind, 0)
         for conversation in self._conversations.values():
             counts[conversation.kind] += sum(
                 1 for intent in conversation.queue if intent.author_id == agent_id

@@ -8,7 +8,11 @@ announced. A failed commit after the core changed memory is fatal: the daemon st
 than let memory and disk diverge (engine.md §8), and recovery resumes the work after the
 supervisor restarts it.
 
-Background work runs in tasks this object owns and cancels in `close()` (house style 11):
+Binding a send's posts has one owner, `Network.bind`: it routes each post (local order or
+the Router), binds every intent in memory, commits the binds with the caller's rows in one
+transaction, and undoes the memory of a bind that definitely did not commit.
+
+Background work runs in tasks this object owns and cancels in `close()`:
 `_feed_loop` (Router reads), `_drain_loop` (Router sends), `_tick_loop` (re-proposal and
 catch-up timers), and short catch-up lookups.
 """
@@ -19,14 +23,21 @@ import asyncio
 import enum
 import logging
 import random
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.contract.errors import SendError, SendErrorReason
+from gateway.contract.values import Content
 from gateway.engine import protocol as p
-from gateway.engine.certifier import Certified, Certifier, Effects, OutboundEnvelope
+from gateway.engine.certifier import (
+    BindRefused,
+    Certified,
+    Certifier,
+    Effects,
+    OutboundEnvelope,
+)
 from gateway.engine.local import LocalObserver, LocalOrder
 from gateway.router import (
     Accepted,
@@ -44,6 +55,7 @@ from gateway.router import (
     SendMode,
     envelope_digest,
 )
+from gateway.store.errors import CommitAmbiguous, StoreError
 from gateway.store.port import Store
 from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
 
@@ -56,7 +68,7 @@ TICK_INTERVAL: Final = 1.0
 """Seconds between timer passes (re-proposal, catch-up round timeouts)."""
 
 DRAIN_QUEUE_SIZE: Final = 65_536
-"""Envelopes waiting for the Router; producers wait when it is full (house style 13)."""
+"""Envelopes waiting for the Router; producers wait when it is full, so memory stays bounded."""
 
 DRAIN_BATCH: Final = 512
 """Most envelopes one drain pass sends before recording their acceptance in one write."""
@@ -68,6 +80,19 @@ QUICK_RETRY_DELAY: Final = 0.025
 
 DETACHED_BACKOFF: Final = (0.1, 5.0)
 """Seconds of jittered backoff while the Router is unreachable: first and ceiling."""
+
+
+class RouterEvent(enum.StrEnum):
+    """Something the Router feed went through (`harness_router_events_total`)."""
+
+    FEED_GAP = "feed-gap"
+    """The feed skipped messages; the daemon caught up."""
+    ROUTER_RESTARTED = "router-restarted"
+    """The Router came back as a new instance."""
+    CURSOR_INVALID = "cursor-invalid"
+    """The Router no longer holds the cursor."""
+    REANCHOR = "reanchor"
+    """The daemon re-anchored its conversations."""
 
 
 class RouterAttachment(enum.StrEnum):
@@ -86,13 +111,33 @@ class FatalStoreError(Exception):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PostHandle:
+    """A bound post: `certified` resolves with its RecordHash once this daemon promotes it,
+    `drained` once the Router accepted its proposal (at once in local order)."""
+
+    post_id: str
+    certified: asyncio.Future[str]
+    drained: asyncio.Future[None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """One post of a bind: its route and the effects its bind produced."""
+
+    conversation_id: str
+    post_id: str
+    local: bool
+    effects: Effects
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NetworkObserver:
     """Callbacks the composition root wires to metrics and endpoints."""
 
     on_certified: Callable[[Certified], None] = lambda certified: None
     on_deliveries: Callable[[set[str]], None] = lambda agents: None
     on_attachment: Callable[[RouterAttachment], None] = lambda state: None
-    on_event: Callable[[str], None] = lambda event: None
+    on_event: Callable[[RouterEvent], None] = lambda event: None
     on_fatal: Callable[[BaseException], None] = lambda error: None
 
 
@@ -107,7 +152,7 @@ class Network:
         local_instance_id: str,
         observer: NetworkObserver | None = None,
         local_observer: LocalObserver | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._router = router
         self._store = store
@@ -202,7 +247,7 @@ class Network:
         instance = await self._router.instance_id()
         if self._cursor is None or self._cursor.instance_id != instance:
             if self._cursor is not None:
-                self._observer.on_event("router-restarted")
+                self._observer.on_event(RouterEvent.ROUTER_RESTARTED)
             self._cursor = None
             resumed_cursor = False
         self._instance_id = instance
@@ -211,7 +256,7 @@ class Network:
             if isinstance(anchoring, Batch):
                 self._cursor = anchoring.cursor
         effects = Effects()
-        now = self._clock()
+        now = self._clock.time()
         for certifier in self._certifiers.values():
             certifier.recover(instance, effects, now=now, resumed_cursor=resumed_cursor)
         if self._cursor is not None:
@@ -333,6 +378,102 @@ class Network:
             self._observer.on_deliveries(effects.deliveries)
         for query in effects.catch_up_queries:
             self._spawn(self._answer_catch_up(query.agent_id, query.request), "catch-up")
+
+    # --- binding (engine.md §6 steps 6-8) -------------------------------------------------
+
+    async def bind(
+        self,
+        certifier: Certifier,
+        posts: Sequence[tuple[p.MembershipDescriptor, Content]],
+        *,
+        extra_writes: Callable[[Sequence[str]], Sequence[Write]] = lambda post_ids: (),
+        attach_within: float,
+    ) -> list[PostHandle]:
+        """Bind every post's intent for `certifier`'s agent in one transaction with
+        `extra_writes(post_ids)`, and return a handle per post, in order.
+
+        Posts whose members are all hosted here go through local order (engine.md §5.10)
+        and need no Router; when any post crosses daemons, the Router attachment is waited
+        for first (at most `attach_within` seconds). Raises `SendError` when nothing is
+        bound (`network-unavailable`, `version-mismatch`, `certification-unavailable`,
+        `persistence-failed`) or when the commit's outcome is unknown (`outcome-unknown`)."""
+        local = self.local
+        routes = [local.accepts(descriptor) for descriptor, _ in posts]
+        if not all(routes) and not await self.wait_attached(attach_within):
+            raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+        for (descriptor, _), is_local in zip(posts, routes, strict=True):
+            if is_local:
+                await local.founded(descriptor.conversation_id)
+        now = self._clock.time()
+        bound: list[_Bound] = []
+        try:
+            for (descriptor, content), is_local in zip(posts, routes, strict=True):
+                if is_local:
+                    post_id, writes = local.bind(certifier, descriptor, content, now=now)
+                    one = Effects()
+                    one.writes.extend(writes)
+                else:
+                    post_id, one = certifier.bind(descriptor, content, now=now)
+                bound.append(_Bound(descriptor.conversation_id, post_id, is_local, one))
+        except BindRefused as refused:
+            self._unbind(certifier, bound)
+            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
+        post_ids = [post.post_id for post in bound]
+        effects = Effects()
+        for post in bound:
+            effects.writes.extend(post.effects.writes)
+            effects.envelopes.extend(post.effects.envelopes)
+        effects.writes.extend(extra_writes(post_ids))
+        loop = asyncio.get_running_loop()
+        handles: list[PostHandle] = []
+        for post in bound:
+            drained: asyncio.Future[None]
+            if post.local:
+                # No Router step: nothing to drain (engine.md §6 step 9 is skipped).
+                drained = loop.create_future()
+                drained.set_result(None)
+            else:
+                drained = self.drained(post.post_id)
+            handles.append(
+                PostHandle(
+                    post_id=post.post_id, certified=self.latch(post.post_id), drained=drained
+                )
+            )
+        # A lone post of a local conversation with nothing else waiting certifies in its
+        # bind's own unit: one commit per send (engine.md §5.10 Atomic unit, rule 2).
+        unit = (
+            local.unit_in_bind(bound[0].conversation_id, bound[0].post_id)
+            if len(bound) == 1 and bound[0].local
+            else None
+        )
+        try:
+            if all(routes):
+                # Only the queue entries changed in memory: a definite failure undoes them
+                # and the daemon goes on (an ambiguous COMMIT is fatal in the writer).
+                writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
+                await self._store.apply(writes)
+            else:
+                await self.commit(effects)
+        except (FatalStoreError, StoreError) as error:
+            if unit is not None:
+                local.abandon(unit)
+            for post_id in post_ids:
+                self.forget(post_id)
+            if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
+                raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
+            self._unbind(certifier, bound)
+            raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
+        local.bound((post.conversation_id, post.post_id) for post in bound if post.local)
+        if unit is not None:
+            local.committed(unit)
+        return handles
+
+    def _unbind(self, certifier: Certifier, bound: Sequence[_Bound]) -> None:
+        """Undo the memory of binds that definitely did not commit."""
+        self.local.unbind((post.conversation_id, post.post_id) for post in bound if post.local)
+        for post in bound:
+            if not post.local:
+                certifier.unbind(post.post_id)
 
     def latch(self, post_id: str) -> asyncio.Future[str]:
         """A future resolved with the RecordHash when this daemon promotes the post."""
@@ -502,22 +643,22 @@ class Network:
         outcome = poll.result()
         match outcome:
             case Batch(instance_id=instance) if instance != self._instance_id:
-                self._observer.on_event("router-restarted")
+                self._observer.on_event(RouterEvent.ROUTER_RESTARTED)
                 await self._recover(resumed_cursor=False)
             case Batch():
                 await self._process(outcome)
             case FeedGap():
-                self._observer.on_event("feed-gap")
+                self._observer.on_event(RouterEvent.FEED_GAP)
                 self._cursor = None
                 await self._recover(resumed_cursor=False)
             case CursorInvalid():
-                self._observer.on_event("cursor-invalid")
+                self._observer.on_event(RouterEvent.CURSOR_INVALID)
                 self._cursor = None
                 await self._recover(resumed_cursor=False)
 
     async def _process(self, batch: Batch) -> None:
         effects = Effects()
-        now = self._clock()
+        now = self._clock.time()
         for entry in batch.entries:
             try:
                 signed = p.decode_signed_envelope(entry.signed_envelope)
@@ -540,11 +681,11 @@ class Network:
 
     async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(TICK_INTERVAL)
+            await self._clock.sleep(TICK_INTERVAL)
             if self._state is not RouterAttachment.ACTIVE:
                 continue
             effects = Effects()
-            now = self._clock()
+            now = self._clock.time()
             for certifier in self._certifiers.values():
                 certifier.tick(effects, now=now)
             if effects:

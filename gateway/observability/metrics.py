@@ -3,8 +3,10 @@
 `Metrics(version, mode)` builds a dedicated `CollectorRegistry` (never the global default, so
 tests can build several) holding:
 
-- the `harness_*` family of operations.md §2.3, each label value from a closed `StrEnum` of
-  this module (or, for firewall refusals, the contract's `FirewallRefusal`);
+- the `harness_*` family of operations.md §2.3, each label set built from a closed `StrEnum`:
+  the components' own vocabularies (`PostOp`, `DeliveryItem`, ... of `gateway.contract.kinds`,
+  `StreamEndReason`, `RouterAttachment`, `AuthFailure`, `KeyResolution`, ...) or, for
+  metric-only labels (`Listener`, `StoreBackend`, the firewall's), an enum of this module;
 - the `grpc_server_*` family of §2.2, fed by `gateway/rpc/metrics_interceptor.py`, over the
   closed table of served methods (`GRPC_SERVICE_METHODS`) plus `unknown`/`unknown`;
 - `harness_build_info{version, mode}` = 1 and the standard `process_*` and `python_*`
@@ -12,19 +14,19 @@ tests can build several) holding:
 
 Every series of every closed label set exists from the start at 0, so panels have no gaps.
 Components never touch prometheus objects: they call the typed helpers (`count_send`,
-`set_router_attachments`, ...), each of which checks its label values against the closed set
-and raises `ValueError` for anything else, so no free-form label can ever be exported. No
-label carries an agent, conversation, post, operation or delivery id, a token, or an
+`set_router_attachments`, ...) with members of the very enum the label set was built from,
+so a kind without a series cannot be passed (mypy refuses it) and counting never raises
+after a send was answered; a stray value is still refused with `ValueError`. No label
+carries an agent, conversation, post, operation or delivery id, a token, or an
 operator-chosen string. The store reports through `StoreMetrics`, a `StoreObserver`.
 
-Label values are the strings of the enums; the components' own enums (`RouterAttachment`,
-`StreamEndReason`, `AuthFailure`, `SendErrorReason`, `CollectiveErrorKind`, ...) are
-`StrEnum`s with the same values, so they can be passed as they are, and a unit test
-enumerates each of those source vocabularies against its label set, so a new reason without
-a label fails a test rather than a call. A failed `Send` is counted from the error itself:
-`send_outcome()` maps every `HarnessError` to a `SendOutcome` and never raises (a type the
-send vocabulary does not know is `other`, with a warning), so counting can never turn an
-answered send into INTERNAL.
+A failed `Send` is counted from the error itself: `send_outcome()` maps every `HarnessError`
+to a `SendOutcome` and never raises (a type the send vocabulary does not know is `other`,
+with a warning), so counting can never turn an answered send into INTERNAL.
+
+The module is long (some 1,100 lines) because it is the one definition of every exported
+series: an operator reads one file to learn every name, label and bucket the gateway emits,
+and the series budget is counted in one place.
 
 Beyond operations.md §2.3's table:
 
@@ -64,6 +66,20 @@ from gateway.contract.errors import (
     SendError,
     StatusCode,
 )
+from gateway.contract.kinds import (
+    CollectiveEnd,
+    ConsumedKind,
+    DeliveryItem,
+    MemberOutcomeKind,
+    PostKind,
+    PostOp,
+    SendOp,
+)
+from gateway.contract.values import CollectiveOp
+from gateway.endpoint.api import AuthFailure
+from gateway.endpoint.idempotency import KeyResolution
+from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
+from gateway.engine.network import RouterAttachment, RouterEvent
 
 logger = logging.getLogger(__name__)
 
@@ -153,52 +169,6 @@ SERIES_BUDGET: Final = 3000
 
 
 # --- Closed label values --------------------------------------------------------------------
-
-
-class PostOp(enum.StrEnum):
-    """`op` of `harness_certification_seconds`: the operation a certified post carries."""
-
-    MULTICAST = "multicast"
-    """A direct or group message."""
-    GATHER = "gather"
-    """A gather's request post."""
-    ALL_GATHER = "all_gather"
-    """An all_gather's request post."""
-    ANSWER = "answer"
-    """An answer to an open question."""
-    CLOSE = "close"
-    """The post closing a collective operation."""
-
-
-class SendOp(enum.StrEnum):
-    """`op` of `harness_sends_total`: what a `Send` asked for."""
-
-    MULTICAST = "multicast"
-    """A message."""
-    GATHER = "gather"
-    """A gather."""
-    ALL_GATHER = "all_gather"
-    """An all_gather."""
-    ANSWER = "answer"
-    """An answer."""
-
-
-class CollectiveOp(enum.StrEnum):
-    """`op` of the collective metrics."""
-
-    GATHER = "gather"
-    """First answer per member, until the deadline."""
-    ALL_GATHER = "all_gather"
-    """Every member's answer, until the deadline."""
-
-
-class PostKind(enum.StrEnum):
-    """`kind` of a post: to one agent or to a group."""
-
-    DIRECT = "direct"
-    """Addressed to one other agent."""
-    GROUP = "group"
-    """Addressed to a group of 3 to 32 agents."""
 
 
 class SendOutcome(enum.StrEnum):
@@ -302,84 +272,6 @@ class RejectedRequestReason(enum.StrEnum):
     string field that is not UTF-8): INVALID_ARGUMENT `MALFORMED_REQUEST`."""
 
 
-class IdempotencyResult(enum.StrEnum):
-    """`result` of `harness_send_idempotency_total`: how a keyed `Send` was resolved."""
-
-    EXECUTED = "executed"
-    """The key was new; the send ran."""
-    JOINED = "joined"
-    """The same send was in flight; this call waited for it."""
-    REPLAYED = "replayed"
-    """The kept outcome was returned."""
-    CONFLICT = "conflict"
-    """The key binds a different input."""
-    INDETERMINATE = "indeterminate"
-    """The key's earlier send may or may not have happened."""
-
-
-class MemberOutcomeKind(enum.StrEnum):
-    """`outcome` of `harness_collective_member_outcomes_total`."""
-
-    ANSWERED = "answered"
-    """The member answered within the form."""
-    DECLINED = "declined"
-    """The member declined."""
-    INVALID = "invalid"
-    """The member answered outside the form."""
-    NO_ANSWER = "no-answer"
-    """No answer before the deadline."""
-    WITHHELD = "withheld"
-    """The local firewall withheld the answer."""
-
-
-class CollectiveEnd(enum.StrEnum):
-    """`end` of `harness_collective_results_total`."""
-
-    SETTLED = "settled"
-    """Every member had an outcome before the deadline."""
-    DEADLINE = "deadline"
-    """The deadline came first."""
-    FAILED = "failed"
-    """The operation failed."""
-
-
-class DeliveryItem(enum.StrEnum):
-    """`item` of the delivery counters: the inbound item's contract kind."""
-
-    MULTICAST = "multicast"
-    """A message."""
-    COLLECTIVE_REQUEST = "collectiveRequest"
-    """A question this agent may answer once."""
-    COLLECTIVE_RESULT = "collectiveResult"
-    """A collective operation's result, at its requester."""
-    OPERATION_FAILED = "operationFailed"
-    """A refusal routed with `failureDelivery: inbound`."""
-
-
-class AckResult(enum.StrEnum):
-    """`result` of `harness_acknowledge_results_total`: one per token."""
-
-    OK = "ok"
-    """The item is (or already was) retired."""
-    UNKNOWN_DELIVERY = "unknown-delivery"
-    """No such token for this agent."""
-    DELIVERY_CONFLICT = "delivery-conflict"
-    """The item was replaced at a restart."""
-    PERSISTENCE_FAILED = "persistence-failed"
-    """The store failed; the item stays unacknowledged."""
-
-
-class ConsumedKind(enum.StrEnum):
-    """`kind` of `harness_records_consumed_total`."""
-
-    ANSWER = "answer"
-    """An answer record, consumed by the requester's endpoint."""
-    CLOSE = "close"
-    """A close record."""
-    OTHER = "other"
-    """Any other record the endpoint acknowledges itself."""
-
-
 class Listener(enum.StrEnum):
     """`listener` of the backlog gauges: whether the agent has an open stream."""
 
@@ -387,32 +279,6 @@ class Listener(enum.StrEnum):
     """The agent has an open `Messages` stream."""
     DETACHED = "detached"
     """The agent has none; its backlog never alerts (an agent may be offline)."""
-
-
-class StreamOpen(enum.StrEnum):
-    """`result` of `harness_stream_opens_total`."""
-
-    OK = "ok"
-    """A stream opened with none open before."""
-    TAKEOVER = "takeover"
-    """A stream opened and took over the open one."""
-    ALREADY_LISTENING = "already-listening"
-    """Refused: another stream is open."""
-
-
-class StreamEnd(enum.StrEnum):
-    """`reason` of `harness_stream_ends_total` (the values of `StreamEndReason`)."""
-
-    CLIENT_CLOSED = "client-closed"
-    """The client cancelled the call."""
-    TAKEN_OVER = "taken-over"
-    """A new stream took over."""
-    REVOKED = "revoked"
-    """The agent's token was revoked or rotated."""
-    SHUTDOWN = "shutdown"
-    """The gateway is shutting down."""
-    ERROR = "error"
-    """An unexpected failure (logged)."""
 
 
 class LeaseEvent(enum.StrEnum):
@@ -424,30 +290,6 @@ class LeaseEvent(enum.StrEnum):
     """This replica gave one up."""
     LOST = "lost"
     """A lease expired under this replica."""
-
-
-class RouterState(enum.StrEnum):
-    """`state` of `harness_router_attachments` (the values of `RouterAttachment`)."""
-
-    RECOVERING = "recovering"
-    """Anchoring and recovering conversations."""
-    ACTIVE = "active"
-    """Reading the Router."""
-    DETACHED = "detached"
-    """The Router is unreachable (alerts: HarnessRouterDetached)."""
-
-
-class RouterEvent(enum.StrEnum):
-    """`event` of `harness_router_events_total`."""
-
-    FEED_GAP = "feed-gap"
-    """The feed skipped messages; the daemon caught up."""
-    ROUTER_RESTARTED = "router-restarted"
-    """The Router came back as a new instance."""
-    CURSOR_INVALID = "cursor-invalid"
-    """The Router no longer holds the cursor."""
-    REANCHOR = "reanchor"
-    """The daemon re-anchored its conversations."""
 
 
 class StoreBackend(enum.StrEnum):
@@ -505,21 +347,6 @@ class FirewallReload(enum.StrEnum):
     """The new file is in force."""
     INVALID = "invalid"
     """The file is invalid; the old one stays."""
-
-
-class AuthFailureReason(enum.StrEnum):
-    """`reason` of `harness_auth_failures_total` (the values of `AuthFailure`)."""
-
-    MISSING = "missing"
-    """No `authorization` metadata."""
-    MALFORMED = "malformed"
-    """Not `Bearer <token>`."""
-    UNKNOWN = "unknown"
-    """No such token."""
-    REVOKED = "revoked"
-    """The token was revoked or rotated."""
-    WRONG_ROLE = "wrong-role"
-    """A token of the other role."""
 
 
 class Mode(enum.StrEnum):
@@ -758,7 +585,7 @@ class Metrics:
             ("reason",),
             registry=registry,
         )
-        self._auth_failures = _children(auth_failures, _values(AuthFailureReason))
+        self._auth_failures = _children(auth_failures, _values(AuthFailure))
         rejected = Counter(
             "harness_rejected_requests_total",
             "Calls refused before any handler ran, by reason (a body that does not decode).",
@@ -850,7 +677,7 @@ class Metrics:
             ("result",),
             registry=registry,
         )
-        self._idempotency = _children(idempotency, _values(IdempotencyResult))
+        self._idempotency = _children(idempotency, _values(KeyResolution))
         member_outcomes = Counter(
             "harness_collective_member_outcomes_total",
             "Member outcomes of collective results, counted by the requester's daemon.",
@@ -948,7 +775,7 @@ class Metrics:
             ("reason",),
             registry=registry,
         )
-        self._stream_ends = _children(ends, _values(StreamEnd))
+        self._stream_ends = _children(ends, _values(StreamEndReason))
         self._agents_hosted = Gauge(
             "harness_agents_hosted", "Endpoints loaded on this daemon.", registry=registry
         )
@@ -971,7 +798,7 @@ class Metrics:
             ("state",),
             registry=registry,
         )
-        self._router_attachments = _children(attachments, _values(RouterState))
+        self._router_attachments = _children(attachments, _values(RouterAttachment))
         router_events = Counter(
             "harness_router_events_total",
             "Router feed events.",
@@ -1075,21 +902,21 @@ class Metrics:
 
     # --- certification and sends ---
 
-    def observe_certification(self, op: str, kind: str, seconds: float) -> None:
+    def observe_certification(self, op: PostOp, kind: PostKind, seconds: float) -> None:
         """A locally authored post certified `seconds` after its intent was bound.
 
         `op` is a `PostOp`, `kind` a `PostKind`. Not for intents resumed after a restart."""
         _pick(self._certification, "harness_certification_seconds", op, kind).observe(seconds)
 
-    def set_post_intents_pending(self, kind: str, n: int) -> None:
+    def set_post_intents_pending(self, kind: PostKind, n: int) -> None:
         """`n` bound intents of `kind` (`PostKind`) are not yet certified."""
         _pick(self._intents_pending, "harness_post_intents_pending", kind).set(n)
 
-    def count_intents_resumed(self, kind: str, n: int = 1) -> None:
+    def count_intents_resumed(self, kind: PostKind, n: int = 1) -> None:
         """`n` unfinished intents of `kind` (`PostKind`) were proposed again after a restart."""
         _pick(self._intents_resumed, "harness_post_intents_resumed_total", kind).inc(n)
 
-    def count_send(self, op: str, outcome: str | HarnessError) -> None:
+    def count_send(self, op: SendOp, outcome: SendOutcome | HarnessError) -> None:
         """One answer to a `Send` of `op` (`SendOp`); replays of a kept outcome included.
 
         `outcome` is the failure itself, counted under `send_outcome(outcome)` (total: it
@@ -1098,51 +925,53 @@ class Metrics:
         label = send_outcome(outcome) if isinstance(outcome, HarnessError) else outcome
         _pick(self._sends, "harness_sends_total", op, label).inc()
 
-    def count_idempotency(self, result: str) -> None:
-        """A keyed `Send` resolved as `result` (`IdempotencyResult`)."""
+    def count_idempotency(self, result: KeyResolution) -> None:
+        """A keyed `Send` resolved as `result` (`KeyResolution`)."""
         _pick(self._idempotency, "harness_send_idempotency_total", result).inc()
 
-    def count_member_outcome(self, op: str, outcome: str, n: int = 1) -> None:
+    def count_member_outcome(
+        self, op: CollectiveOp, outcome: MemberOutcomeKind, n: int = 1
+    ) -> None:
         """`n` member outcomes of kind `outcome` (`MemberOutcomeKind`) in results of `op`
         (`CollectiveOp`); only the requester's daemon counts them."""
         _pick(self._member_outcomes, "harness_collective_member_outcomes_total", op, outcome).inc(n)
 
-    def set_collectives_open(self, op: str, n: int) -> None:
+    def set_collectives_open(self, op: CollectiveOp, n: int) -> None:
         """`n` operations of `op` (`CollectiveOp`) are open at requesters on this daemon."""
         _pick(self._collectives_open, "harness_collectives_open", op).set(n)
 
-    def count_collective_result(self, op: str, end: str) -> None:
+    def count_collective_result(self, op: CollectiveOp, end: CollectiveEnd) -> None:
         """An operation of `op` (`CollectiveOp`) ended as `end` (`CollectiveEnd`)."""
         _pick(self._collective_results, "harness_collective_results_total", op, end).inc()
 
     # --- deliveries ---
 
-    def count_published(self, item: str) -> None:
+    def count_published(self, item: DeliveryItem) -> None:
         """An `item` (`DeliveryItem`) was made durable in an inbox under a fresh token."""
         _pick(self._published, "harness_deliveries_published_total", item).inc()
 
-    def count_replayed(self, item: str) -> None:
+    def count_replayed(self, item: DeliveryItem) -> None:
         """A token of an `item` (`DeliveryItem`) was offered again."""
         _pick(self._replayed, "harness_deliveries_replayed_total", item).inc()
 
-    def count_acknowledged(self, item: str) -> None:
+    def count_acknowledged(self, item: DeliveryItem) -> None:
         """An `item` (`DeliveryItem`) was retired by `Acknowledge`."""
         _pick(self._acknowledged, "harness_deliveries_acknowledged_total", item).inc()
 
-    def count_acknowledge_result(self, result: str, n: int = 1) -> None:
+    def count_acknowledge_result(self, result: AckResult, n: int = 1) -> None:
         """`n` tokens of `Acknowledge` calls ended as `result` (`AckResult`: `ok` or a
         `DeliveryAcknowledgeErrorReason` value)."""
         _pick(self._ack_results, "harness_acknowledge_results_total", result).inc(n)
 
-    def count_consumed(self, kind: str) -> None:
+    def count_consumed(self, kind: ConsumedKind) -> None:
         """The endpoint consumed and acknowledged a record of `kind` (`ConsumedKind`)."""
         _pick(self._consumed, "harness_records_consumed_total", kind).inc()
 
-    def set_unacknowledged(self, listener: str, n: int) -> None:
+    def set_unacknowledged(self, listener: Listener, n: int) -> None:
         """`n` unacknowledged items over hosted agents whose stream state is `listener`."""
         _pick(self._unacknowledged, "harness_deliveries_unacknowledged", listener).set(n)
 
-    def set_oldest_unacked_age(self, listener: str, seconds: float) -> None:
+    def set_oldest_unacked_age(self, listener: Listener, seconds: float) -> None:
         """The oldest unacknowledged item of `listener` agents is `seconds` old (0: none)."""
         _pick(self._oldest_unacked, "harness_deliveries_oldest_unacked_age_seconds", listener).set(
             seconds
@@ -1158,12 +987,12 @@ class Metrics:
         """`n` streams hold a full window."""
         self._streams_window_full.set(n)
 
-    def count_stream_open(self, result: str) -> None:
+    def count_stream_open(self, result: StreamOpen) -> None:
         """A `Messages` stream open ended as `result` (`StreamOpen`)."""
         _pick(self._stream_opens, "harness_stream_opens_total", result).inc()
 
-    def count_stream_end(self, reason: str) -> None:
-        """A `Messages` stream ended for `reason` (`StreamEnd`, the `StreamEndReason` values)."""
+    def count_stream_end(self, reason: StreamEndReason) -> None:
+        """A `Messages` stream ended for `reason` (`StreamEndReason`, the `StreamEndReason` values)."""
         _pick(self._stream_ends, "harness_stream_ends_total", reason).inc()
 
     def set_agents_hosted(self, n: int) -> None:
@@ -1174,16 +1003,16 @@ class Metrics:
         """`n` conversations are set aside (engine.md §5.10)."""
         self._conversations_set_aside.set(n)
 
-    def count_lease_event(self, event: str) -> None:
+    def count_lease_event(self, event: LeaseEvent) -> None:
         """An agent lease `event` (`LeaseEvent`) on this replica (cluster mode)."""
         _pick(self._leases, "harness_agent_leases_total", event).inc()
 
-    def set_router_attachments(self, state: str, n: int) -> None:
-        """`n` hosted agents have their Router feed in `state` (`RouterState`, the
+    def set_router_attachments(self, state: RouterAttachment, n: int) -> None:
+        """`n` hosted agents have their Router feed in `state` (`RouterAttachment`, the
         `RouterAttachment` values). Set every state each time the split changes."""
         _pick(self._router_attachments, "harness_router_attachments", state).set(n)
 
-    def count_router_event(self, event: str) -> None:
+    def count_router_event(self, event: RouterEvent) -> None:
         """A Router feed `event` (`RouterEvent`)."""
         _pick(self._router_events, "harness_router_events_total", event).inc()
 
@@ -1230,8 +1059,8 @@ class Metrics:
 
     # --- authentication ---
 
-    def count_auth_failure(self, reason: str) -> None:
-        """A token was refused for `reason` (`AuthFailureReason`, the `AuthFailure` values)."""
+    def count_auth_failure(self, reason: AuthFailure) -> None:
+        """A token was refused for `reason` (`AuthFailure`, the `AuthFailure` values)."""
         _pick(self._auth_failures, "harness_auth_failures_total", reason).inc()
 
     # --- requests refused before their handler ---
@@ -1286,34 +1115,19 @@ __all__ = [
     "SERIES_BUDGET",
     "STORE_BUCKETS",
     "UNKNOWN_LABEL",
-    "AckResult",
-    "AuthFailureReason",
-    "CollectiveEnd",
-    "CollectiveOp",
-    "ConsumedKind",
-    "DeliveryItem",
     "FirewallDirection",
     "FirewallKind",
     "FirewallReload",
     "FirewallVerdict",
     "GrpcMethodMetrics",
     "GrpcType",
-    "IdempotencyResult",
     "LeaseEvent",
     "Listener",
-    "MemberOutcomeKind",
     "Metrics",
     "Mode",
-    "PostKind",
-    "PostOp",
     "RejectedRequestReason",
-    "RouterEvent",
-    "RouterState",
-    "SendOp",
     "SendOutcome",
     "StoreBackend",
     "StoreMetrics",
-    "StreamEnd",
-    "StreamOpen",
     "send_outcome",
 ]

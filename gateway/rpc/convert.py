@@ -1,4 +1,4 @@
-"""The one place protobuf meets our dataclasses, in both directions (house style 3).
+"""The one place protobuf meets our dataclasses, in both directions.
 
 Every value of the agent and management APIs has a `*_to_proto` and a `*_from_proto`
 here; nothing else in the gateway touches a generated message. Encoding our own values
@@ -13,13 +13,18 @@ INTERNAL). Decoding what a client sent never raises anything but a typed failure
 
 JSON values travel as `google.protobuf.Value`: numbers are finite binary64 floats (`-0`
 reads as `0`, as the core normalizes it), arrays read as tuples, objects as dicts.
+
+The module is long (some 1,350 lines) because it is the one mapping of every contract value,
+both ways; enum mappings go through one `EnumBridge`. The shared Python contract of the
+clients issue replaces the hand-written mappings and the decoders only tests use.
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from collections.abc import Mapping
-from typing import Final, TypeAlias, TypeVar, assert_never
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, Generic, Protocol, TypeAlias, TypeVar, assert_never
 
 from google.protobuf import struct_pb2
 
@@ -110,6 +115,7 @@ from gateway.contract.values import (
     TextPart,
 )
 from gateway.endpoint.api import (
+    AcknowledgeResult,
     AgentStatus,
     ConversationSummary,
     GatewayStatus,
@@ -122,10 +128,6 @@ from gateway.endpoint.api import (
     SendState,
     SetAsideConversation,
 )
-from gateway.endpoint.inbox import AcknowledgeResult
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 SendFailureError: TypeAlias = SendError | CollectiveError | FirewallSendError
 """The closed failures a `Send` returns (and a kept keyed outcome holds)."""
@@ -157,86 +159,130 @@ class InvalidRequest(HarnessError):
         return f"InvalidRequest({self.detail!r})"
 
 
-# --- closed enums, by name ---------------------------------------------------------------
-# Each of our StrEnums and its protobuf enum share member names after the protobuf prefix
-# (`SEND_ERROR_REASON_UNKNOWN_AGENT` is `SendErrorReason.UNKNOWN_AGENT`); building the maps
-# by name makes a renamed member fail at import, and a unit test checks both are onto.
+# --- closed enums ------------------------------------------------------------------------
 
-_SEND_REASONS: Final = {
-    reason: errors_pb2.SendErrorReason.Value(f"SEND_ERROR_REASON_{reason.name}")
-    for reason in SendErrorReason
-}
-_SEND_REASONS_BACK: Final = {value: key for key, value in _SEND_REASONS.items()}
-_FIELD_REASONS: Final = {
-    reason: errors_pb2.AnswerFieldReason.Value(f"ANSWER_FIELD_REASON_{reason.name}")
-    for reason in AnswerFieldReason
-}
-_FIELD_REASONS_BACK: Final = {value: key for key, value in _FIELD_REASONS.items()}
-_LISTEN_REASONS: Final = {
-    reason: errors_pb2.ListenErrorReason.Value(f"LISTEN_ERROR_REASON_{reason.name}")
-    for reason in ListenErrorReason
-}
-_LISTEN_REASONS_BACK: Final = {value: key for key, value in _LISTEN_REASONS.items()}
-_ACK_REASONS: Final = {
-    reason: errors_pb2.DeliveryAcknowledgeErrorReason.Value(
-        f"DELIVERY_ACKNOWLEDGE_ERROR_REASON_{reason.name}"
+OursT = TypeVar("OursT")
+E = TypeVar("E", bound=enum.Enum)
+ProtoT = TypeVar("ProtoT", bound=int)
+ProtoT_co = TypeVar("ProtoT_co", bound=int, covariant=True)
+
+
+class _ProtoEnum(Protocol[ProtoT_co]):
+    """What a generated protobuf enum (its `EnumTypeWrapper`) offers the bridge."""
+
+    def Value(self, name: str) -> ProtoT_co:  # noqa: N802 - protobuf's name
+        """The number of the member called `name`; ValueError when there is none."""
+        ...
+
+    def items(self) -> Sequence[tuple[str, ProtoT_co]]:
+        """Every member's name and number."""
+        ...
+
+
+class EnumBridge(Generic[OursT, ProtoT]):
+    """One closed value set of ours and its protobuf enum, value for value.
+
+    Built by name: each of our values has a protobuf member `<prefix><name>`, and every
+    protobuf member but `<prefix>UNSPECIFIED` has one of our values; a value missing on
+    either side raises ValueError at import, so a renamed or added member never ships
+    unmapped. UNSPECIFIED is never sent, and received it is refused like an unknown
+    number, unless the contract gives the field a default (`unspecified`)."""
+
+    __slots__ = ("_from", "_to", "_unspecified")
+
+    def __init__(
+        self,
+        proto: _ProtoEnum[ProtoT],
+        prefix: str,
+        names: Mapping[OursT, str],
+        *,
+        unspecified: OursT | None = None,
+    ) -> None:
+        """`names` gives each of our values its protobuf name after `prefix`."""
+        self._to: Final = {ours: proto.Value(prefix + name) for ours, name in names.items()}
+        self._unspecified: Final = proto.Value(prefix + "UNSPECIFIED")
+        self._from: Final = {number: ours for ours, number in self._to.items()}
+        unmapped = [
+            name
+            for name, number in proto.items()
+            if number not in self._from and number != self._unspecified
+        ]
+        if unmapped:
+            raise ValueError(f"no value of ours for {', '.join(unmapped)}")
+        if unspecified is not None:
+            self._from[self._unspecified] = unspecified
+
+    def to_proto(self, value: OursT) -> ProtoT:
+        """The protobuf number of one of our values."""
+        return self._to[value]
+
+    def to_proto_or_unspecified(self, value: OursT) -> ProtoT:
+        """The protobuf number of `value`, UNSPECIFIED for a value outside the set."""
+        return self._to.get(value, self._unspecified)
+
+    def from_proto(self, number: ProtoT, where: str) -> OursT:
+        """Our value of a received number; UNSPECIFIED (unless it has a default) and
+        numbers this version does not know are `InvalidRequest` naming `where`."""
+        try:
+            return self._from[number]
+        except KeyError:
+            raise InvalidRequest(f"{where}: unknown or unspecified value {number!r}") from None
+
+
+def _members(
+    ours: type[E], proto: _ProtoEnum[ProtoT], prefix: str, *, unspecified: E | None = None
+) -> EnumBridge[E, ProtoT]:
+    """The bridge of one of our enums whose member names are the protobuf names
+    (`SendErrorReason.UNKNOWN_AGENT` is `SEND_ERROR_REASON_UNKNOWN_AGENT`)."""
+    return EnumBridge(
+        proto, prefix, {member: member.name for member in ours}, unspecified=unspecified
     )
-    for reason in DeliveryAcknowledgeErrorReason
-}
-_ACK_REASONS_BACK: Final = {value: key for key, value in _ACK_REASONS.items()}
-_CONNECT_REASONS: Final = {
-    reason: errors_pb2.ConnectErrorReason.Value(f"CONNECT_ERROR_REASON_{reason.name}")
-    for reason in ConnectErrorReason
-}
-_CONNECT_REASONS_BACK: Final = {value: key for key, value in _CONNECT_REASONS.items()}
-_TEXT_OPERATIONS: Final = {
-    operation: errors_pb2.MessageTextOperation.Value(f"MESSAGE_TEXT_OPERATION_{operation.name}")
-    for operation in MessageTextOperation
-}
-_TEXT_OPERATIONS_BACK: Final = {value: key for key, value in _TEXT_OPERATIONS.items()}
-_REFUSALS: Final = {
-    refusal: guidance_pb2.FirewallRefusal.Value(f"FIREWALL_REFUSAL_{refusal.name}")
-    for refusal in FirewallRefusal
-}
-_REFUSALS_BACK: Final = {value: key for key, value in _REFUSALS.items()}
-_EXPECTATIONS: Final = {
-    expectation: guidance_pb2.Expectation.Value(f"EXPECTATION_{expectation.name}")
-    for expectation in Expectation
-}
-_EXPECTATIONS_BACK: Final = {value: key for key, value in _EXPECTATIONS.items()}
-_OPS: Final = {op: types_pb2.CollectiveOp.Value(f"COLLECTIVE_OP_{op.name}") for op in CollectiveOp}
-_OPS_BACK: Final = {value: key for key, value in _OPS.items()}
-_FAILURE_DELIVERIES: Final = {
-    delivery: types_pb2.FailureDelivery.Value(f"FAILURE_DELIVERY_{delivery.name}")
-    for delivery in FailureDelivery
-}
-_FAILURE_DELIVERIES_BACK: Final = {
-    **{value: key for key, value in _FAILURE_DELIVERIES.items()},
-    types_pb2.FAILURE_DELIVERY_UNSPECIFIED: FailureDelivery.RESULT,
-}
-_CONVERSATION_KINDS: Final = {
-    "direct": management_pb2.CONVERSATION_KIND_DIRECT,
-    "group": management_pb2.CONVERSATION_KIND_GROUP,
-}
-_CONVERSATION_KINDS_BACK: Final = {value: key for key, value in _CONVERSATION_KINDS.items()}
-_MODES: Final = {
-    name: management_pb2.GatewayMode.Value(f"GATEWAY_MODE_{name.upper()}")
-    for name in ("embedded", "joined", "cluster", "router", "registry")
-}
-_MODES_BACK: Final = {value: key for key, value in _MODES.items()}
-_ROUTER_STATES: Final = {
-    name: management_pb2.RouterAttachment.Value(f"ROUTER_ATTACHMENT_{name.upper()}")
-    for name in ("recovering", "active", "detached")
-}
-_ROUTER_STATES_BACK: Final = {value: key for key, value in _ROUTER_STATES.items()}
 
 
-def _back(table: Mapping[K, V], key: K, where: str) -> V:
-    """Look a received enum value up, refusing UNSPECIFIED and values we do not know."""
-    try:
-        return table[key]
-    except KeyError:
-        raise InvalidRequest(f"{where}: unknown or unspecified value {key!r}") from None
+def _words(words: Iterable[str], proto: _ProtoEnum[ProtoT], prefix: str) -> EnumBridge[str, ProtoT]:
+    """The bridge of a closed set of lowercase words (`"direct"` is `..._DIRECT`)."""
+    return EnumBridge(proto, prefix, {word: word.upper() for word in words})
+
+
+_SEND_REASONS: Final = _members(SendErrorReason, errors_pb2.SendErrorReason, "SEND_ERROR_REASON_")
+_FIELD_REASONS: Final = _members(
+    AnswerFieldReason, errors_pb2.AnswerFieldReason, "ANSWER_FIELD_REASON_"
+)
+_LISTEN_REASONS: Final = _members(
+    ListenErrorReason, errors_pb2.ListenErrorReason, "LISTEN_ERROR_REASON_"
+)
+_ACK_REASONS: Final = _members(
+    DeliveryAcknowledgeErrorReason,
+    errors_pb2.DeliveryAcknowledgeErrorReason,
+    "DELIVERY_ACKNOWLEDGE_ERROR_REASON_",
+)
+_CONNECT_REASONS: Final = _members(
+    ConnectErrorReason, errors_pb2.ConnectErrorReason, "CONNECT_ERROR_REASON_"
+)
+_TEXT_OPERATIONS: Final = _members(
+    MessageTextOperation, errors_pb2.MessageTextOperation, "MESSAGE_TEXT_OPERATION_"
+)
+_REFUSALS: Final = _members(FirewallRefusal, guidance_pb2.FirewallRefusal, "FIREWALL_REFUSAL_")
+_EXPECTATIONS: Final = _members(Expectation, guidance_pb2.Expectation, "EXPECTATION_")
+_OPS: Final = _members(CollectiveOp, types_pb2.CollectiveOp, "COLLECTIVE_OP_")
+_FAILURE_DELIVERIES: Final = _members(
+    FailureDelivery,
+    types_pb2.FailureDelivery,
+    "FAILURE_DELIVERY_",
+    # The contract's default: an unset failure delivery is `result`.
+    unspecified=FailureDelivery.RESULT,
+)
+_CONVERSATION_KINDS: Final = _words(
+    ("direct", "group"), management_pb2.ConversationKind, "CONVERSATION_KIND_"
+)
+_MODES: Final = _words(
+    ("embedded", "joined", "cluster", "router", "registry"),
+    management_pb2.GatewayMode,
+    "GATEWAY_MODE_",
+)
+_ROUTER_STATES: Final = _words(
+    ("recovering", "active", "detached"), management_pb2.RouterAttachment, "ROUTER_ATTACHMENT_"
+)
 
 
 # --- JSON values -------------------------------------------------------------------------
@@ -505,12 +551,12 @@ def send_input_from_proto(send_input: types_pb2.SendInput) -> SendInput:
 
 def failure_delivery_to_proto(delivery: FailureDelivery) -> types_pb2.FailureDelivery.ValueType:
     """`result` or `inbound`."""
-    return _FAILURE_DELIVERIES[delivery]
+    return _FAILURE_DELIVERIES.to_proto(delivery)
 
 
 def failure_delivery_from_proto(value: types_pb2.FailureDelivery.ValueType) -> FailureDelivery:
     """Unset is the contract's default, `result`."""
-    return _back(_FAILURE_DELIVERIES_BACK, value, "failure_delivery")
+    return _FAILURE_DELIVERIES.from_proto(value, "failure_delivery")
 
 
 def send_result_to_proto(result: SendResult) -> types_pb2.SendResult:
@@ -552,7 +598,7 @@ def checked_guidance_to_proto(guidance: CheckedGuidance) -> guidance_pb2.Checked
             case ExpectationInstruction():
                 target.expectation.middleware_id = instruction.middleware_id
                 target.expectation.rule_id = instruction.rule_id
-                target.expectation.expectation = _EXPECTATIONS[instruction.expectation]
+                target.expectation.expectation = _EXPECTATIONS.to_proto(instruction.expectation)
                 target.expectation.subjects.extend(instruction.subjects)
                 target.expectation.instruction = instruction.instruction
             case UncertainInstruction():
@@ -577,7 +623,7 @@ def checked_guidance_from_proto(guidance: guidance_pb2.CheckedGuidance) -> Check
                 ExpectationInstruction(
                     middleware_id=raw.middleware_id,
                     rule_id=raw.rule_id,
-                    expectation=_back(_EXPECTATIONS_BACK, raw.expectation, "expectation"),
+                    expectation=_EXPECTATIONS.from_proto(raw.expectation, "expectation"),
                     subjects=tuple(raw.subjects),
                     instruction=raw.instruction,
                 )
@@ -658,13 +704,15 @@ def local_guidance_from_proto(guidance: guidance_pb2.LocalGuidance) -> LocalGuid
 
 def withheld_to_proto(withheld: Withheld) -> guidance_pb2.Withheld:
     """`{kind: "withheld", checkId, reason}`."""
-    return guidance_pb2.Withheld(check_id=withheld.check_id, reason=_REFUSALS[withheld.reason])
+    return guidance_pb2.Withheld(
+        check_id=withheld.check_id, reason=_REFUSALS.to_proto(withheld.reason)
+    )
 
 
 def withheld_from_proto(withheld: guidance_pb2.Withheld) -> Withheld:
     """Withheld text."""
     return Withheld(
-        check_id=withheld.check_id, reason=_back(_REFUSALS_BACK, withheld.reason, "reason")
+        check_id=withheld.check_id, reason=_REFUSALS.from_proto(withheld.reason, "reason")
     )
 
 
@@ -757,7 +805,7 @@ def item_to_proto(item: InboundItem) -> types_pb2.InboundItem:
             result.multicast.message.CopyFrom(inbound_message_to_proto(message))
         case CollectiveRequestItem():
             request = result.collective_request
-            request.op = _OPS[item.op]
+            request.op = _OPS.to_proto(item.op)
             request.id = item.id
             request.post_id = item.post_id
             request.sender = item.sender
@@ -767,7 +815,7 @@ def item_to_proto(item: InboundItem) -> types_pb2.InboundItem:
             request.deadline_at = item.deadline_at
         case CollectiveResultItem():
             collective = result.collective_result
-            collective.op = _OPS[item.op]
+            collective.op = _OPS.to_proto(item.op)
             collective.id = item.id
             collective.to = item.to
             if isinstance(item.question, str):
@@ -795,7 +843,7 @@ def item_from_proto(item: types_pb2.InboundItem) -> InboundItem:
     if kind == "collective_request":
         request = item.collective_request
         return CollectiveRequestItem(
-            op=_back(_OPS_BACK, request.op, "op"),
+            op=_OPS.from_proto(request.op, "op"),
             id=request.id,
             post_id=request.post_id,
             sender=request.sender,
@@ -815,7 +863,7 @@ def item_from_proto(item: types_pb2.InboundItem) -> InboundItem:
         else:
             raise InvalidRequest("collective_result.question: no kind")
         return CollectiveResultItem(
-            op=_back(_OPS_BACK, collective.op, "op"),
+            op=_OPS.from_proto(collective.op, "op"),
             id=collective.id,
             to=collective.to,
             question=question,
@@ -860,7 +908,7 @@ def acknowledge_result_to_proto(result: AcknowledgeResult) -> endpoint_pb2.Ackno
     if result.error is None:
         message.ok.SetInParent()
     else:
-        message.error.reason = _ACK_REASONS[result.error]
+        message.error.reason = _ACK_REASONS.to_proto(result.error)
     return message
 
 
@@ -873,7 +921,7 @@ def acknowledge_result_from_proto(
         return AcknowledgeResult(token=token, error=None)
     if kind == "error":
         return AcknowledgeResult(
-            token=token, error=_back(_ACK_REASONS_BACK, result.error.reason, "error.reason")
+            token=token, error=_ACK_REASONS.from_proto(result.error.reason, "error.reason")
         )
     raise InvalidRequest("acknowledge result: neither ok nor error")
 
@@ -927,7 +975,7 @@ def send_state_from_proto(state: endpoint_pb2.ReadSendResponse) -> SendState:
 
 def send_error_to_proto(error: SendError) -> errors_pb2.SendError:
     """A SendError with its optional detail."""
-    result = errors_pb2.SendError(reason=_SEND_REASONS[error.send_reason])
+    result = errors_pb2.SendError(reason=_SEND_REASONS.to_proto(error.send_reason))
     if error.detail is not None:
         result.detail = error.detail
     return result
@@ -936,7 +984,7 @@ def send_error_to_proto(error: SendError) -> errors_pb2.SendError:
 def send_error_from_proto(error: errors_pb2.SendError) -> SendError:
     """A SendError."""
     return SendError(
-        _back(_SEND_REASONS_BACK, error.reason, "reason"),
+        _SEND_REASONS.from_proto(error.reason, "reason"),
         error.detail if error.HasField("detail") else None,
     )
 
@@ -950,7 +998,7 @@ def collective_error_to_proto(error: CollectiveError) -> errors_pb2.CollectiveEr
             result.members_unreachable.SetInParent()
             for member in members:
                 entry = result.members_unreachable.members.add(
-                    member=member.member, reason=_SEND_REASONS[member.reason]
+                    member=member.member, reason=_SEND_REASONS.to_proto(member.reason)
                 )
                 if member.detail is not None:
                     entry.detail = member.detail
@@ -960,7 +1008,7 @@ def collective_error_to_proto(error: CollectiveError) -> errors_pb2.CollectiveEr
             result.answer_invalid.SetInParent()
             for issue in fields:
                 field = result.answer_invalid.fields.add(
-                    field=issue.field, reason=_FIELD_REASONS[issue.reason]
+                    field=issue.field, reason=_FIELD_REASONS.to_proto(issue.reason)
                 )
                 if issue.detail is not None:
                     field.detail = issue.detail
@@ -986,7 +1034,7 @@ def collective_error_from_proto(error: errors_pb2.CollectiveError) -> Collective
             members=tuple(
                 UnreachableMember(
                     member=member.member,
-                    reason=_back(_SEND_REASONS_BACK, member.reason, "members.reason"),
+                    reason=_SEND_REASONS.from_proto(member.reason, "members.reason"),
                     detail=member.detail if member.HasField("detail") else None,
                 )
                 for member in error.members_unreachable.members
@@ -999,7 +1047,7 @@ def collective_error_from_proto(error: errors_pb2.CollectiveError) -> Collective
             fields=tuple(
                 AnswerFieldIssue(
                     field=field.field,
-                    reason=_back(_FIELD_REASONS_BACK, field.reason, "fields.reason"),
+                    reason=_FIELD_REASONS.from_proto(field.reason, "fields.reason"),
                     detail=field.detail if field.HasField("detail") else None,
                 )
                 for field in error.answer_invalid.fields
@@ -1022,7 +1070,7 @@ def firewall_error_to_proto(error: FirewallSendError) -> errors_pb2.FirewallSend
     """A FirewallSendError (its instruction travels inside `guidance`)."""
     return errors_pb2.FirewallSendError(
         check_id=error.check_id,
-        refusal=_REFUSALS[error.refusal],
+        refusal=_REFUSALS.to_proto(error.refusal),
         middleware_id=error.middleware_id,
         rule_id=error.rule_id,
         guidance=checked_guidance_to_proto(error.guidance),
@@ -1037,7 +1085,7 @@ def firewall_error_from_proto(error: errors_pb2.FirewallSendError) -> FirewallSe
     guidance = checked_guidance_from_proto(error.guidance)
     return FirewallSendError(
         check_id=error.check_id,
-        refusal=_back(_REFUSALS_BACK, error.refusal, "refusal"),
+        refusal=_REFUSALS.from_proto(error.refusal, "refusal"),
         middleware_id=error.middleware_id,
         rule_id=error.rule_id,
         instruction=refusing_instruction(guidance, error.middleware_id, error.rule_id),
@@ -1082,50 +1130,50 @@ def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailureError
 
 def listen_error_to_proto(error: ListenError) -> errors_pb2.ListenError:
     """A ListenError."""
-    return errors_pb2.ListenError(reason=_LISTEN_REASONS[error.listen_reason])
+    return errors_pb2.ListenError(reason=_LISTEN_REASONS.to_proto(error.listen_reason))
 
 
 def listen_error_from_proto(error: errors_pb2.ListenError) -> ListenError:
     """A ListenError."""
-    return ListenError(_back(_LISTEN_REASONS_BACK, error.reason, "reason"))
+    return ListenError(_LISTEN_REASONS.from_proto(error.reason, "reason"))
 
 
 def acknowledge_error_to_proto(
     error: DeliveryAcknowledgeError,
 ) -> errors_pb2.DeliveryAcknowledgeError:
     """A DeliveryAcknowledgeError."""
-    return errors_pb2.DeliveryAcknowledgeError(reason=_ACK_REASONS[error.acknowledge_reason])
+    return errors_pb2.DeliveryAcknowledgeError(
+        reason=_ACK_REASONS.to_proto(error.acknowledge_reason)
+    )
 
 
 def acknowledge_error_from_proto(
     error: errors_pb2.DeliveryAcknowledgeError,
 ) -> DeliveryAcknowledgeError:
     """A DeliveryAcknowledgeError."""
-    return DeliveryAcknowledgeError(_back(_ACK_REASONS_BACK, error.reason, "reason"))
+    return DeliveryAcknowledgeError(_ACK_REASONS.from_proto(error.reason, "reason"))
 
 
 def connect_error_to_proto(error: ConnectError) -> errors_pb2.ConnectError:
     """A ConnectError."""
-    return errors_pb2.ConnectError(reason=_CONNECT_REASONS[error.connect_reason])
+    return errors_pb2.ConnectError(reason=_CONNECT_REASONS.to_proto(error.connect_reason))
 
 
 def connect_error_from_proto(error: errors_pb2.ConnectError) -> ConnectError:
     """A ConnectError."""
-    return ConnectError(_back(_CONNECT_REASONS_BACK, error.reason, "reason"))
+    return ConnectError(_CONNECT_REASONS.from_proto(error.reason, "reason"))
 
 
 def message_text_error_to_proto(error: MessageTextError) -> errors_pb2.MessageTextError:
     """A MessageTextError."""
     return errors_pb2.MessageTextError(
-        operation=_TEXT_OPERATIONS[error.operation], detail=error.detail
+        operation=_TEXT_OPERATIONS.to_proto(error.operation), detail=error.detail
     )
 
 
 def message_text_error_from_proto(error: errors_pb2.MessageTextError) -> MessageTextError:
     """A MessageTextError."""
-    return MessageTextError(
-        _back(_TEXT_OPERATIONS_BACK, error.operation, "operation"), error.detail
-    )
+    return MessageTextError(_TEXT_OPERATIONS.from_proto(error.operation, "operation"), error.detail)
 
 
 def idempotency_conflict_to_proto(
@@ -1258,7 +1306,7 @@ def conversation_to_proto(summary: ConversationSummary) -> management_pb2.Conver
     """One conversation an agent stores."""
     result = management_pb2.ConversationSummary(
         address=summary.address,
-        kind=_CONVERSATION_KINDS[summary.kind],
+        kind=_CONVERSATION_KINDS.to_proto(summary.kind),
         members=summary.members,
         depth=summary.depth,
     )
@@ -1271,7 +1319,7 @@ def conversation_from_proto(summary: management_pb2.ConversationSummary) -> Conv
     """One conversation."""
     return ConversationSummary(
         address=summary.address,
-        kind=_back(_CONVERSATION_KINDS_BACK, summary.kind, "kind"),
+        kind=_CONVERSATION_KINDS.from_proto(summary.kind, "kind"),
         members=tuple(summary.members),
         head=summary.head_record_hash if summary.HasField("head_record_hash") else None,
         depth=summary.depth,
@@ -1306,11 +1354,9 @@ def gateway_status_to_proto(status: GatewayStatus) -> management_pb2.GetGatewayS
     """Version, mode, hosted agents and Router state (unknown names are UNSPECIFIED)."""
     return management_pb2.GetGatewayStatusResponse(
         version=status.version,
-        mode=_MODES.get(status.mode, management_pb2.GATEWAY_MODE_UNSPECIFIED),
+        mode=_MODES.to_proto_or_unspecified(status.mode),
         hosted_agents=status.hosted_agents,
-        router_state=_ROUTER_STATES.get(
-            status.router_state, management_pb2.ROUTER_ATTACHMENT_UNSPECIFIED
-        ),
+        router_state=_ROUTER_STATES.to_proto_or_unspecified(status.router_state),
     )
 
 
@@ -1318,7 +1364,7 @@ def gateway_status_from_proto(status: management_pb2.GetGatewayStatusResponse) -
     """The daemon's status."""
     return GatewayStatus(
         version=status.version,
-        mode=_back(_MODES_BACK, status.mode, "mode"),
+        mode=_MODES.from_proto(status.mode, "mode"),
         hosted_agents=status.hosted_agents,
-        router_state=_back(_ROUTER_STATES_BACK, status.router_state, "router_state"),
+        router_state=_ROUTER_STATES.from_proto(status.router_state, "router_state"),
     )

@@ -14,8 +14,13 @@ from typing import Final
 
 from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 from gateway.contract.message_text import parse_message_text
-from gateway.endpoint.api import Endpoint, GatewayCore, GatewayState, NotServing
-from gateway.endpoint.inbox import ACKNOWLEDGE_MAX_TOKENS
+from gateway.endpoint.api import (
+    ACKNOWLEDGE_MAX_TOKENS,
+    Endpoint,
+    GatewayCore,
+    GatewayState,
+    NotServing,
+)
 from gateway.observability.logs import LOG_AGENT, LOG_RPC
 from gateway.rpc import convert
 from gateway.rpc.auth import authenticate_agent
@@ -89,7 +94,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
             logger.info("stream attached takeover=%s", request.takeover)
             # StreamEnded (shutdown, revoked) and ListenError (taken over) propagate to
             # the wrapper, which ends the call with their statuses; a cancelled call
-            # raises CancelledError here, which grpc.aio owns (house style 12).
+            # raises CancelledError here, which grpc.aio owns: it must propagate, not be answered.
             async for delivery in stream:
                 yield endpoint_pb2.MessagesResponse(delivery=convert.delivery_to_proto(delivery))
         finally:

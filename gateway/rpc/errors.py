@@ -1,4 +1,4 @@
-"""The status table and the one translation of failures into gRPC statuses (house style 15).
+"""The status table and the one translation of failures into gRPC statuses.
 
 Every servicer method is wrapped by `unary_rpc` or `stream_rpc`: a `HarnessError` becomes
 a non-OK status whose `google.rpc.Status` details hold the closed protobuf error (when the
@@ -24,9 +24,9 @@ turns ours into gRPC's):
 Beyond the contract: a malformed request (`InvalidRequest`), an invalid idempotency key
 (`INVALID_IDEMPOTENCY_KEY`), a body that does not decode as the method's request message
 (`MALFORMED_REQUEST`, answered by `gateway/rpc/decoding.py` before any handler runs) and a
-management `invalid-name` are INVALID_ARGUMENT, `not-found` NOT_FOUND, `name-taken`
-ALREADY_EXISTS. Not ready and shutting down carry a `RetryInfo` of one second: the call had
-no effect.
+management `invalid-name` or `invalid-address` are INVALID_ARGUMENT, `not-found` NOT_FOUND,
+`name-taken` ALREADY_EXISTS (`MANAGEMENT_CODES`, one entry per `ManagementErrorReason`). Not
+ready and shutting down carry a `RetryInfo` of one second: the call had no effect.
 """
 
 from __future__ import annotations
@@ -43,8 +43,15 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from gateway.contract.errors import HarnessError, StatusCode
-from gateway.endpoint.api import AuthFailure, GatewayState, ManagementError, NotServing
-from gateway.endpoint.inbox import StreamEnded, StreamEndReason
+from gateway.endpoint.api import (
+    AuthFailure,
+    GatewayState,
+    ManagementError,
+    ManagementErrorReason,
+    NotServing,
+    StreamEnded,
+    StreamEndReason,
+)
 from gateway.rpc import convert
 from gateway.rpc.auth import AuthRefused
 from gateway.rpc.convert import InvalidRequest
@@ -81,12 +88,13 @@ STATUS_CODES: Final[Mapping[StatusCode, grpc.StatusCode]] = {
 }
 """Our mirror of the status codes to gRPC's: the one table (operations.md §3)."""
 
-MANAGEMENT_CODES: Final[Mapping[str, grpc.StatusCode]] = {
-    "not-found": grpc.StatusCode.NOT_FOUND,
-    "name-taken": grpc.StatusCode.ALREADY_EXISTS,
-    "invalid-name": grpc.StatusCode.INVALID_ARGUMENT,
+MANAGEMENT_CODES: Final[Mapping[ManagementErrorReason, grpc.StatusCode]] = {
+    ManagementErrorReason.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ManagementErrorReason.NAME_TAKEN: grpc.StatusCode.ALREADY_EXISTS,
+    ManagementErrorReason.INVALID_NAME: grpc.StatusCode.INVALID_ARGUMENT,
+    ManagementErrorReason.INVALID_ADDRESS: grpc.StatusCode.INVALID_ARGUMENT,
 }
-"""`ManagementError.code` to gRPC; an unlisted code is FAILED_PRECONDITION."""
+"""Every `ManagementError.reason` to gRPC; a unit test checks that no reason is missing."""
 
 NOT_READY: Final = "NOT_READY"
 """ErrorInfo reason of a call before the gateway is SERVING."""
@@ -178,12 +186,8 @@ def status_for(error: BaseException) -> status_pb2.Status | None:
             return _auth(failure, detail)
         case NotServing(state=state):
             return _not_serving(state)
-        case ManagementError(code=code, detail=detail):
-            return _status(
-                MANAGEMENT_CODES.get(code, grpc.StatusCode.FAILED_PRECONDITION),
-                detail,
-                _reason_text(code),
-            )
+        case ManagementError(reason=reason, detail=detail):
+            return _status(MANAGEMENT_CODES[reason], detail, _reason_text(reason))
         case StreamEnded(reason=StreamEndReason.SHUTDOWN):
             return _not_serving(GatewayState.STOPPING)
         case StreamEnded(reason=StreamEndReason.REVOKED):
@@ -223,7 +227,7 @@ async def abort_with(context: Context, error: BaseException) -> NoReturn:
 
 async def _translate(context: Context, error: Exception, method: str) -> NoReturn:
     if status_for(error) is None:
-        # A defect: the traceback is the only record of it (house style 15).
+        # A defect: the traceback is the only record of it, so it is logged here, once.
         logger.error("rpc %s failed", method, exc_info=error)
     else:
         logger.debug("rpc %s refused: %s", method, type(error).__name__)

@@ -220,6 +220,14 @@ class MemoryStore:
             default=None,
         )
 
+    async def unread_count(self, agent_id: str) -> int:
+        self._check_open()
+        return sum(
+            1
+            for row in self._state.agent(agent_id).inbox.values()
+            if row.state is InboxState.UNREAD
+        )
+
     async def conversations(self, agent_id: str) -> list[ConversationRow]:
         self._check_open()
         conversations = self._state.agent(agent_id).conversations
@@ -272,6 +280,15 @@ class MemoryStore:
             raise StoreClosed("store", "closed")
 
 
+def _drop_certification(agent: _Agent, conversation_id: str) -> None:
+    """Drop the agent's locks, staged records and evidence of one conversation."""
+    agent.locks = {k: v for k, v in agent.locks.items() if v.conversation_id != conversation_id}
+    agent.staged = {k: v for k, v in agent.staged.items() if v.conversation_id != conversation_id}
+    agent.evidence = {
+        k: v for k, v in agent.evidence.items() if v.conversation_id != conversation_id
+    }
+
+
 def _prune_settled(agent: _Agent, conversation_id: str, head: str) -> None:
     agent.locks = {
         key: lock
@@ -305,13 +322,7 @@ def _apply(state: _State, write: Write) -> None:
                 row.agent_name == write.agent_name for row in state.identities.values()
             ):
                 raise ConstraintViolation("identity exists")
-            state.identities[write.agent_id] = IdentityRow(
-                agent_id=write.agent_id,
-                agent_name=write.agent_name,
-                signed_card=write.signed_card,
-                seed=write.seed,
-                created_at=write.created_at,
-            )
+            state.identities[write.agent_id] = write.row()
         case PutToken():
             if write.token_digest in state.tokens:
                 raise ConstraintViolation("token exists")
@@ -323,15 +334,7 @@ def _apply(state: _State, write: Write) -> None:
         case PutCursor():
             state.cursors[write.subscription] = write.cursor
         case PutConversation():
-            state.agent(write.agent_id).conversations[write.conversation_id] = ConversationRow(
-                conversation_id=write.conversation_id,
-                descriptor=write.descriptor,
-                membership_hash=write.membership_hash,
-                anchor=write.anchor,
-                anchor_hash=write.anchor_hash,
-                head=write.head,
-                depth=write.depth,
-            )
+            state.agent(write.agent_id).conversations[write.conversation_id] = write.row()
         case PutIntent():
             agent = state.agent(write.agent_id)
             if any(
@@ -339,41 +342,18 @@ def _apply(state: _State, write: Write) -> None:
                 for row in agent.intents.values()
             ):
                 raise ConstraintViolation("bind sequence reused")
-            agent.intents[write.post_id] = IntentRow(
-                post_id=write.post_id,
-                conversation_id=write.conversation_id,
-                bind_seq=write.bind_seq,
-                intent=b"" if write.state is IntentState.COMPLETED else write.intent,
-                state=write.state,
-                record_hash=write.record_hash,
-                bound_at=write.bound_at,
-            )
+            agent.intents[write.post_id] = write.row()
         case PutLock():
-            state.agent(write.agent_id).locks[(write.conversation_id, write.predecessor)] = LockRow(
-                conversation_id=write.conversation_id,
-                predecessor=write.predecessor,
-                action_hash=write.action_hash,
-                action=write.action,
+            state.agent(write.agent_id).locks[(write.conversation_id, write.predecessor)] = (
+                write.row()
             )
         case PutStaged():
-            state.agent(write.agent_id).staged[write.record_hash] = StagedRow(
-                record_hash=write.record_hash,
-                conversation_id=write.conversation_id,
-                predecessor=write.predecessor,
-                record=write.record,
-            )
+            state.agent(write.agent_id).staged[write.record_hash] = write.row()
         case DeleteStaged():
             state.agent(write.agent_id).staged.pop(write.record_hash, None)
         case PutEvidence():
             state.agent(write.agent_id).evidence.setdefault(
-                (write.subject, write.signer, write.kind.value),
-                EvidenceRow(
-                    conversation_id=write.conversation_id,
-                    subject=write.subject,
-                    signer=write.signer,
-                    kind=write.kind,
-                    statement=write.statement,
-                ),
+                (write.subject, write.signer, write.kind.value), write.row()
             )
         case PutRecord():
             agent = state.agent(write.agent_id)
@@ -382,41 +362,15 @@ def _apply(state: _State, write: Write) -> None:
                 for row in agent.records.values()
             ):
                 raise ConstraintViolation("record exists")
-            agent.records[write.record_hash] = RecordRow(
-                record_hash=write.record_hash,
-                conversation_id=write.conversation_id,
-                depth=write.depth,
-                author=write.author,
-                post_id=write.post_id,
-                record=write.record,
-                commit_seq=write.commit_seq,
-            )
+            agent.records[write.record_hash] = write.row()
         case PutReanchor():
             state.agent(write.agent_id).reanchors[
                 (write.conversation_id, write.previous_anchor_hash, write.instance_id)
-            ] = ReanchorRow(
-                conversation_id=write.conversation_id,
-                previous_anchor_hash=write.previous_anchor_hash,
-                instance_id=write.instance_id,
-                body=write.body,
-                anchor_hash=write.anchor_hash,
-                completed=write.completed,
-            )
+            ] = write.row()
         case ResetConversation():
-            agent = state.agent(write.agent_id)
-            cid = write.conversation_id
-            agent.locks = {k: v for k, v in agent.locks.items() if v.conversation_id != cid}
-            agent.staged = {k: v for k, v in agent.staged.items() if v.conversation_id != cid}
-            agent.evidence = {k: v for k, v in agent.evidence.items() if v.conversation_id != cid}
+            _drop_certification(state.agent(write.agent_id), write.conversation_id)
         case PutOutbox():
-            state.agent(write.agent_id).outbox[write.row_id] = OutboxRow(
-                row_id=write.row_id,
-                conversation_id=write.conversation_id,
-                post_id=write.post_id,
-                message_id=write.message_id,
-                envelope=write.envelope,
-                state=write.state,
-            )
+            state.agent(write.agent_id).outbox[write.row_id] = write.row()
         case SetOutboxState():
             outbox = state.agent(write.agent_id).outbox
             if write.row_id in outbox:
@@ -427,9 +381,7 @@ def _apply(state: _State, write: Write) -> None:
         case MoveToLocal():
             agent = state.agent(write.agent_id)
             cid = write.conversation_id
-            agent.locks = {k: v for k, v in agent.locks.items() if v.conversation_id != cid}
-            agent.staged = {k: v for k, v in agent.staged.items() if v.conversation_id != cid}
-            agent.evidence = {k: v for k, v in agent.evidence.items() if v.conversation_id != cid}
+            _drop_certification(agent, cid)
             agent.outbox = {k: v for k, v in agent.outbox.items() if v.conversation_id != cid}
             agent.reanchors = {
                 k: v
@@ -442,14 +394,7 @@ def _apply(state: _State, write: Write) -> None:
             deliveries = state.agent(write.agent_id).deliveries
             if write.token in deliveries:
                 raise ConstraintViolation("delivery exists")
-            deliveries[write.token] = DeliveryRow(
-                token=write.token,
-                conversation_id=write.conversation_id,
-                record_hash=write.record_hash,
-                commit_seq=write.commit_seq,
-                projection=write.projection,
-                state=write.state,
-            )
+            deliveries[write.token] = write.row()
         case SetDeliveryState():
             deliveries = state.agent(write.agent_id).deliveries
             if write.token in deliveries:
@@ -464,15 +409,7 @@ def _apply(state: _State, write: Write) -> None:
             inbox = state.agent(write.agent_id).inbox
             if write.seq in inbox or any(row.token == write.token for row in inbox.values()):
                 raise ConstraintViolation("inbox item exists")
-            inbox[write.seq] = InboxRow(
-                seq=write.seq,
-                token=write.token,
-                item=write.item,
-                guidance=write.guidance,
-                state=InboxState.UNREAD,
-                replacement_token=None,
-                created_at=write.created_at,
-            )
+            inbox[write.seq] = write.row()
         case AcknowledgeItem():
             inbox = state.agent(write.agent_id).inbox
             for seq, row in inbox.items():
@@ -486,9 +423,7 @@ def _apply(state: _State, write: Write) -> None:
         case DeleteReceivedRequest():
             state.agent(write.agent_id).requests.pop(write.operation_id, None)
         case PutSend():
-            state.agent(write.agent_id).sends[write.key] = SendRow(
-                key=write.key, request=write.request, run_id=write.run_id, outcome=write.outcome
-            )
+            state.agent(write.agent_id).sends[write.key] = write.row()
         case ReplaceInboxItem():
             inbox = state.agent(write.agent_id).inbox
             for seq, row in inbox.items():

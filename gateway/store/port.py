@@ -73,6 +73,11 @@ class Store(Protocol):
         """Creation time (epoch seconds) of the agent's oldest unread item."""
         ...
 
+    async def unread_count(self, agent_id: str) -> int:
+        """How many of the agent's inbox items are unread (its backlog), counted without
+        reading the rows."""
+        ...
+
     async def conversations(self, agent_id: str) -> list[ConversationRow]:
         """Every conversation the agent stores."""
         ...

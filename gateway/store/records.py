@@ -10,10 +10,16 @@ counters after rehydration; the store only enforces uniqueness.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+RowT = TypeVar("RowT", bound="DataclassInstance")
 
 
 class IntentState(enum.StrEnum):
@@ -81,6 +87,10 @@ class PutIdentity:
     seed: bytes
     created_at: str
 
+    def row(self) -> IdentityRow:
+        """The identity this write stores."""
+        return _row_of(IdentityRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutToken:
@@ -119,6 +129,10 @@ class PutConversation:
     head: str | None
     depth: int
 
+    def row(self) -> ConversationRow:
+        """The row this write puts."""
+        return _row_of(ConversationRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutIntent:
@@ -133,6 +147,13 @@ class PutIntent:
     record_hash: str | None
     bound_at: float
 
+    def row(self) -> IntentRow:
+        """The row this write puts: a completed intent keeps no payload, since it is in its
+        certified record and only open intents are read again."""
+        return _row_of(
+            IntentRow, self, intent=b"" if self.state is IntentState.COMPLETED else self.intent
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutLock:
@@ -144,6 +165,10 @@ class PutLock:
     action_hash: str
     action: bytes
 
+    def row(self) -> LockRow:
+        """The row this write puts."""
+        return _row_of(LockRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutStaged:
@@ -154,6 +179,10 @@ class PutStaged:
     conversation_id: str
     predecessor: str
     record: bytes
+
+    def row(self) -> StagedRow:
+        """The row this write puts."""
+        return _row_of(StagedRow, self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +204,10 @@ class PutEvidence:
     kind: EvidenceKind
     statement: bytes
 
+    def row(self) -> EvidenceRow:
+        """The row this write puts (unless one with its key exists)."""
+        return _row_of(EvidenceRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutRecord:
@@ -192,6 +225,10 @@ class PutRecord:
     """The JCS bytes of the record's MembershipDescriptor, when the caller has them: the
     store may then keep the descriptor once per conversation instead of in every record."""
 
+    def row(self) -> RecordRow:
+        """The record as it reads back (a store may keep its bytes apart)."""
+        return _row_of(RecordRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutReanchor:
@@ -204,6 +241,10 @@ class PutReanchor:
     body: bytes
     anchor_hash: str
     completed: bytes | None
+
+    def row(self) -> ReanchorRow:
+        """The row this write puts."""
+        return _row_of(ReanchorRow, self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,6 +287,10 @@ class PutOutbox:
     envelope: bytes
     state: OutboxState
 
+    def row(self) -> OutboxRow:
+        """The row this write puts."""
+        return _row_of(OutboxRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SetOutboxState:
@@ -269,6 +314,10 @@ class PutDelivery:
     projection: bytes
     state: DeliveryState
 
+    def row(self) -> DeliveryRow:
+        """The row this write puts."""
+        return _row_of(DeliveryRow, self)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SetDeliveryState:
@@ -289,6 +338,10 @@ class PutInboxItem:
     item: bytes
     guidance: bytes | None
     created_at: float
+
+    def row(self) -> InboxRow:
+        """The row this write puts: a new item is unread and replaced by nothing."""
+        return _row_of(InboxRow, self, state=InboxState.UNREAD, replacement_token=None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -337,6 +390,10 @@ class PutSend:
     request: bytes
     run_id: str
     outcome: bytes | None
+
+    def row(self) -> SendRow:
+        """The row this write puts."""
+        return _row_of(SendRow, self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -540,6 +597,17 @@ class AgentSnapshot:
     max_inbox_seq: int
     max_outbox_row: int
     unread: int
+
+
+def _row_of(row_type: type[RowT], write: DataclassInstance, **fixed: object) -> RowT:
+    """The row a write puts: each field of `row_type` is the write's field of the same name
+    (a write is its agent key and its row's fields), unless `fixed` gives it."""
+    return row_type(
+        **{
+            field.name: fixed[field.name] if field.name in fixed else getattr(write, field.name)
+            for field in dataclasses.fields(row_type)
+        }
+    )
 
 
 def inbox_tombstone(item: bytes) -> bytes:

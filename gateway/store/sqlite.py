@@ -307,7 +307,6 @@ class SqliteDatabase(AsyncClosing):
             self._closed.set()
             logger.info("store closed path=%s", self._path)
 
-
     def _check_open(self) -> None:
         if self._state is not DatabaseState.OPEN:
             raise StoreClosed("the store database", self._state.name)

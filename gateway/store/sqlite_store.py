@@ -49,6 +49,14 @@ STORE_FILE: Final = "gateway.sqlite3"
 """The store's file name inside the data directory."""
 
 
+def _read_unread_count(db: sqlite3.Connection, agent_id: str) -> int:
+    """The agent's unread items, counted on the `inbox_unread` index: no row is read out."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM inbox WHERE agent_id = ? AND state = 'unread'", (agent_id,)
+    ).fetchone()
+    return int(row[0])
+
+
 class SqliteStore(AsyncClosing):
     """A `Store` on one SQLite file; every row is keyed by agent."""
 
@@ -132,6 +140,9 @@ class SqliteStore(AsyncClosing):
     async def oldest_unread(self, agent_id: str) -> float | None:
         return await self._db.read(functools.partial(tables.read_oldest_unread, agent_id=agent_id))
 
+    async def unread_count(self, agent_id: str) -> int:
+        return await self._db.read(functools.partial(_read_unread_count, agent_id=agent_id))
+
     async def conversations(self, agent_id: str) -> list[ConversationRow]:
         return await self._db.read(functools.partial(tables.read_conversations, agent_id=agent_id))
 
@@ -178,4 +189,3 @@ class SqliteStore(AsyncClosing):
     async def close(self) -> None:
         """Flush queued writes and close; idempotent."""
         await self._db.close()
-

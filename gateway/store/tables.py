@@ -3,62 +3,27 @@
 engine.md §8 fixes the tables; every row is keyed by AgentId first. Writes arrive as the
 closed `Write` union of `gateway.store.records` and are applied in order inside one
 transaction (a unit of the group-commit writer), so each call to `Store.apply` is atomic.
+
+A table that holds one of the records' row types is a `_Table`: its columns are the row's
+fields by name, so the row type is the one definition of what the table holds, and the
+row a write puts is the write's own `row()`, the same one `MemoryStore` keeps.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, Final, assert_never
+import typing
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never
 
-from gateway.store.records import (
-    AcknowledgeItem,
-    AgentSnapshot,
-    ConversationRow,
-    DeleteReceivedRequest,
-    DeleteStaged,
-    DeliveryRow,
-    DeliveryState,
-    EvidenceKind,
-    EvidenceRow,
-    IdentityRow,
-    InboxRow,
-    InboxState,
-    IntentRow,
-    IntentState,
-    LockRow,
-    MoveToLocal,
-    OutboxRow,
-    OutboxState,
-    PruneSettled,
-    PutConversation,
-    PutCursor,
-    PutDelivery,
-    PutEvidence,
-    PutIdentity,
-    PutInboxItem,
-    PutIntent,
-    PutLock,
-    PutOperation,
-    PutOutbox,
-    PutReanchor,
-    PutReceivedRequest,
-    PutRecord,
-    PutSend,
-    PutStaged,
-    PutToken,
-    ReanchorRow,
-    RecordRow,
-    ReplaceInboxItem,
-    ResetConversation,
-    RevokeTokens,
-    SendRow,
-    SetDeliveryState,
-    SetOutboxState,
-    StagedRow,
-    Write,
-    inbox_tombstone,
-)
+from gateway.store import records
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+RowT = TypeVar("RowT", bound="DataclassInstance")
 
 SCHEMA_VERSION: Final = 2
 """Bumped with every change to `DDL` or `meta`; an unknown version fails closed at start.
@@ -269,7 +234,8 @@ def migrate_1_to_2(db: sqlite3.Connection, *, local_instance_id: str) -> None:
     acknowledged = db.execute("SELECT rowid, item FROM inbox WHERE state = 'acknowledged'")
     for rowid, item in acknowledged.fetchall():
         db.execute(
-            "UPDATE inbox SET item = ? WHERE rowid = ?", (inbox_tombstone(bytes(item)), rowid)
+            "UPDATE inbox SET item = ? WHERE rowid = ?",
+            (records.inbox_tombstone(bytes(item)), rowid),
         )
     db.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?)", (LOCAL_INSTANCE_KEY, local_instance_id)
@@ -282,158 +248,159 @@ def read_local_instance(db: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def apply_writes(db: sqlite3.Connection, writes: Sequence[Write]) -> None:
+# --- row tables ------------------------------------------------------------------------
+
+
+class _Table(Generic[RowT]):
+    """A table whose columns are a row type's fields, named alike (behind the key columns,
+    `agent_id`, that a row does not carry); every read and write of it goes through here.
+
+    An enum-typed field is stored as its value and read back as the member."""
+
+    __slots__ = ("_columns", "_enums", "_insert", "_row_type", "columns", "name")
+
+    def __init__(
+        self,
+        name: str,
+        row_type: type[RowT],
+        *,
+        insert: Literal["INSERT", "INSERT OR REPLACE", "INSERT OR IGNORE"] = "INSERT OR REPLACE",
+    ) -> None:
+        """`insert` is how `put` meets an existing key: fail, replace the row, or keep it."""
+        self.name: Final = name
+        self._row_type: Final = row_type
+        self._columns: Final = tuple(field.name for field in dataclasses.fields(row_type))
+        self.columns: Final = ", ".join(self._columns)
+        """The row's columns in field order, for a SELECT."""
+        hints = typing.get_type_hints(row_type)
+        self._enums: Final = {
+            column: hint
+            for column in self._columns
+            if isinstance(hint := hints[column], type) and issubclass(hint, enum.Enum)
+        }
+        self._insert: Final = insert
+
+    def read(self, values: Sequence[Any]) -> RowT:
+        """The row of one result in `columns` order."""
+        named = dict(zip(self._columns, values, strict=True))
+        for column, kind in self._enums.items():
+            named[column] = kind(named[column])
+        return self._row_type(**named)
+
+    def select(
+        self, db: sqlite3.Connection, clause: str, parameters: Sequence[object] = ()
+    ) -> list[RowT]:
+        """The rows `SELECT columns FROM table <clause>` finds; `clause` is fixed SQL with
+        placeholders for `parameters`."""
+        sql = f"SELECT {self.columns} FROM {self.name} {clause}"  # noqa: S608 - fixed names
+        return [self.read(values) for values in db.execute(sql, parameters)]
+
+    def select_one(
+        self, db: sqlite3.Connection, clause: str, parameters: Sequence[object]
+    ) -> RowT | None:
+        """The first row `select` would find, or None."""
+        sql = f"SELECT {self.columns} FROM {self.name} {clause}"  # noqa: S608 - fixed names
+        values = db.execute(sql, parameters).fetchone()
+        return None if values is None else self.read(values)
+
+    def put(self, db: sqlite3.Connection, row: RowT, **key: str) -> None:
+        """Insert `row` under its key columns (`agent_id=...`), as `insert` says."""
+        values: dict[str, object] = dict(key)
+        for column in self._columns:
+            value = getattr(row, column)
+            values[column] = value.value if column in self._enums else value
+        names = ", ".join(values)
+        marks = ", ".join("?" * len(values))
+        db.execute(
+            f"{self._insert} INTO {self.name} ({names}) VALUES ({marks})",
+            tuple(values.values()),
+        )
+
+
+_IDENTITIES: Final = _Table("identities", records.IdentityRow, insert="INSERT")
+_CONVERSATIONS: Final = _Table("conversations", records.ConversationRow)
+_INTENTS: Final = _Table("post_intents", records.IntentRow)
+_LOCKS: Final = _Table("proposal_locks", records.LockRow)
+_STAGED: Final = _Table("staged_records", records.StagedRow)
+_EVIDENCE: Final = _Table("evidence", records.EvidenceRow, insert="INSERT OR IGNORE")
+_RECORDS: Final = _Table("certified_records", records.RecordRow, insert="INSERT")
+_REANCHORS: Final = _Table("reanchors", records.ReanchorRow)
+_OUTBOX: Final = _Table("outbox", records.OutboxRow)
+_DELIVERIES: Final = _Table("pending_deliveries", records.DeliveryRow, insert="INSERT")
+_INBOX: Final = _Table("inbox", records.InboxRow, insert="INSERT")
+_SENDS: Final = _Table("sends", records.SendRow)
+
+_CERTIFICATION_TABLES: Final = (_LOCKS.name, _STAGED.name, _EVIDENCE.name)
+"""A member's certification state of a conversation: what a genesis swap and a move onto
+local order drop."""
+
+
+def _delete_conversation(
+    db: sqlite3.Connection, tables: Iterable[str], agent_id: str, conversation_id: str
+) -> None:
+    for table in tables:
+        db.execute(
+            f"DELETE FROM {table} WHERE agent_id = ? AND conversation_id = ?",  # noqa: S608 - fixed table names
+            (agent_id, conversation_id),
+        )
+
+
+# --- writes ----------------------------------------------------------------------------
+
+
+def apply_writes(db: sqlite3.Connection, writes: Sequence[records.Write]) -> None:
     """Apply writes in order on a connection inside the caller's transaction."""
     for write in writes:
         _apply(db, write)
 
 
-def _apply(db: sqlite3.Connection, write: Write) -> None:
+def _apply(db: sqlite3.Connection, write: records.Write) -> None:
     match write:
-        case PutIdentity():
-            db.execute(
-                "INSERT INTO identities VALUES (?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.agent_name,
-                    write.signed_card,
-                    write.seed,
-                    write.created_at,
-                ),
-            )
-        case PutToken():
+        case records.PutIdentity():
+            _IDENTITIES.put(db, write.row())
+        case records.PutToken():
             db.execute(
                 "INSERT INTO agent_tokens (token_digest, agent_id, created_at) VALUES (?, ?, ?)",
                 (write.token_digest, write.agent_id, write.created_at),
             )
-        case RevokeTokens():
+        case records.RevokeTokens():
             db.execute("UPDATE agent_tokens SET revoked = 1 WHERE agent_id = ?", (write.agent_id,))
-        case PutCursor():
+        case records.PutCursor():
             db.execute(
                 "INSERT INTO router_cursor VALUES (?, ?) "
                 "ON CONFLICT (subscription) DO UPDATE SET cursor = excluded.cursor",
                 (write.subscription, write.cursor),
             )
-        case PutConversation():
-            db.execute(
-                "INSERT OR REPLACE INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.conversation_id,
-                    write.descriptor,
-                    write.membership_hash,
-                    write.anchor,
-                    write.anchor_hash,
-                    write.head,
-                    write.depth,
-                ),
-            )
-        case PutIntent():
-            db.execute(
-                "INSERT OR REPLACE INTO post_intents VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.post_id,
-                    write.conversation_id,
-                    write.bind_seq,
-                    # A completed intent is in its certified record: only open ones are read.
-                    b"" if write.state is IntentState.COMPLETED else write.intent,
-                    write.state.value,
-                    write.record_hash,
-                    write.bound_at,
-                ),
-            )
-        case PutLock():
-            db.execute(
-                "INSERT OR REPLACE INTO proposal_locks VALUES (?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.conversation_id,
-                    write.predecessor,
-                    write.action_hash,
-                    write.action,
-                ),
-            )
-        case PutStaged():
-            db.execute(
-                "INSERT OR REPLACE INTO staged_records VALUES (?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.record_hash,
-                    write.conversation_id,
-                    write.predecessor,
-                    write.record,
-                ),
-            )
-        case DeleteStaged():
+        case records.PutConversation():
+            _CONVERSATIONS.put(db, write.row(), agent_id=write.agent_id)
+        case records.PutIntent():
+            _INTENTS.put(db, write.row(), agent_id=write.agent_id)
+        case records.PutLock():
+            _LOCKS.put(db, write.row(), agent_id=write.agent_id)
+        case records.PutStaged():
+            _STAGED.put(db, write.row(), agent_id=write.agent_id)
+        case records.DeleteStaged():
             db.execute(
                 "DELETE FROM staged_records WHERE agent_id = ? AND record_hash = ?",
                 (write.agent_id, write.record_hash),
             )
-        case PutEvidence():
-            db.execute(
-                "INSERT OR IGNORE INTO evidence VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.subject,
-                    write.signer,
-                    write.kind.value,
-                    write.conversation_id,
-                    write.statement,
-                ),
-            )
-        case PutRecord():
-            db.execute(
-                "INSERT INTO certified_records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.record_hash,
-                    write.conversation_id,
-                    write.depth,
-                    write.author,
-                    write.post_id,
-                    b"",  # the bytes are in record_bodies, once for every member
-                    write.commit_seq,
-                ),
-            )
+        case records.PutEvidence():
+            _EVIDENCE.put(db, write.row(), agent_id=write.agent_id)
+        case records.PutRecord():
+            # The bytes are in record_bodies, once for every member of the conversation.
+            _RECORDS.put(db, dataclasses.replace(write.row(), record=b""), agent_id=write.agent_id)
             db.execute(
                 "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
                 (write.record_hash, elide_membership(write.record, write.membership)),
             )
-        case PutReanchor():
-            db.execute(
-                "INSERT OR REPLACE INTO reanchors VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.conversation_id,
-                    write.previous_anchor_hash,
-                    write.instance_id,
-                    write.body,
-                    write.anchor_hash,
-                    write.completed,
-                ),
-            )
-        case ResetConversation():
-            for table in ("proposal_locks", "staged_records", "evidence"):
-                db.execute(
-                    f"DELETE FROM {table} WHERE agent_id = ? AND conversation_id = ?",  # noqa: S608 - fixed table names
-                    (write.agent_id, write.conversation_id),
-                )
-        case PutOutbox():
-            db.execute(
-                "INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.row_id,
-                    write.conversation_id,
-                    write.post_id,
-                    write.message_id,
-                    write.envelope,
-                    write.state.value,
-                ),
-            )
-        case SetOutboxState():
-            if write.state is OutboxState.PENDING:
+        case records.PutReanchor():
+            _REANCHORS.put(db, write.row(), agent_id=write.agent_id)
+        case records.ResetConversation():
+            _delete_conversation(db, _CERTIFICATION_TABLES, write.agent_id, write.conversation_id)
+        case records.PutOutbox():
+            _OUTBOX.put(db, write.row(), agent_id=write.agent_id)
+        case records.SetOutboxState():
+            if write.state is records.OutboxState.PENDING:
                 db.execute(
                     "UPDATE outbox SET state = ? WHERE agent_id = ? AND row_id = ?",
                     (write.state.value, write.agent_id, write.row_id),
@@ -444,33 +411,20 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                     "DELETE FROM outbox WHERE agent_id = ? AND row_id = ?",
                     (write.agent_id, write.row_id),
                 )
-        case MoveToLocal():
-            for table in ("proposal_locks", "staged_records", "evidence", "outbox"):
-                db.execute(
-                    f"DELETE FROM {table} WHERE agent_id = ? AND conversation_id = ?",  # noqa: S608 - fixed table names
-                    (write.agent_id, write.conversation_id),
-                )
+        case records.MoveToLocal():
+            _delete_conversation(
+                db, (*_CERTIFICATION_TABLES, _OUTBOX.name), write.agent_id, write.conversation_id
+            )
             db.execute(
                 "DELETE FROM reanchors WHERE agent_id = ? AND conversation_id = ? "
                 "AND completed IS NULL",
                 (write.agent_id, write.conversation_id),
             )
-        case PruneSettled():
+        case records.PruneSettled():
             _prune_settled(db, write.agent_id, write.conversation_id, write.head or "")
-        case PutDelivery():
-            db.execute(
-                "INSERT INTO pending_deliveries VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.token,
-                    write.conversation_id,
-                    write.record_hash,
-                    write.commit_seq,
-                    write.projection,
-                    write.state.value,
-                ),
-            )
-        case SetDeliveryState():
+        case records.PutDelivery():
+            _DELIVERIES.put(db, write.row(), agent_id=write.agent_id)
+        case records.SetDeliveryState():
             # Only pending deliveries are read again: a classified or consumed one keeps no
             # projection (the inbox item, or nothing, is what it became).
             db.execute(
@@ -478,62 +432,47 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
                 "THEN projection ELSE x'' END WHERE agent_id = ? AND token = ?",
                 (write.state.value, write.state.value, write.agent_id, write.token),
             )
-        case PutInboxItem():
-            db.execute(
-                "INSERT INTO inbox (agent_id, seq, token, item, guidance, state, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    write.agent_id,
-                    write.seq,
-                    write.token,
-                    write.item,
-                    write.guidance,
-                    InboxState.UNREAD.value,
-                    write.created_at,
-                ),
-            )
-        case AcknowledgeItem():
+        case records.PutInboxItem():
+            _INBOX.put(db, write.row(), agent_id=write.agent_id)
+        case records.AcknowledgeItem():
             db.execute(
                 "UPDATE inbox SET state = ?, item = coalesce(?, item) "
                 "WHERE agent_id = ? AND token = ? AND state = ?",
                 (
-                    InboxState.ACKNOWLEDGED.value,
+                    records.InboxState.ACKNOWLEDGED.value,
                     write.tombstone,
                     write.agent_id,
                     write.token,
-                    InboxState.UNREAD.value,
+                    records.InboxState.UNREAD.value,
                 ),
             )
-        case PutOperation():
+        case records.PutOperation():
             db.execute(
                 "INSERT OR REPLACE INTO collective_operations VALUES (?, ?, ?, ?)",
                 (write.agent_id, write.operation_id, int(write.open), write.row),
             )
-        case PutReceivedRequest():
+        case records.PutReceivedRequest():
             db.execute(
                 "INSERT OR REPLACE INTO received_requests VALUES (?, ?, ?)",
                 (write.agent_id, write.operation_id, write.row),
             )
-        case DeleteReceivedRequest():
+        case records.DeleteReceivedRequest():
             db.execute(
                 "DELETE FROM received_requests WHERE agent_id = ? AND operation_id = ?",
                 (write.agent_id, write.operation_id),
             )
-        case PutSend():
-            db.execute(
-                "INSERT OR REPLACE INTO sends VALUES (?, ?, ?, ?, ?)",
-                (write.agent_id, write.key, write.request, write.outcome, write.run_id),
-            )
-        case ReplaceInboxItem():
+        case records.PutSend():
+            _SENDS.put(db, write.row(), agent_id=write.agent_id)
+        case records.ReplaceInboxItem():
             db.execute(
                 "UPDATE inbox SET state = ?, replacement_token = ? "
                 "WHERE agent_id = ? AND token = ? AND state = ?",
                 (
-                    InboxState.REPLACED.value,
+                    records.InboxState.REPLACED.value,
                     write.replacement_token,
                     write.agent_id,
                     write.token,
-                    InboxState.UNREAD.value,
+                    records.InboxState.UNREAD.value,
                 ),
             )
         case _:
@@ -543,17 +482,9 @@ def _apply(db: sqlite3.Connection, write: Write) -> None:
 # --- reads -----------------------------------------------------------------------------
 
 
-def read_identities(db: sqlite3.Connection) -> list[IdentityRow]:
+def read_identities(db: sqlite3.Connection) -> list[records.IdentityRow]:
     """Every hosted agent's identity, in registration order."""
-    rows = db.execute(
-        "SELECT agent_id, agent_name, signed_card, seed, created_at FROM identities ORDER BY rowid"
-    ).fetchall()
-    return [
-        IdentityRow(
-            agent_id=row[0], agent_name=row[1], signed_card=row[2], seed=row[3], created_at=row[4]
-        )
-        for row in rows
-    ]
+    return _IDENTITIES.select(db, "ORDER BY rowid")
 
 
 def read_token(db: sqlite3.Connection, token_digest: str) -> tuple[str, bool] | None:
@@ -585,11 +516,12 @@ _RECORD_FROM: Final = (
     "certified_records r JOIN record_bodies b ON b.record_hash = r.record_hash "
     "LEFT JOIN conversations c ON c.agent_id = r.agent_id AND c.conversation_id = r.conversation_id"
 )
-_INTENT_COLUMNS: Final = "post_id, conversation_id, bind_seq, intent, state, record_hash, bound_at"
 
 
-def _record_row(row: Sequence[Any]) -> RecordRow:
-    return RecordRow(
+def _record_row(row: Sequence[Any]) -> records.RecordRow:
+    # A record is read joined with its body and its conversation's descriptor, which the
+    # stored body elides: `_RECORDS` writes it, this reads it back whole.
+    return records.RecordRow(
         record_hash=row[0],
         conversation_id=row[1],
         depth=row[2],
@@ -602,107 +534,26 @@ def _record_row(row: Sequence[Any]) -> RecordRow:
     )
 
 
-def _intent_row(row: Sequence[Any]) -> IntentRow:
-    return IntentRow(
-        post_id=row[0],
-        conversation_id=row[1],
-        bind_seq=row[2],
-        intent=row[3],
-        state=IntentState(row[4]),
-        record_hash=row[5],
-        bound_at=row[6],
-    )
+_PENDING_DELIVERIES: Final = "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq"
+"""Deliveries not classified yet, in commit order."""
 
 
-def read_snapshot(db: sqlite3.Connection, agent_id: str) -> AgentSnapshot:
+def read_snapshot(db: sqlite3.Connection, agent_id: str) -> records.AgentSnapshot:
     """Everything one agent rebuilds from at start."""
     key = (agent_id,)
-    return AgentSnapshot(
+    return records.AgentSnapshot(
         conversations=tuple(read_conversations(db, agent_id)),
         open_intents=tuple(
-            _intent_row(row)
-            for row in db.execute(
-                f"SELECT {_INTENT_COLUMNS} FROM post_intents "  # noqa: S608 - fixed columns
-                "WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq",
-                key,
-            )
+            _INTENTS.select(db, "WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq", key)
         ),
-        locks=tuple(
-            LockRow(conversation_id=row[0], predecessor=row[1], action_hash=row[2], action=row[3])
-            for row in db.execute(
-                "SELECT conversation_id, predecessor, action_hash, action FROM proposal_locks "
-                "WHERE agent_id = ?",
-                key,
-            )
-        ),
-        staged=tuple(
-            StagedRow(record_hash=row[0], conversation_id=row[1], predecessor=row[2], record=row[3])
-            for row in db.execute(
-                "SELECT record_hash, conversation_id, predecessor, record FROM staged_records "
-                "WHERE agent_id = ?",
-                key,
-            )
-        ),
-        evidence=tuple(
-            EvidenceRow(
-                conversation_id=row[0],
-                subject=row[1],
-                signer=row[2],
-                kind=EvidenceKind(row[3]),
-                statement=row[4],
-            )
-            for row in db.execute(
-                "SELECT conversation_id, subject, signer, kind, statement FROM evidence "
-                "WHERE agent_id = ?",
-                key,
-            )
-        ),
-        reanchors=tuple(
-            ReanchorRow(
-                conversation_id=row[0],
-                previous_anchor_hash=row[1],
-                instance_id=row[2],
-                body=row[3],
-                anchor_hash=row[4],
-                completed=row[5],
-            )
-            for row in db.execute(
-                "SELECT conversation_id, previous_anchor_hash, instance_id, body, anchor_hash, "
-                "completed FROM reanchors WHERE agent_id = ?",
-                key,
-            )
-        ),
+        locks=tuple(_LOCKS.select(db, "WHERE agent_id = ?", key)),
+        staged=tuple(_STAGED.select(db, "WHERE agent_id = ?", key)),
+        evidence=tuple(_EVIDENCE.select(db, "WHERE agent_id = ?", key)),
+        reanchors=tuple(_REANCHORS.select(db, "WHERE agent_id = ?", key)),
         pending_outbox=tuple(
-            OutboxRow(
-                row_id=row[0],
-                conversation_id=row[1],
-                post_id=row[2],
-                message_id=row[3],
-                envelope=row[4],
-                state=OutboxState(row[5]),
-            )
-            for row in db.execute(
-                "SELECT row_id, conversation_id, post_id, message_id, envelope, state FROM outbox "
-                "WHERE agent_id = ? AND state = 'pending' ORDER BY row_id",
-                key,
-            )
+            _OUTBOX.select(db, "WHERE agent_id = ? AND state = 'pending' ORDER BY row_id", key)
         ),
-        pending_deliveries=tuple(
-            DeliveryRow(
-                token=row[0],
-                conversation_id=row[1],
-                record_hash=row[2],
-                commit_seq=row[3],
-                projection=row[4],
-                state=DeliveryState(row[5]),
-            )
-            for row in db.execute(
-                "SELECT token, conversation_id, record_hash, commit_seq, projection, state "
-                "FROM pending_deliveries "
-                "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq",
-                key,
-            )
-        ),
+        pending_deliveries=tuple(_DELIVERIES.select(db, _PENDING_DELIVERIES, key)),
         open_operations=tuple(
             bytes(row[0])
             for row in db.execute(
@@ -727,42 +578,22 @@ def read_snapshot(db: sqlite3.Connection, agent_id: str) -> AgentSnapshot:
     )
 
 
-def _inbox_row(row: Sequence[object]) -> InboxRow:
-    return InboxRow(
-        seq=int(row[0]),  # type: ignore[call-overload]
-        token=str(row[1]),
-        item=bytes(row[2]),  # type: ignore[call-overload]
-        guidance=None if row[3] is None else bytes(row[3]),  # type: ignore[call-overload]
-        state=InboxState(str(row[4])),
-        replacement_token=None if row[5] is None else str(row[5]),
-        created_at=float(row[6]),  # type: ignore[arg-type]
+def read_unread(
+    db: sqlite3.Connection, agent_id: str, after_seq: int, limit: int
+) -> list[records.InboxRow]:
+    """Unread inbox items after `after_seq`, in inbox order."""
+    return _INBOX.select(
+        db,
+        "WHERE agent_id = ? AND state = 'unread' AND seq > ? ORDER BY seq LIMIT ?",
+        (agent_id, after_seq, limit),
     )
 
 
-_INBOX_COLUMNS: Final = "seq, token, item, guidance, state, replacement_token, created_at"
-
-
-def read_unread(
-    db: sqlite3.Connection, agent_id: str, after_seq: int, limit: int
-) -> list[InboxRow]:
-    """Unread inbox items after `after_seq`, in inbox order."""
-    return [
-        _inbox_row(row)
-        for row in db.execute(
-            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE agent_id = ? AND state = 'unread' "  # noqa: S608 - fixed columns
-            "AND seq > ? ORDER BY seq LIMIT ?",
-            (agent_id, after_seq, limit),
-        )
-    ]
-
-
-def read_inbox_by_token(db: sqlite3.Connection, agent_id: str, token: str) -> InboxRow | None:
+def read_inbox_by_token(
+    db: sqlite3.Connection, agent_id: str, token: str
+) -> records.InboxRow | None:
     """One inbox item by its token, for this agent only."""
-    row = db.execute(
-        f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE agent_id = ? AND token = ?",  # noqa: S608 - fixed columns
-        (agent_id, token),
-    ).fetchone()
-    return None if row is None else _inbox_row(row)
+    return _INBOX.select_one(db, "WHERE agent_id = ? AND token = ?", (agent_id, token))
 
 
 _TOKENS_PER_QUERY: Final = 500
@@ -771,17 +602,15 @@ _TOKENS_PER_QUERY: Final = 500
 
 def read_inbox_by_tokens(
     db: sqlite3.Connection, agent_id: str, tokens: Sequence[str]
-) -> dict[str, InboxRow]:
+) -> dict[str, records.InboxRow]:
     """This agent's inbox items among `tokens`, by token."""
-    found: dict[str, InboxRow] = {}
+    found: dict[str, records.InboxRow] = {}
     for start in range(0, len(tokens), _TOKENS_PER_QUERY):
         chunk = list(tokens[start : start + _TOKENS_PER_QUERY])
         marks = ",".join("?" * len(chunk))
-        for row in db.execute(
-            f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE agent_id = ? AND token IN ({marks})",  # noqa: S608 - placeholders only
-            (agent_id, *chunk),
+        for item in _INBOX.select(
+            db, f"WHERE agent_id = ? AND token IN ({marks})", (agent_id, *chunk)
         ):
-            item = _inbox_row(row)
             found[item.token] = item
     return found
 
@@ -796,7 +625,7 @@ def read_oldest_unread(db: sqlite3.Connection, agent_id: str) -> float | None:
 
 def read_records(
     db: sqlite3.Connection, agent_id: str, conversation_id: str, after_depth: int, limit: int
-) -> list[RecordRow]:
+) -> list[records.RecordRow]:
     """Certified records of a conversation after a depth, in chain order."""
     return [
         _record_row(row)
@@ -811,7 +640,7 @@ def read_records(
 
 def read_record_by_hash(
     db: sqlite3.Connection, agent_id: str, record_hash: str
-) -> RecordRow | None:
+) -> records.RecordRow | None:
     """One certified record by its hash."""
     row = db.execute(
         f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
@@ -821,34 +650,14 @@ def read_record_by_hash(
     return None if row is None else _record_row(row)
 
 
-def read_intent(db: sqlite3.Connection, agent_id: str, post_id: str) -> IntentRow | None:
+def read_intent(db: sqlite3.Connection, agent_id: str, post_id: str) -> records.IntentRow | None:
     """One post intent by PostId."""
-    row = db.execute(
-        f"SELECT {_INTENT_COLUMNS} FROM post_intents "  # noqa: S608 - fixed columns
-        "WHERE agent_id = ? AND post_id = ?",
-        (agent_id, post_id),
-    ).fetchone()
-    return None if row is None else _intent_row(row)
+    return _INTENTS.select_one(db, "WHERE agent_id = ? AND post_id = ?", (agent_id, post_id))
 
 
-def read_conversations(db: sqlite3.Connection, agent_id: str) -> list[ConversationRow]:
+def read_conversations(db: sqlite3.Connection, agent_id: str) -> list[records.ConversationRow]:
     """Every conversation an agent stores, by ConversationId."""
-    return [
-        ConversationRow(
-            conversation_id=row[0],
-            descriptor=row[1],
-            membership_hash=row[2],
-            anchor=row[3],
-            anchor_hash=row[4],
-            head=row[5],
-            depth=row[6],
-        )
-        for row in db.execute(
-            "SELECT conversation_id, descriptor, membership_hash, anchor, anchor_hash, head, "
-            "depth FROM conversations WHERE agent_id = ? ORDER BY conversation_id",
-            (agent_id,),
-        )
-    ]
+    return _CONVERSATIONS.select(db, "WHERE agent_id = ? ORDER BY conversation_id", (agent_id,))
 
 
 def read_completed_reanchor(
@@ -863,40 +672,16 @@ def read_completed_reanchor(
     return None if row is None else bytes(row[0])
 
 
-def read_pending_deliveries(db: sqlite3.Connection, agent_id: str, limit: int) -> list[DeliveryRow]:
+def read_pending_deliveries(
+    db: sqlite3.Connection, agent_id: str, limit: int
+) -> list[records.DeliveryRow]:
     """Deliveries not classified yet, in commit order."""
-    return [
-        DeliveryRow(
-            token=row[0],
-            conversation_id=row[1],
-            record_hash=row[2],
-            commit_seq=row[3],
-            projection=row[4],
-            state=DeliveryState(row[5]),
-        )
-        for row in db.execute(
-            "SELECT token, conversation_id, record_hash, commit_seq, projection, state "
-            "FROM pending_deliveries "
-            "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq LIMIT ?",
-            (agent_id, limit),
-        )
-    ]
+    return _DELIVERIES.select(db, f"{_PENDING_DELIVERIES} LIMIT ?", (agent_id, limit))
 
 
-def read_send(db: sqlite3.Connection, agent_id: str, key: str) -> SendRow | None:
+def read_send(db: sqlite3.Connection, agent_id: str, key: str) -> records.SendRow | None:
     """An idempotency key's row."""
-    row = db.execute(
-        "SELECT key, request, run_id, outcome FROM sends WHERE agent_id = ? AND key = ?",
-        (agent_id, key),
-    ).fetchone()
-    if row is None:
-        return None
-    return SendRow(
-        key=row[0],
-        request=bytes(row[1]),
-        run_id=row[2],
-        outcome=None if row[3] is None else bytes(row[3]),
-    )
+    return _SENDS.select_one(db, "WHERE agent_id = ? AND key = ?", (agent_id, key))
 
 
 def read_unread_summary(db: sqlite3.Connection) -> dict[str, tuple[int, float]]:

@@ -1,4 +1,4 @@
-"""House style 3: only gateway/rpc/ imports grpc or the generated code."""
+"""Only gateway/rpc/ imports grpc or the generated code, so the core stays testable without it."""
 
 from __future__ import annotations
 
@@ -38,6 +38,64 @@ def test_only_the_rpc_package_imports_grpc_or_generated_code():
             f"{relative}: {module}" for module in imported_modules(path) if is_banned(module)
         )
     assert offenders == []
+
+
+def imported_targets(path: Path, package: str) -> list[str]:
+    """Every dotted name a module imports: `from m import n` counts as `m.n`, and a relative
+    import is resolved against `package`, so no spelling of an import slips past."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    targets: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1]
+                module = ".".join([*base, module] if module else base)
+            targets.extend(f"{module}.{alias.name}" for alias in node.names)
+    return targets
+
+
+def reaches_the_endpoint_past_its_api(target: str) -> bool:
+    endpoint, api = "gateway.endpoint", "gateway.endpoint.api"
+    inside = target == endpoint or target.startswith(endpoint + ".")
+    return inside and not (target == api or target.startswith(api + "."))
+
+
+def test_the_rpc_package_reaches_the_endpoint_only_through_its_api_module():
+    offenders: list[str] = []
+    for path in sorted((PACKAGE_ROOT / "rpc").rglob("*.py")):
+        relative = path.relative_to(PACKAGE_ROOT)
+        package = ".".join(("gateway", *relative.parent.parts))
+        offenders.extend(
+            f"{relative}: {target}"
+            for target in imported_targets(path, package)
+            if reaches_the_endpoint_past_its_api(target)
+        )
+    assert offenders == []
+
+
+def test_the_endpoint_check_sees_every_spelling_of_an_import_past_the_api(tmp_path: Path):
+    module = tmp_path / "module.py"
+    module.write_text(
+        "import gateway.endpoint.inbox\n"
+        "from gateway import endpoint\n"
+        "from gateway.endpoint.inbox import AgentInbox\n"
+        "from ..endpoint import runtime\n"
+        "from gateway.endpoint import api\n"
+        "from gateway.endpoint.api import Endpoint\n"
+        "from ..endpoint.api import GatewayCore\n",
+        encoding="utf-8",
+    )
+    targets = imported_targets(module, "gateway.rpc")
+    assert [target for target in targets if reaches_the_endpoint_past_its_api(target)] == [
+        "gateway.endpoint.inbox",
+        "gateway.endpoint",
+        "gateway.endpoint.inbox.AgentInbox",
+        "gateway.endpoint.runtime",
+    ]
 
 
 def test_the_contract_core_does_no_io_and_imports_only_the_core_and_the_standard_library():

@@ -50,11 +50,11 @@ def request_value(
 
 
 async def post_raw(gw: RunningGateway, author: str, members: tuple[str, ...], parts: Any) -> None:
-    runtime = gw.gateway.runtime(author)
-    cards = await runtime.resolve_cards(members)
-    descriptor = runtime.descriptor_with([runtime.own_card, *cards.values()])  # type: ignore[list-item]
-    [handle] = await runtime.bind_posts([(descriptor, check_content(parts))], within=10)
-    await asyncio.wait_for(runtime.await_certified(handle), BOUND)
+    posting = gw.gateway.runtime(author).posting
+    cards = await posting.resolve_cards(members)
+    descriptor = posting.membership_with(list(cards.values()))  # type: ignore[arg-type]
+    [handle] = await posting.bind_posts([(descriptor, check_content(parts))], within=10)
+    await asyncio.wait_for(posting.await_certified(handle), BOUND)
 
 
 async def next_item(gw: RunningGateway, token: str) -> Any:

@@ -103,7 +103,7 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
         await gw.register("bob")
         runtime = gw.gateway.runtime("alice")
         request = b'{"failureDelivery":"result","input":{"text":"x","to":"agent:bob"}}'
-        await gw.gateway._store.apply(  # type: ignore[union-attr]
+        await gw.gateway.components.store.apply(
             [
                 PutSend(
                     agent_id=runtime.agent_id,

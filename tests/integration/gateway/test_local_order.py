@@ -11,6 +11,7 @@ import harness_client
 from harness_client import MessageInput
 
 from gateway.engine import protocol as p
+from gateway.router import InProcessRouter
 from gateway.store.sqlite_store import STORE_FILE
 from gateway.testing import RunningGateway, run_gateway
 from tests.support import eventually
@@ -25,9 +26,9 @@ def _count(data_dir: Path, sql: str) -> int:
 
 
 def _router_tail(gw: RunningGateway) -> int:
-    router = gw.gateway._router
-    assert router is not None
-    return router.status().tail  # type: ignore[union-attr]
+    router = gw.gateway.components.router
+    assert isinstance(router, InProcessRouter)  # the embedded ring
+    return router.status().tail
 
 
 def _commits(gw: RunningGateway) -> float:

@@ -118,7 +118,7 @@ async def test_a_scrape_after_traffic_counts_what_happened():
             for item in ("multicast", "collectiveRequest", "collectiveResult", "operationFailed")
         )
         assert acked == acknowledged
-        summary = await gw.gateway._store.unread_summary()  # type: ignore[union-attr]
+        summary = await gw.gateway.components.store.unread_summary()
         backlog = sum(count for count, _ in summary.values())
         assert published == acked + backlog
         text = scrape(gw)

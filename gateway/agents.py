@@ -1,0 +1,298 @@
+"""The agents one daemon hosts: their runtimes, their API tokens, and registering new ones.
+
+An `AgentDirectory` builds each hosted agent's `AgentRuntime` (restored from the store at
+start, or fresh when `register` mints a key and a Registry card), keeps the agents by id
+and by name, and owns the token rules: API tokens are stored and cached only as SHA-256
+digests, rotating or revoking them ends the agent's stream, and the operator token is
+compared in constant time. Every registration and token change is logged on
+`harness.audit` with the agent's name, never a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hmac
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.contract.addresses import agent_address, is_agent_name
+from gateway.contract.ids import RandomId, token_digest
+from gateway.endpoint.api import (
+    AuthFailure,
+    ManagementError,
+    ManagementErrorReason,
+    RegisteredAgent,
+)
+from gateway.endpoint.export import HistoryExport
+from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
+from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
+from gateway.engine import protocol as p
+from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.network import Network
+from gateway.identity.keys import SigningKey, VerifyCache
+from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
+from gateway.store.port import Store
+from gateway.store.records import PutIdentity, PutToken, RevokeTokens
+
+audit = logging.getLogger("harness.audit")
+
+INVALID_NAME_TEXT = "an agent name is 3 to 32 characters of a-z, 0-9 and inner hyphens"
+"""The `invalid-name` detail: the rule every agent name follows."""
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hosting:
+    """How every hosted agent's runtime is built; the same for all agents of a daemon."""
+
+    registry_public_key: str
+    """The pinned Registry key every card is checked against."""
+    verify_cache: VerifyCache
+    """The daemon's one cache of verified signatures."""
+    stream_window: int
+    """Unacknowledged deliveries one `Messages` stream may hold."""
+    timeouts: SendTimeouts
+    """The send pipeline's bounds."""
+    history_export_dir: Path | None
+    """Where each agent's certified history is exported, if anywhere."""
+    run_id: str
+    """This process's run: keyed sends reserved by another run are indeterminate."""
+    inbox_observer: InboxObserver
+    """Metrics hooks of every inbox."""
+    send_observer: SendObserver
+    """Metrics hooks of every send pipeline."""
+
+
+class AgentDirectory:
+    """The hosted agents by id and by name, and their tokens."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        local_instance_id: str,
+        network: Network,
+        registry: RegistryClient,
+        hosting: Hosting,
+        admin_token: str,
+    ) -> None:
+        self._store = store
+        self._local_instance_id = local_instance_id
+        self._network = network
+        self._registry = registry
+        self._hosting = hosting
+        self._admin_token = admin_token
+        self._by_id: dict[str, AgentRuntime] = {}
+        self._by_name: dict[str, AgentRuntime] = {}
+        self._tokens: dict[str, tuple[str, bool]] = {}
+        """Token digest to (AgentId, revoked), as read from the store."""
+        self._registering = asyncio.Lock()
+
+    # --- hosted agents ---------------------------------------------------------------------
+
+    @property
+    def hosted_count(self) -> int:
+        """How many agents are hosted here."""
+        return len(self._by_id)
+
+    def runtimes(self) -> list[AgentRuntime]:
+        """Every hosted agent's runtime, in hosting order."""
+        return list(self._by_id.values())
+
+    def names(self) -> list[str]:
+        """Every hosted agent's name, in hosting order."""
+        return list(self._by_name)
+
+    def hosted(self, agent_id: str) -> AgentRuntime | None:
+        """The runtime of a hosted agent by id, or None."""
+        return self._by_id.get(agent_id)
+
+    def runtime(self, name: str) -> AgentRuntime:
+        """A hosted agent's runtime by name; raises `ManagementError` `not-found`."""
+        runtime = self._by_name.get(name)
+        if runtime is None:
+            raise ManagementError(
+                ManagementErrorReason.NOT_FOUND, f"{agent_address(name)} is not hosted here"
+            )
+        return runtime
+
+    async def restore(self) -> None:
+        """Host every agent whose identity the store holds, each from its snapshot; none is
+        started (`start` does that, once local order and the Router feed are ready)."""
+        for row in await self._store.identities():
+            identity = Identity(
+                agent_id=row.agent_id,
+                agent_name=row.agent_name,
+                key=SigningKey(row.seed),
+                card=p.decode(row.signed_card, p.SignedAgentCard),
+            )
+            await self._host(identity, restore=True)
+
+    async def start(self) -> None:
+        """Start every hosted agent's runtime."""
+        for runtime in self._by_id.values():
+            await runtime.start()
+
+    async def close(self) -> None:
+        """Close every hosted agent's runtime."""
+        for runtime in self._by_id.values():
+            await runtime.close()
+
+    def end_streams(self, reason: StreamEndReason) -> None:
+        """End every open `Messages` stream for `reason`."""
+        for runtime in self._by_id.values():
+            runtime.inbox.end_stream(reason)
+
+    def deliveries_ready(self, agent_ids: Iterable[str]) -> None:
+        """Wake the classifiers of the hosted agents among `agent_ids` (others are ignored)."""
+        for agent_id in agent_ids:
+            runtime = self._by_id.get(agent_id)
+            if runtime is not None:
+                runtime.deliveries_ready()
+
+    async def register(self, name: str) -> RegisteredAgent:
+        """Mint the agent's key, register its card, host and start it, and return its first
+        token. Raises `ManagementError` `invalid-name` or `name-taken`."""
+        if not is_agent_name(name):
+            raise ManagementError(ManagementErrorReason.INVALID_NAME, INVALID_NAME_TEXT)
+        taken = f"{agent_address(name)} is already registered"
+        # One registration at a time: the name check and the hosting must not interleave.
+        async with self._registering:
+            if name in self._by_name:
+                raise ManagementError(ManagementErrorReason.NAME_TAKEN, taken)
+            key = SigningKey.generate()
+            outcome = await self._registry.register(name, key.public_key_b64)
+            match outcome:
+                case Registered(card=card):
+                    pass
+                case NameTaken() | KeyAlreadyRegistered():
+                    raise ManagementError(ManagementErrorReason.NAME_TAKEN, taken)
+            identity = Identity(agent_id=card.card.agent_id, agent_name=name, key=key, card=card)
+            token = RandomId.API_TOKEN.mint()
+            await self._store.apply(
+                [
+                    PutIdentity(
+                        agent_id=identity.agent_id,
+                        agent_name=name,
+                        signed_card=p.encode(card),
+                        seed=key.seed,
+                        created_at=_utc_now(),
+                    ),
+                    PutToken(
+                        token_digest=token_digest(token),
+                        agent_id=identity.agent_id,
+                        created_at=_utc_now(),
+                    ),
+                ]
+            )
+            runtime = await self._host(identity, restore=False)
+            await runtime.start()
+        audit.info("agent registered agent=%s", name)
+        return RegisteredAgent(address=agent_address(name), agent_id=identity.agent_id, token=token)
+
+    async def _host(self, identity: Identity, *, restore: bool) -> AgentRuntime:
+        hosting = self._hosting
+        certifier = Certifier(
+            identity,
+            registry_public_key=hosting.registry_public_key,
+            verify_cache=hosting.verify_cache,
+        )
+        next_inbox = 1
+        snapshot = await self._store.snapshot(identity.agent_id) if restore else None
+        if snapshot is not None:
+            local_rows, local_intents = certifier.restore(
+                snapshot, local_instance_id=self._local_instance_id
+            )
+            self._network.local.restore(identity.agent_id, local_rows, local_intents)
+            next_inbox = snapshot.max_inbox_seq + 1
+        runtime = AgentRuntime(
+            identity=identity,
+            certifier=certifier,
+            network=self._network,
+            registry=self._registry,
+            store=self._store,
+            inbox=AgentInbox(
+                agent_id=identity.agent_id,
+                store=self._store,
+                next_seq=next_inbox,
+                window=hosting.stream_window,
+                observer=hosting.inbox_observer,
+            ),
+            timeouts=hosting.timeouts,
+            run_id=hosting.run_id,
+            export=None
+            if hosting.history_export_dir is None
+            else HistoryExport(hosting.history_export_dir, identity.agent_name),
+            observer=hosting.send_observer,
+        )
+        if snapshot is not None:
+            runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)
+        self._by_id[identity.agent_id] = runtime
+        self._by_name[identity.agent_name] = runtime
+        self._network.host(certifier)
+        return runtime
+
+    # --- tokens ----------------------------------------------------------------------------
+
+    async def authenticate(self, token: str) -> AgentRuntime | AuthFailure:
+        """The runtime an agent token names, or why it is refused (tokens are looked up by
+        their SHA-256, first in memory, then in the store)."""
+        if not RandomId.API_TOKEN.is_valid(token):
+            return AuthFailure.UNKNOWN if not self.is_admin(token) else AuthFailure.WRONG_ROLE
+        digest = token_digest(token)
+        known = self._tokens.get(digest)
+        if known is None:
+            known = await self._store.token(digest)
+            if known is None:
+                return AuthFailure.UNKNOWN
+            self._tokens[digest] = known
+        agent_id, revoked = known
+        if revoked:
+            return AuthFailure.REVOKED
+        runtime = self._by_id.get(agent_id)
+        return runtime if runtime is not None else AuthFailure.UNKNOWN
+
+    def is_admin(self, token: str) -> bool:
+        """True for the operator token, compared in constant time."""
+        return bool(self._admin_token) and hmac.compare_digest(
+            token.encode("utf-8"), self._admin_token.encode("utf-8")
+        )
+
+    async def rotate_token(self, name: str) -> str:
+        """Revoke the agent's tokens, end its stream, and mint a new token; raises
+        `ManagementError` `not-found`."""
+        runtime = self.runtime(name)
+        token = RandomId.API_TOKEN.mint()
+        await self._store.apply(
+            [
+                RevokeTokens(agent_id=runtime.identity.agent_id),
+                PutToken(
+                    token_digest=token_digest(token),
+                    agent_id=runtime.identity.agent_id,
+                    created_at=_utc_now(),
+                ),
+            ]
+        )
+        self._forget_tokens(runtime.identity.agent_id)
+        runtime.inbox.end_stream(StreamEndReason.REVOKED)
+        audit.info("agent token rotated agent=%s", name)
+        return token
+
+    async def revoke_token(self, name: str) -> None:
+        """Revoke the agent's tokens and end its stream; raises `ManagementError`
+        `not-found`."""
+        runtime = self.runtime(name)
+        await self._store.apply([RevokeTokens(agent_id=runtime.identity.agent_id)])
+        self._forget_tokens(runtime.identity.agent_id)
+        runtime.inbox.end_stream(StreamEndReason.REVOKED)
+        audit.info("agent token revoked agent=%s", name)
+
+    def _forget_tokens(self, agent_id: str) -> None:
+        # The cache would otherwise keep answering "not revoked" for the old digests.
+        self._tokens = {digest: row for digest, row in self._tokens.items() if row[0] != agent_id}

@@ -1,0 +1,105 @@
+"""The collectives' seam to their agent, and the values they hand back to it.
+
+`PostingPort` is everything `gateway.collectives` needs from the agent that hosts it: its
+members' cards, its conversations, binding its posts and waiting for them, and its inbox.
+The endpoint runtime implements it over the Registry, the network and the inbox; unit tests
+implement it in memory. `Classified` and `CollectiveRefusal` are what the collectives return
+to the endpoint's classification pass and send pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from gateway.contract.errors import HarnessError, SendError
+from gateway.contract.kinds import ConsumedKind, DeliveryItem
+from gateway.contract.values import Content, InboundItem
+from gateway.engine import protocol as p
+from gateway.engine.network import PostHandle
+from gateway.store.records import PutInboxItem, Write
+
+COLLECTIVE_SEND_WAIT: Final = 20.0
+"""Seconds a gather or all_gather send waits for its request posts.
+
+The contract's bound, never past the operation's deadline; a post still certifying keeps
+going after the send returns, and the wait is never a failure."""
+
+DEADLINE_MAX_SECONDS: Final = 2_592_000
+"""Longest relative deadline of a gather or all_gather, 30 days."""
+
+
+class PostingPort(Protocol):
+    """What the collectives need from their agent: its members, its posts, its inbox."""
+
+    async def resolve_cards(self, names: Sequence[str]) -> dict[str, p.SignedAgentCard | SendError]:
+        """Registry lookups of members: each a card, or the `SendError` saying why not."""
+        ...
+
+    def membership_with(self, cards: Sequence[p.SignedAgentCard]) -> p.MembershipDescriptor:
+        """The descriptor of this agent and these members; raises `SendError`."""
+        ...
+
+    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """A stored conversation's descriptor, None when this agent holds no such one."""
+        ...
+
+    async def bind_posts(
+        self,
+        posts: Sequence[tuple[p.MembershipDescriptor, Content]],
+        *,
+        extra_writes: Callable[[Sequence[str]], Sequence[Write]],
+        within: float,
+    ) -> list[PostHandle]:
+        """Bind every post's intent in one transaction with `extra_writes(post_ids)`, within
+        `within` seconds of waiting for the Router; raises `SendError`."""
+        ...
+
+    async def await_certified(self, handle: PostHandle) -> str:
+        """The post's RecordHash within the send bound, else `SendError` `delivery-pending`."""
+        ...
+
+    async def settled(self, post_id: str) -> asyncio.Future[str]:
+        """A future of an own post's RecordHash: already resolved when its intent completed
+        (while the daemon was down), cancelled at shutdown."""
+        ...
+
+    def prepare_item(
+        self, item: InboundItem, *, token: str | None = None
+    ) -> tuple[str, PutInboxItem]:
+        """An inbox write for an item (a fresh token unless given), to commit with others."""
+        ...
+
+    async def commit(self, writes: Sequence[Write]) -> None:
+        """Commit writes atomically; items among them reach the agent's stream."""
+        ...
+
+    def published(self, kind: DeliveryItem) -> None:
+        """An item of this kind was made durable under a fresh token (metrics)."""
+        ...
+
+
+class CollectiveRefusal(Exception):
+    """A refused gather, all_gather or answer, with the operation it names (for
+    `failureDelivery: "inbound"`) and the conversation its `operationFailed` names."""
+
+    def __init__(self, error: HarnessError, *, operation_id: str, to: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.operation_id = operation_id
+        self.to = to
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Classified:
+    """What classifying one collective record produced."""
+
+    writes: tuple[Write, ...] = ()
+    item: InboundItem | None = None
+    """A collectiveRequest to deliver under the delivery's token."""
+    consumed: ConsumedKind | None = None
+    """The consumed kind (answer, close, other) when nothing is delivered."""
+    published: tuple[DeliveryItem, ...] = ()
+    """Items emitted under fresh tokens by these writes (collectiveResult)."""

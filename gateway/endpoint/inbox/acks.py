@@ -1,0 +1,122 @@
+"""Acknowledgment: `AckApplier` retires an agent's inbox items by token, one result each.
+
+engine.md §7. Unknown tokens (another agent's included) are `unknown-delivery`; a replaced
+item is `delivery-conflict`; acknowledging again succeeds; a store failure is
+`persistence-failed` for every token it touched (the items stay, the client retries). The
+applier reads and writes the store only; the inbox frees the stream's window slots from its
+results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+from gateway.contract.errors import DeliveryAcknowledgeErrorReason
+from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
+from gateway.contract.kinds import DeliveryItem
+from gateway.endpoint.inbox.observer import AckResult, InboxObserver
+from gateway.store.errors import StoreError
+from gateway.store.port import Store
+from gateway.store.records import (
+    AcknowledgeItem,
+    InboxRow,
+    InboxState,
+    Write,
+    inbox_tombstone,
+)
+
+logger = logging.getLogger(__name__)
+
+ACKNOWLEDGE_MAX_TOKENS: Final = 1_000
+"""Most tokens one `Acknowledge` call may carry (operations.md §3)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcknowledgeResult:
+    """One token's result: `error` is None when the item is (or already was) retired."""
+
+    token: str
+    error: DeliveryAcknowledgeErrorReason | None
+
+
+class AckApplier:
+    """Applies one agent's acknowledgments to the store."""
+
+    def __init__(self, *, agent_id: str, store: Store, observer: InboxObserver) -> None:
+        self._agent_id = agent_id
+        self._store = store
+        self._observer = observer
+
+    async def apply(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:
+        """Retire items by token, one result per token in order."""
+        rows: dict[str, InboxRow | None] = {}
+        try:
+            # One read for the whole call (the client batches acknowledgments).
+            found = await self._store.inbox_items(self._agent_id, list(dict.fromkeys(tokens)))
+            for token in dict.fromkeys(tokens):
+                rows[token] = found.get(token)
+        except StoreError:
+            logger.exception("acknowledge read failed")
+            return [
+                AcknowledgeResult(
+                    token=token, error=DeliveryAcknowledgeErrorReason.PERSISTENCE_FAILED
+                )
+                for token in tokens
+            ]
+        writes: list[Write] = [
+            AcknowledgeItem(
+                agent_id=self._agent_id, token=token, tombstone=inbox_tombstone(row.item)
+            )
+            for token, row in rows.items()
+            if row is not None and row.state is InboxState.UNREAD
+        ]
+        failed = False
+        if writes:
+            try:
+                await self._store.apply(writes)
+            except StoreError:
+                logger.exception("acknowledge write failed")
+                failed = True
+        results = []
+        for token in tokens:
+            row = rows[token]
+            error: DeliveryAcknowledgeErrorReason | None
+            if row is None:
+                error, result = (
+                    DeliveryAcknowledgeErrorReason.UNKNOWN_DELIVERY,
+                    AckResult.UNKNOWN_DELIVERY,
+                )
+            elif row.state is InboxState.REPLACED:
+                error, result = (
+                    DeliveryAcknowledgeErrorReason.DELIVERY_CONFLICT,
+                    AckResult.DELIVERY_CONFLICT,
+                )
+            elif failed and row.state is InboxState.UNREAD:
+                error, result = (
+                    DeliveryAcknowledgeErrorReason.PERSISTENCE_FAILED,
+                    AckResult.PERSISTENCE_FAILED,
+                )
+            else:
+                error, result = None, AckResult.OK
+            if error is None and row is not None and row.state is InboxState.UNREAD:
+                self._observer.on_acknowledged(_item_kind(row.item))
+                # The same token twice in one call is retired (and counted) once.
+                rows[token] = replace(row, state=InboxState.ACKNOWLEDGED)
+            self._observer.on_acknowledge_result(result)
+            results.append(AcknowledgeResult(token=token, error=error))
+        return results
+
+
+def _item_kind(item: bytes) -> DeliveryItem:
+    """The top-level `kind` of a stored item (for metrics); a message when unreadable."""
+    try:
+        value = parse_canonical_json(item)
+    except JsonValueError:
+        return DeliveryItem.MULTICAST
+    kind = value.get("kind") if isinstance(value, dict) else None
+    if isinstance(kind, str) and kind in DeliveryItem.__members__.values():
+        return DeliveryItem(kind)
+    return DeliveryItem.MULTICAST

@@ -1,0 +1,169 @@
+"""`AgentInbox`: one hosted agent's inbox, coordinating its publishing, stream and acknowledgments.
+
+engine.md §7. The inbox assigns each item the next inbox sequence, and the item is durable
+before it is streamed. It owns the agent's one stream slot: a second stream fails
+`already-listening` unless it takes over, which ends the old one. Each stream gets its own
+`DeliveryWindow` and `InboxReader` and shares the inbox's `InboxSignal` and `OfferTracker`;
+`AckApplier` retires items and the inbox frees their slots in the open stream's window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from gateway.contract.codec import item_to_json, local_guidance_to_json
+from gateway.contract.errors import ListenError, ListenErrorReason
+from gateway.contract.guidance import LocalGuidance
+from gateway.contract.ids import RandomId
+from gateway.contract.jsonvalue import canonical_json
+from gateway.contract.values import InboundItem
+from gateway.endpoint.inbox.acks import AckApplier, AcknowledgeResult
+from gateway.endpoint.inbox.observer import (
+    NULL_INBOX_OBSERVER,
+    InboxObserver,
+    StreamEndReason,
+    StreamOpen,
+)
+from gateway.endpoint.inbox.offers import OfferTracker
+from gateway.endpoint.inbox.reader import InboxReader
+from gateway.endpoint.inbox.signal import InboxSignal
+from gateway.endpoint.inbox.stream import MessageStream
+from gateway.endpoint.inbox.window import DeliveryWindow
+from gateway.store.port import Store
+from gateway.store.records import PutInboxItem
+
+
+class AgentInbox:
+    """The inbox of one hosted agent."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        store: Store,
+        next_seq: int,
+        window: int,
+        observer: InboxObserver = NULL_INBOX_OBSERVER,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock` gives the seconds since the epoch stamped on each item (`created_at`)."""
+        self.agent_id = agent_id
+        self.observer = observer
+        self._store = store
+        self._next_seq = next_seq
+        self._window = window
+        self._clock = clock
+        self._signal = InboxSignal()
+        self._offers = OfferTracker(observer)
+        self._acks = AckApplier(agent_id=agent_id, store=store, observer=observer)
+        self._stream: MessageStream | None = None
+
+    @property
+    def on_offer(self) -> Callable[[int, InboundItem], None] | None:
+        """Called with (sequence, item) before an item is offered on a stream."""
+        return self._offers.on_offer
+
+    @on_offer.setter
+    def on_offer(self, hook: Callable[[int, InboundItem], None] | None) -> None:
+        self._offers.on_offer = hook
+
+    # --- publishing --------------------------------------------------------------------
+
+    def prepare(
+        self,
+        item: InboundItem,
+        guidance: LocalGuidance | None = None,
+        *,
+        token: str | None = None,
+    ) -> tuple[str, PutInboxItem]:
+        """Assign the next inbox sequence to an item and return (token, its write).
+
+        The caller commits the write (possibly with others); `notify()` after the commit
+        wakes the stream. A token is minted unless the item keeps a delivery's token."""
+        token = token or RandomId.DELIVERY.mint()
+        write = PutInboxItem(
+            agent_id=self.agent_id,
+            seq=self._next_seq,
+            token=token,
+            item=canonical_json(item_to_json(item)),
+            guidance=None if guidance is None else canonical_json(local_guidance_to_json(guidance)),
+            created_at=self._clock(),
+        )
+        self._next_seq += 1
+        return token, write
+
+    async def publish(
+        self, item: InboundItem, guidance: LocalGuidance | None = None, *, token: str | None = None
+    ) -> str:
+        """Make one item durable under a (fresh) token and offer it."""
+        token, write = self.prepare(item, guidance, token=token)
+        await self._store.apply([write])
+        self.notify()
+        return token
+
+    def notify(self) -> None:
+        """New items are durable: wake the stream."""
+        self._signal.notify()
+
+    @property
+    def listening(self) -> bool:
+        """True while a stream is open."""
+        return self._stream is not None
+
+    # --- streams -----------------------------------------------------------------------
+
+    def open_stream(self, *, takeover: bool) -> MessageStream:
+        """Open the agent's one stream; `takeover` ends an existing one first.
+
+        Raises `ListenError` `already-listening` when a stream is open and `takeover` is
+        false."""
+        result = StreamOpen.OK
+        if self._stream is not None:
+            if not takeover:
+                self.observer.on_stream_open(StreamOpen.ALREADY_LISTENING)
+                raise ListenError(ListenErrorReason.ALREADY_LISTENING)
+            self._stream.end(StreamEndReason.TAKEN_OVER)
+            result = StreamOpen.TAKEOVER
+        stream = MessageStream(
+            window=DeliveryWindow(self._window),
+            reader=InboxReader(store=self._store, agent_id=self.agent_id),
+            signal=self._signal,
+            offers=self._offers,
+            observer=self.observer,
+            on_end=self._detach,
+        )
+        self._stream = stream
+        self.observer.on_stream_open(result)
+        return stream
+
+    @property
+    def window_full(self) -> bool:
+        """True while the open stream waits for acknowledgments."""
+        return self._stream is not None and self._stream.window.full
+
+    def end_stream(self, reason: StreamEndReason) -> None:
+        """End the open stream, if any (shutdown, revocation)."""
+        if self._stream is not None:
+            self._stream.end(reason)
+
+    def _detach(self, stream: MessageStream) -> None:
+        # An ended stream that was taken over must not release its successor's slot.
+        if self._stream is stream:
+            self._stream = None
+
+    # --- acknowledgment ----------------------------------------------------------------
+
+    async def acknowledge(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:
+        """Retire items by token, one result per token in order (engine.md §7).
+
+        Unknown tokens (another agent's included) are `unknown-delivery`; a replaced item is
+        `delivery-conflict`; acknowledging again succeeds; a store failure is
+        `persistence-failed` for every token it touched (the items stay, retry). A retired
+        token frees its slot in the open stream's window."""
+        results = await self._acks.apply(tokens)
+        if self._stream is not None:
+            for result in results:
+                if result.error is None:
+                    self._stream.window.release(result.token)
+        return results

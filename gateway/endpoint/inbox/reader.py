@@ -1,0 +1,82 @@
+"""`InboxReader`: one stream's pages of unread inbox rows, read from the store past the window.
+
+A stream keeps at most one page in memory. The reader asks the store for no more unread rows
+than the window has free slots (and at most `STREAM_PAGE`), after the last sequence it handed
+out, and decodes them one at a time. A row this version cannot decode is logged and skipped;
+it stays unread in the store for a fixed version to deliver.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from gateway.contract.codec import CodecError, item_from_json, local_guidance_from_json
+from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
+from gateway.contract.values import Delivery
+from gateway.store.port import Store
+from gateway.store.records import InboxRow
+
+logger = logging.getLogger(__name__)
+
+STREAM_PAGE: Final = 64
+"""Inbox rows read from the store at a time (never more than the window's free slots)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeliverRequest:
+    """A row ready to be offered on the stream: its inbox sequence and its delivery."""
+
+    seq: int
+    delivery: Delivery
+
+
+class InboxReader:
+    """Reads one agent's unread rows in inbox order, a page at a time."""
+
+    def __init__(self, *, store: Store, agent_id: str) -> None:
+        self._store = store
+        self._agent_id = agent_id
+        self._last_seq = 0
+        self._page: deque[InboxRow] = deque()
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence of the last row taken from a page (0 before the first)."""
+        return self._last_seq
+
+    def take(self) -> DeliverRequest | None:
+        """The next decodable row of the current page, or None once the page is used up."""
+        while self._page:
+            row = self._page.popleft()
+            self._last_seq = row.seq
+            delivery = _decode(row)
+            if delivery is not None:
+                return DeliverRequest(seq=row.seq, delivery=delivery)
+        return None
+
+    async def read_page(self, free: int) -> bool:
+        """Read the next page, at most `free` rows, past the last row taken; False when none.
+
+        Call it once `take()` returned None: rows still in the page are replaced."""
+        rows = await self._store.unread(self._agent_id, self._last_seq, min(STREAM_PAGE, free))
+        self._page = deque(rows)
+        return bool(rows)
+
+
+def _decode(row: InboxRow) -> Delivery | None:
+    try:
+        item = item_from_json(parse_canonical_json(row.item))
+        guidance = (
+            None
+            if row.guidance is None
+            else local_guidance_from_json(parse_canonical_json(row.guidance))
+        )
+    except (CodecError, JsonValueError):
+        # A row this version cannot read is a defect; skipping it keeps the stream alive,
+        # and the row stays unread for a fixed version to deliver.
+        logger.exception("inbox row does not decode seq=%d", row.seq)
+        return None
+    return Delivery(token=row.token, item=item, guidance=guidance)

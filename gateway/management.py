@@ -1,0 +1,205 @@
+"""The operator's read-only views of a daemon: agent status, conversations, history, gauges.
+
+`ManagementQueries` answers the management API's questions (`harness agents show`,
+`harness conversations`, `harness history`, `harness status`) and reads the gauges that
+`gateway.observability.gauges` publishes. It changes nothing: registering agents and
+rotating or revoking tokens belong to the `AgentDirectory`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway import __version__
+from gateway.agents import AgentDirectory
+from gateway.contract.addresses import agent_address, canonicalize, group_address
+from gateway.contract.errors import SendError
+from gateway.contract.kinds import PostKind
+from gateway.contract.values import CollectiveOp
+from gateway.endpoint.api import (
+    AgentStatus,
+    ConversationSummary,
+    GatewayStatus,
+    HistoryRecord,
+    ManagementError,
+    ManagementErrorReason,
+    SetAsideConversation,
+)
+from gateway.endpoint.runtime import AgentRuntime
+from gateway.engine import protocol as p
+from gateway.engine.network import Network
+from gateway.observability.gauges import GaugeReading
+from gateway.observability.metrics import Listener
+from gateway.store.port import Store
+
+DIRECT_MEMBERS = 2
+"""Members of a direct conversation; any other count is a group."""
+
+
+class ManagementQueries:
+    """What an operator can read about the hosted agents, their conversations and the
+    daemon; also the `GaugeSource` of the read gauges."""
+
+    def __init__(
+        self, *, agents: AgentDirectory, store: Store, network: Network, mode: str
+    ) -> None:
+        self._agents = agents
+        self._store = store
+        self._network = network
+        self._mode = mode
+
+    async def agent_status(self, name: str) -> AgentStatus:
+        """What an operator sees about one agent; raises `ManagementError` `not-found`."""
+        runtime = self._agents.runtime(name)
+        agent_id = runtime.identity.agent_id
+        backlog = await self._store.unread_count(agent_id)
+        oldest = await self._store.oldest_unread(agent_id)
+        card = runtime.identity.card.card
+        return AgentStatus(
+            address=runtime.address,
+            agent_id=card.agent_id,
+            public_key=card.public_key,
+            issued_at=card.issued_at,
+            hosted=True,
+            listening=runtime.inbox.listening,
+            backlog=backlog,
+            oldest_unacked_age=0.0 if oldest is None else max(0.0, time.time() - oldest),
+            set_aside=self._set_aside_of(runtime),
+        )
+
+    def _set_aside_of(self, runtime: AgentRuntime) -> tuple[SetAsideConversation, ...]:
+        local = [
+            SetAsideConversation(conversation_id=item.conversation_id, reason=item.reason)
+            for item in self._network.local.set_aside_of(runtime.agent_id)
+        ]
+        router = [
+            SetAsideConversation(conversation_id=conversation_id, reason=reason)
+            for conversation_id, reason in runtime.certifier.set_aside.items()
+        ]
+        # A conversation set aside by both paths is listed once (local order's reason wins).
+        unique = {item.conversation_id: item for item in router + local}
+        return tuple(unique[key] for key in sorted(unique))
+
+    async def list_agents(
+        self, *, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[AgentStatus], str | None]:
+        """Hosted agents by name after `after`, a page at a time, and the next page's
+        `after` (None on the last page)."""
+        names = sorted(name for name in self._agents.names() if name.startswith(prefix))
+        if after is not None:
+            names = [name for name in names if name > after]
+        page = names[:limit]
+        statuses = [await self.agent_status(name) for name in page]
+        return statuses, (page[-1] if len(names) > limit else None)
+
+    async def conversations(self, name: str) -> list[ConversationSummary]:
+        """Every conversation one hosted agent stores; raises `ManagementError` `not-found`."""
+        runtime = self._agents.runtime(name)
+        summaries = []
+        for row in await self._store.conversations(runtime.identity.agent_id):
+            descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
+            names = sorted(member.card.agent_name for member in descriptor.members)
+            if len(names) == DIRECT_MEMBERS:
+                other = next(n for n in names if n != name)
+                address, kind = agent_address(other), "direct"
+            else:
+                address, kind = group_address(names), "group"
+            summaries.append(
+                ConversationSummary(
+                    address=address,
+                    kind=kind,
+                    members=tuple(agent_address(n) for n in names),
+                    head=row.head,
+                    depth=row.depth,
+                )
+            )
+        return summaries
+
+    async def history(
+        self, name: str, address: str, *, after_record_hash: str | None, limit: int
+    ) -> list[HistoryRecord]:
+        """Certified records of one of the agent's conversations after `after_record_hash`,
+        in chain order, at most `limit`; none for a conversation the agent does not store.
+
+        Raises `ManagementError`: `not-found` for an agent not hosted here or a record not
+        in the conversation, `invalid-address` for an address naming no valid conversation."""
+        runtime = self._agents.runtime(name)
+        try:
+            conversation = canonicalize(address, name)
+        except SendError as error:
+            raise ManagementError(ManagementErrorReason.INVALID_ADDRESS, error.message) from None
+        agent_id = runtime.identity.agent_id
+        target = None
+        for stored in await self._store.conversations(agent_id):
+            descriptor = p.decode(stored.descriptor, p.MembershipDescriptor)
+            if tuple(sorted(m.card.agent_name for m in descriptor.members)) == conversation.members:
+                target = stored.conversation_id
+        if target is None:
+            return []
+        after_depth = 0
+        if after_record_hash is not None:
+            known = await self._store.record(agent_id, after_record_hash)
+            if known is None or known.conversation_id != target:
+                raise ManagementError(
+                    ManagementErrorReason.NOT_FOUND, "no such record in this conversation"
+                )
+            after_depth = known.depth
+        records = []
+        for row in await self._store.records(agent_id, target, after_depth, limit):
+            record = p.decode(row.record, p.CertifiedRecord)
+            core = record.action_certified_record.record_core
+            author = core.membership.card_of(row.author)
+            records.append(
+                HistoryRecord(
+                    record_hash=row.record_hash,
+                    post_id=row.post_id,
+                    author=agent_address(author.agent_name) if author is not None else row.author,
+                    depth=row.depth,
+                    content=core.action.post_intent.content,
+                    certified_record=bytes(row.record),
+                )
+            )
+        return records
+
+    def status(self) -> GatewayStatus:
+        """Version, mode, hosted agents and Router state."""
+        return GatewayStatus(
+            version=__version__,
+            mode=self._mode,
+            hosted_agents=self._agents.hosted_count,
+            router_state=self._network.state.value,
+        )
+
+    async def read_gauges(self) -> GaugeReading:
+        """The read gauges now: the store's unread rows and every hosted agent's state."""
+        summary = await self._store.unread_summary()
+        now = time.time()
+        unacknowledged = dict.fromkeys(Listener, 0)
+        oldest = dict.fromkeys(Listener, 0.0)
+        for agent_id, (count, created) in summary.items():
+            runtime = self._agents.hosted(agent_id)
+            listening = runtime is not None and runtime.inbox.listening
+            listener = Listener.ATTACHED if listening else Listener.DETACHED
+            unacknowledged[listener] += count
+            oldest[listener] = max(oldest[listener], now - created)
+        runtimes = self._agents.runtimes()
+        pending = dict.fromkeys(PostKind, 0)
+        open_ops = dict.fromkeys(CollectiveOp, 0)
+        for runtime in runtimes:
+            local = self._network.local.open_intents_by_kind(runtime.agent_id)
+            for counts in (runtime.certifier.open_intents_by_kind(), local):
+                for kind, count in counts.items():
+                    pending[PostKind(kind)] += count
+            for op, count in runtime.collectives.open_counts().items():
+                open_ops[CollectiveOp(op)] += count
+        return GaugeReading(
+            unacknowledged=unacknowledged,
+            oldest_unacked_age=oldest,
+            agents_hosted=len(runtimes),
+            conversations_set_aside=self._network.local.set_aside_count
+            + sum(len(runtime.certifier.set_aside) for runtime in runtimes),
+            streams_active=sum(1 for runtime in runtimes if runtime.inbox.listening),
+            streams_window_full=sum(1 for runtime in runtimes if runtime.inbox.window_full),
+            post_intents_pending=pending,
+            collectives_open=open_ops,
+        )
