@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.contract.addresses import agent_address, is_agent_name
 from gateway.contract.ids import RandomId, token_digest
 from gateway.endpoint.api import (
@@ -43,8 +44,9 @@ INVALID_NAME_TEXT = "an agent name is 3 to 32 characters of a-z, 0-9 and inner h
 """The `invalid-name` detail: the rule every agent name follows."""
 
 
-def _utc_now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _utc_text(seconds: float) -> str:
+    """Epoch seconds as the `YYYY-MM-DDTHH:MM:SSZ` text rows keep."""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +69,8 @@ class Hosting:
     """Metrics hooks of every inbox."""
     send_observer: SendObserver
     """Metrics hooks of every send pipeline."""
+    clock: Clock = SYSTEM_CLOCK
+    """What every runtime and inbox reads the time through."""
 
 
 class AgentDirectory:
@@ -182,12 +186,12 @@ class AgentDirectory:
                         agent_name=name,
                         signed_card=p.encode(card),
                         seed=key.seed,
-                        created_at=_utc_now(),
+                        created_at=_utc_text(self._hosting.clock.time()),
                     ),
                     PutToken(
                         token_digest=token_digest(token),
                         agent_id=identity.agent_id,
-                        created_at=_utc_now(),
+                        created_at=_utc_text(self._hosting.clock.time()),
                     ),
                 ]
             )
@@ -223,6 +227,7 @@ class AgentDirectory:
                 next_seq=next_inbox,
                 window=hosting.stream_window,
                 observer=hosting.inbox_observer,
+                clock=hosting.clock.time,
             ),
             timeouts=hosting.timeouts,
             run_id=hosting.run_id,
@@ -230,6 +235,7 @@ class AgentDirectory:
             if hosting.history_export_dir is None
             else HistoryExport(hosting.history_export_dir, identity.agent_name),
             observer=hosting.send_observer,
+            clock=hosting.clock,
         )
         if snapshot is not None:
             runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)
@@ -275,7 +281,7 @@ class AgentDirectory:
                 PutToken(
                     token_digest=token_digest(token),
                     agent_id=runtime.identity.agent_id,
-                    created_at=_utc_now(),
+                    created_at=_utc_text(self._hosting.clock.time()),
                 ),
             ]
         )

@@ -28,7 +28,6 @@ import enum
 import logging
 import os
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Final, Protocol, Self
 
 from gateway import __version__
 from gateway.agents import AgentDirectory, Hosting
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.endpoint.api import (
     AgentStatus,
     AuthFailure,
@@ -185,9 +185,11 @@ def _send_observer(metrics: Metrics) -> SendObserver:
 class Gateway:
     """One gateway daemon: its components, their start and shutdown, and `GatewayCore`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         """Use `start`; nothing is opened here."""
         self.settings = settings
+        self._clock = clock
+        """The one clock every component reads the time through."""
         self._state = GatewayState.STARTING
         exposed = [
             name
@@ -216,9 +218,9 @@ class Gateway:
     # --- start -------------------------------------------------------------------------------
 
     @classmethod
-    async def start(cls, settings: Settings) -> Gateway:
+    async def start(cls, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Gateway:
         """Compose, recover, and serve. On failure, what was opened is closed."""
-        gateway = cls(settings)
+        gateway = cls(settings, clock=clock)
         try:
             install_grpc_log_filter()  # before any call can make grpc log a token
             gateway._components = await gateway._compose(gateway._opened)
@@ -306,6 +308,7 @@ class Gateway:
             router=router,
             store=store,
             local_instance_id=store.local_instance_id,
+            clock=self._clock,
             observer=NetworkObserver(
                 on_certified=self._certified,
                 on_deliveries=self._deliveries_ready,
@@ -325,7 +328,7 @@ class Gateway:
         )
         opened.push_async_callback(agents.close)
         management = ManagementQueries(
-            agents=agents, store=store, network=network, mode=settings.mode
+            agents=agents, store=store, network=network, mode=settings.mode, clock=self._clock
         )
         gauges = GaugeLoop(management, self.metrics)
         opened.push_async_callback(gauges.close)
@@ -381,6 +384,7 @@ class Gateway:
             run_id=secrets.token_hex(8),
             inbox_observer=_inbox_observer(self.metrics),
             send_observer=_send_observer(self.metrics),
+            clock=self._clock,
         )
 
     def _exposed_services(
@@ -507,7 +511,7 @@ class Gateway:
         durations: dict[str, float] = {}
 
         async def step(name: ShutdownStep, action: Callable[[], object]) -> None:
-            started = time.monotonic()
+            started = self._clock.monotonic()
             try:
                 result = action()
                 if asyncio.iscoroutine(result):
@@ -515,7 +519,7 @@ class Gateway:
             except Exception:
                 logger.exception("shutdown step failed step=%s", name.value)
                 self.exit_code = 1
-            durations[name.value] = round(time.monotonic() - started, 3)
+            durations[name.value] = round(self._clock.monotonic() - started, 3)
 
         components = self._components
         # Health first, so probes and balancers stop routing here before anything ends.
@@ -614,7 +618,7 @@ class Gateway:
             self.metrics.count_intents_resumed(certified.kind)
             return
         self.metrics.observe_certification(
-            certified.op, certified.kind, max(0.0, time.time() - certified.bound_at)
+            certified.op, certified.kind, max(0.0, self._clock.time() - certified.bound_at)
         )
 
     def _attachment(self, state: RouterAttachment) -> None:

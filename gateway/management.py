@@ -8,10 +8,9 @@ rotating or revoking tokens belong to the `AgentDirectory`.
 
 from __future__ import annotations
 
-import time
-
 from gateway import __version__
 from gateway.agents import AgentDirectory
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.contract.addresses import agent_address, canonicalize, group_address
 from gateway.contract.errors import SendError
 from gateway.contract.kinds import PostKind
@@ -32,21 +31,25 @@ from gateway.observability.gauges import GaugeReading
 from gateway.observability.metrics import Listener
 from gateway.store.port import Store
 
-DIRECT_MEMBERS = 2
-"""Members of a direct conversation; any other count is a group."""
-
 
 class ManagementQueries:
     """What an operator can read about the hosted agents, their conversations and the
     daemon; also the `GaugeSource` of the read gauges."""
 
     def __init__(
-        self, *, agents: AgentDirectory, store: Store, network: Network, mode: str
+        self,
+        *,
+        agents: AgentDirectory,
+        store: Store,
+        network: Network,
+        mode: str,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._agents = agents
         self._store = store
         self._network = network
         self._mode = mode
+        self._clock = clock
 
     async def agent_status(self, name: str) -> AgentStatus:
         """What an operator sees about one agent; raises `ManagementError` `not-found`."""
@@ -63,7 +66,7 @@ class ManagementQueries:
             hosted=True,
             listening=runtime.inbox.listening,
             backlog=backlog,
-            oldest_unacked_age=0.0 if oldest is None else max(0.0, time.time() - oldest),
+            oldest_unacked_age=0.0 if oldest is None else max(0.0, self._clock.time() - oldest),
             set_aside=self._set_aside_of(runtime),
         )
 
@@ -99,11 +102,12 @@ class ManagementQueries:
         for row in await self._store.conversations(runtime.identity.agent_id):
             descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
             names = sorted(member.card.agent_name for member in descriptor.members)
-            if len(names) == DIRECT_MEMBERS:
+            kind = PostKind.of_size(len(names))
+            if kind is PostKind.DIRECT:
                 other = next(n for n in names if n != name)
-                address, kind = agent_address(other), "direct"
+                address = agent_address(other)
             else:
-                address, kind = group_address(names), "group"
+                address = group_address(names)
             summaries.append(
                 ConversationSummary(
                     address=address,
@@ -173,7 +177,7 @@ class ManagementQueries:
     async def read_gauges(self) -> GaugeReading:
         """The read gauges now: the store's unread rows and every hosted agent's state."""
         summary = await self._store.unread_summary()
-        now = time.time()
+        now = self._clock.time()
         unacknowledged = dict.fromkeys(Listener, 0)
         oldest = dict.fromkeys(Listener, 0.0)
         for agent_id, (count, created) in summary.items():

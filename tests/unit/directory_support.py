@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.agents import AgentDirectory, Hosting
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.endpoint.inbox import NULL_INBOX_OBSERVER
 from gateway.endpoint.runtime import SendObserver, SendTimeouts
 from gateway.engine.network import Network, NetworkObserver
@@ -32,7 +33,9 @@ class Directory:
 
 
 @contextlib.asynccontextmanager
-async def directory(store: MemoryStore | None = None) -> AsyncIterator[Directory]:
+async def directory(
+    store: MemoryStore | None = None, *, clock: Clock = SYSTEM_CLOCK
+) -> AsyncIterator[Directory]:
     """A directory with no agent yet; every runtime, the network and the Router are closed
     on exit."""
     store = store or MemoryStore()
@@ -68,10 +71,13 @@ async def directory(store: MemoryStore | None = None) -> AsyncIterator[Directory
             run_id="run-under-test",
             inbox_observer=NULL_INBOX_OBSERVER,
             send_observer=SendObserver(),
+            clock=clock,
         ),
         admin_token=ADMIN_TOKEN,
     )
-    management = ManagementQueries(agents=agents, store=store, network=network, mode="embedded")
+    management = ManagementQueries(
+        agents=agents, store=store, network=network, mode="embedded", clock=clock
+    )
     built = Directory(agents=agents, management=management, store=store)
     try:
         yield built

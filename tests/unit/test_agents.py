@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.clock import FakeClock
 from gateway.endpoint.api import AuthFailure, ManagementError, ManagementErrorReason
 from gateway.endpoint.runtime import AgentRuntime
 from tests.unit.directory_support import ADMIN_TOKEN, directory
@@ -74,3 +75,11 @@ async def test_a_restored_directory_hosts_every_stored_agent_and_keeps_its_token
         await second.agents.restore()
         assert second.agents.names() == ["alice"]
         assert isinstance(await second.agents.authenticate(token), AgentRuntime)
+
+
+async def test_registration_is_stamped_by_the_directory_s_clock():
+    clock = FakeClock(wall=1_800_000_000.0)  # 2027-01-15T08:00:00Z
+    async with directory(clock=clock) as built:
+        await built.agents.register("alice")
+        [identity] = await built.store.identities()
+        assert identity.created_at == "2027-01-15T08:00:00Z"
