@@ -29,7 +29,7 @@ from gateway.endpoint.api import (
 )
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
-from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
+from gateway.endpoint.runtime import AgentParts, AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network
@@ -216,26 +216,28 @@ class AgentDirectory:
             self._network.local.restore(identity.agent_id, local_rows, local_intents)
             next_inbox = snapshot.max_inbox_seq + 1
         runtime = AgentRuntime(
-            identity=identity,
-            certifier=certifier,
-            network=self._network,
-            registry=self._registry,
-            store=self._store,
-            inbox=AgentInbox(
-                agent_id=identity.agent_id,
+            AgentParts(
+                identity=identity,
+                certifier=certifier,
+                network=self._network,
+                registry=self._registry,
                 store=self._store,
-                next_seq=next_inbox,
-                window=hosting.stream_window,
-                observer=hosting.inbox_observer,
-                clock=hosting.clock.time,
+                inbox=AgentInbox(
+                    agent_id=identity.agent_id,
+                    store=self._store,
+                    next_seq=next_inbox,
+                    window=hosting.stream_window,
+                    observer=hosting.inbox_observer,
+                    clock=hosting.clock.time,
+                ),
+                timeouts=hosting.timeouts,
+                clock=hosting.clock,
             ),
-            timeouts=hosting.timeouts,
             run_id=hosting.run_id,
             export=None
             if hosting.history_export_dir is None
             else HistoryExport(hosting.history_export_dir, identity.agent_name),
             observer=hosting.send_observer,
-            clock=hosting.clock,
         )
         if snapshot is not None:
             runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)

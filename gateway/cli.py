@@ -249,6 +249,26 @@ class _Stoppable(Protocol):
     async def wait_stopped(self) -> None: ...
 
 
+class _Listening(Protocol):
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def metrics_address(self) -> str | None: ...
+
+    @property
+    def health_address(self) -> str | None: ...
+
+
+def _addresses(process: _Listening) -> dict[str, str]:
+    """The bound addresses a `ready` line names, `off` for a listener not configured."""
+    return {
+        "listen": process.address,
+        "metrics": process.metrics_address or "off",
+        "health": process.health_address or "off",
+    }
+
+
 async def _run_until_stopped(process: _Stoppable, ready: dict[str, str]) -> int:
     """Log `ready`, shut down on SIGTERM or SIGINT (a second signal skips the waits), and
     return the exit code once stopped."""
@@ -279,13 +299,7 @@ async def _router(settings: Settings) -> int:
         return _cannot_start(error)
     return await _run_until_stopped(
         router,
-        {
-            "role": "router",
-            "listen": router.address,
-            "metrics": router.metrics_address or "off",
-            "health": router.health_address or "off",
-            "instance_id": router.instance_id,
-        },
+        {"role": "router", **_addresses(router), "instance_id": router.instance_id},
     )
 
 
@@ -302,9 +316,7 @@ async def _registry(settings: Settings) -> int:
         registry,
         {
             "role": "registry",
-            "listen": registry.address,
-            "metrics": registry.metrics_address or "off",
-            "health": registry.health_address or "off",
+            **_addresses(registry),
             "data_dir": str(registry.data_dir),
             "peer_token_file": str(registry.peer_token_path),
         },
@@ -332,9 +344,7 @@ async def _serve(settings: Settings) -> int:
         {
             "role": "serve",
             "mode": settings.mode,
-            "listen": gateway.address,
-            "metrics": gateway.metrics_address or "off",
-            "health": gateway.health_address or "off",
+            **_addresses(gateway),
             "data_dir": str(settings.data_dir),
             "admin_token_file": str(gateway.admin_token_path),
             **(

@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final, Self
 
 from gateway import __version__
 from gateway.engine import protocol as p
@@ -123,15 +123,19 @@ class _CardFirstVerifier:
 
 
 class _StandaloneProcess:
-    """What both roles share: metrics, the peer server, health and the shutdown order."""
+    """What both roles share: start, metrics, the peer server, health and the shutdown order."""
 
-    def __init__(self, settings: Settings, grpc_service: str) -> None:
+    GRPC_SERVICE: ClassVar[str]
+    """The peer service the role serves (beside health and reflection)."""
+
+    def __init__(self, settings: Settings) -> None:
+        """Use `start`; nothing is opened here."""
         install_grpc_log_filter()  # before any call can make grpc log a token
         self.settings = settings
         self.metrics = Metrics(
             __version__,
             settings.mode,
-            grpc_services=(grpc_service, HEALTH_SERVICE, REFLECTION_SERVICE),
+            grpc_services=(self.GRPC_SERVICE, HEALTH_SERVICE, REFLECTION_SERVICE),
         )
         self._metrics_server: MetricsServer | None = None
         self._server: RpcServer | None = None
@@ -141,6 +145,19 @@ class _StandaloneProcess:
         self.peer_token_path: Path | None = None
         """The file of the peer token this process requires (and sends)."""
         self.exit_code = 0
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Self:
+        """Open the role's backend, bind and serve. On failure, what was opened is closed and
+        the error raised: `OSError`, `PeerConfigError`; the Router's `RegistryError`; the
+        Registry's `DataDirLocked` and `RegistryUnavailable`."""
+        process = cls(settings)
+        try:
+            await process._start()
+        except BaseException:
+            await process._close_after_failed_start()
+            raise
+        return process
 
     @property
     def state(self) -> ProcessState:
@@ -222,6 +239,10 @@ class _StandaloneProcess:
         self._state = ProcessState.STOPPED
         self._stopped.set()
 
+    async def _start(self) -> None:
+        """Open the backend, then `_serve` its server; each role has its own."""
+        raise NotImplementedError
+
     async def _end_reads(self) -> None:
         """Step 4; nothing to end by default."""
 
@@ -236,25 +257,15 @@ class _StandaloneProcess:
 class StandaloneRouter(_StandaloneProcess):
     """`harness-gateway router`: one volatile ring behind `RouterService`."""
 
+    GRPC_SERVICE = ROUTER_SERVICE
+
     def __init__(self, settings: Settings) -> None:
         """Use `start`; nothing is opened here."""
-        super().__init__(settings, ROUTER_SERVICE)
+        super().__init__(settings)
         self._registry_port: GrpcRegistry | None = None
         self._registry: RegistryClient | None = None
         self._ring: InProcessRouter | None = None
         self._service: RouterService | None = None
-
-    @classmethod
-    async def start(cls, settings: Settings) -> StandaloneRouter:
-        """Join the Registry, open the ring, bind and serve. On failure, what was opened is
-        closed and the error raised (`OSError`, `PeerConfigError`, `RegistryError`)."""
-        process = cls(settings)
-        try:
-            await process._start()
-        except BaseException:
-            await process._close_after_failed_start()
-            raise
-        return process
 
     @property
     def instance_id(self) -> str:
@@ -263,6 +274,7 @@ class StandaloneRouter(_StandaloneProcess):
         return self._ring.status().instance_id
 
     async def _start(self) -> None:
+        """Join the Registry, open the ring, bind and serve."""
         settings = self.settings
         assert settings.registry is not None, "load_settings requires a registry for a router"
         # One token both ways: the Router's callers present it, and it presents it to the
@@ -312,24 +324,13 @@ class StandaloneRouter(_StandaloneProcess):
 class StandaloneRegistry(_StandaloneProcess):
     """`harness-gateway registry`: a `SqliteRegistry` behind `RegistryService`."""
 
+    GRPC_SERVICE = REGISTRY_SERVICE
+
     def __init__(self, settings: Settings) -> None:
         """Use `start`; nothing is opened here."""
-        super().__init__(settings, REGISTRY_SERVICE)
+        super().__init__(settings)
         self._lock: DataDirLock | None = None
         self._registry: SqliteRegistry | None = None
-
-    @classmethod
-    async def start(cls, settings: Settings) -> StandaloneRegistry:
-        """Lock the data directory, open the database, bind and serve. On failure, what was
-        opened is closed and the error raised (`DataDirLocked`, `OSError`,
-        `PeerConfigError`, `RegistryUnavailable`)."""
-        process = cls(settings)
-        try:
-            await process._start()
-        except BaseException:
-            await process._close_after_failed_start()
-            raise
-        return process
 
     @property
     def registry_public_key(self) -> str:
@@ -343,6 +344,7 @@ class StandaloneRegistry(_StandaloneProcess):
         return self.settings.data_dir
 
     async def _start(self) -> None:
+        """Lock the data directory, open the database, bind and serve."""
         settings = self.settings
         self._start_metrics()
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=DIRECTORY_MODE)

@@ -3,8 +3,9 @@
 `PostingPort` is everything `gateway.collectives` needs from the agent that hosts it: its
 members' cards, its conversations, binding its posts and waiting for them, and its inbox.
 The endpoint runtime implements it over the Registry, the network and the inbox; unit tests
-implement it in memory. `Classified` and `CollectiveRefusal` are what the collectives return
-to the endpoint's classification pass and send pipeline.
+implement it in memory. `CollectiveAgent` is that port with the agent's name, id and clock,
+as both sides (`Collectives`, `Responder`) hold it. `Classified` and `CollectiveRefusal`
+are what the collectives return to the endpoint's classification pass and send pipeline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from gateway.clock import Clock
+from gateway.contract.addresses import agent_address
 from gateway.contract.errors import HarnessError, SendError
 from gateway.contract.kinds import ConsumedKind, DeliveryItem
 from gateway.contract.values import Content, InboundItem
@@ -79,6 +82,26 @@ class PostingPort(Protocol):
     def published(self, kind: DeliveryItem) -> None:
         """An item of this kind was made durable under a fresh token (metrics)."""
         ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveAgent:
+    """The hosted agent both sides of its collectives act for: its posting port, its name
+    and AgentId, and the clock every deadline is read on."""
+
+    posting: PostingPort
+    name: str
+    agent_id: str
+    clock: Clock
+
+    @property
+    def address(self) -> str:
+        """This agent's `agent:<name>`."""
+        return agent_address(self.name)
+
+    def now_ms(self) -> int:
+        """Wall-clock epoch milliseconds, the unit of every `deadlineAt`."""
+        return int(self.clock.time() * 1000)
 
 
 class CollectiveRefusal(Exception):

@@ -13,13 +13,12 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Final
 
-from gateway.clock import Clock
 from gateway.collectives.port import (
     COLLECTIVE_SEND_WAIT,
     DEADLINE_MAX_SECONDS,
     Classified,
+    CollectiveAgent,
     CollectiveRefusal,
-    PostingPort,
 )
 from gateway.collectives.state import (
     RETENTION_MS,
@@ -67,28 +66,15 @@ class Responder:
 
     def __init__(
         self,
-        posting: PostingPort,
+        agent: CollectiveAgent,
         *,
-        agent_name: str,
-        agent_id: str,
-        clock: Clock,
         spawn: Callable[[Coroutine[object, object, None], str], None],
     ) -> None:
-        self._posting = posting
-        self._agent_name = agent_name
-        self._agent_id = agent_id
-        self._clock = clock
+        self._agent = agent
+        self._posting = agent.posting
         self._spawn = spawn
         """Runs a background task owned (cancelled and awaited) by the `Collectives`."""
         self._requests: dict[str, Request] = {}
-
-    @property
-    def address(self) -> str:
-        """This agent's `agent:<name>`."""
-        return agent_address(self._agent_name)
-
-    def _now_ms(self) -> int:
-        return int(self._clock.time() * 1000)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -112,7 +98,7 @@ class Responder:
     # --- answering (§1.5, §3.1) ----------------------------------------------------------------
 
     def _match(self, address: str) -> Request | CollectiveError:
-        now = self._now_ms()
+        now = self._agent.now_ms()
         held = [request for request in self._requests.values() if request.to == address]
         open_ = [
             request
@@ -121,7 +107,7 @@ class Responder:
             and not request.closed
             and now < request.deadline_at
         ]
-        _, fresh_id = mint_collective(self.address)
+        _, fresh_id = mint_collective(self._agent.address)
         if len(open_) == 1:
             return open_[0]
         if len(open_) > 1:
@@ -135,9 +121,9 @@ class Responder:
     async def answer(self, *, to: str, response: CollectiveResponse) -> str:
         """Answer the one request open in `to`; returns its id or raises `CollectiveRefusal`."""
         try:
-            conversation = canonicalize(to, self._agent_name)
+            conversation = canonicalize(to, self._agent.name)
         except SendError as error:
-            _, fresh_id = mint_collective(self.address)
+            _, fresh_id = mint_collective(self._agent.address)
             raise CollectiveRefusal(error, operation_id=fresh_id, to=to) from None
         address = conversation.address
         matched = self._match(address)
@@ -208,7 +194,7 @@ class Responder:
         if request.op is CollectiveOp.ALL_GATHER and not request.closed:
             # Our own answer counts by its record hash like any member's (§1.5 step 7).
             request.answers.setdefault(
-                self._agent_name,
+                self._agent.name,
                 RecordedAnswer(record_hash=record_hash, content=request.answer_content),
             )
             if request.held_close is not None:
@@ -223,7 +209,7 @@ class Responder:
 
     def _request_write(self, request: Request) -> Write:
         return PutReceivedRequest(
-            agent_id=self._agent_id, operation_id=request.id, row=request.to_row()
+            agent_id=self._agent.agent_id, operation_id=request.id, row=request.to_row()
         )
 
     # --- classification (§2.4, §2.5, §4.1, §4.3) -----------------------------------------------
@@ -240,7 +226,7 @@ class Responder:
         question: str,
     ) -> Classified:
         """A received request: record it and deliver it, or consume it (§2.5)."""
-        now = self._now_ms()
+        now = self._agent.now_ms()
         op = part.op
         if part.id != collective_id(agent_address(sender), part.nonce):
             return Classified(consumed=ConsumedKind.OTHER)
@@ -256,7 +242,7 @@ class Responder:
             return Classified(consumed=ConsumedKind.OTHER)
         writes: list[Write] = self._purge(now)
         members = (
-            (self._agent_name,)
+            (self._agent.name,)
             if group_members is None
             else tuple(name for name in group_members if name != sender)
         )
@@ -298,7 +284,7 @@ class Responder:
             ):
                 del self._requests[request.id]
                 writes.append(
-                    DeleteReceivedRequest(agent_id=self._agent_id, operation_id=request.id)
+                    DeleteReceivedRequest(agent_id=self._agent.agent_id, operation_id=request.id)
                 )
         return writes
 

@@ -1,14 +1,16 @@
 """gather, all_gather, answers and the all_gather close for one hosted agent.
 
-collectives.md §1-§4. `Collectives` is the requester's side and the one entry point: it
-owns the open operations, their deadline timers and every background task, and hands the
-member's side (received requests, answers, closes) to its `Responder`.
+collectives.md §1-§4. `Collectives` is the requester's side: it owns the open operations,
+their deadline timers and every background task (the member's side's too). The member's side
+(received requests, answers, closes) is its `responder`, which callers reach directly; an
+answer, which may be both, is classified here and recorded there.
 
 The open-operation table is the token of ownership: the send path (refusal), the deadline
 timer and the last outcome (completion) each remove an operation before acting, and a path
-that finds it gone does nothing, so an operation ends in exactly one refusal or one result. Every check-then-change runs without an `await` in between;
-state reaches the store in the same transaction as the change that caused it (the request
-intents, a classified answer, an inbox item), so a restart rebuilds it (§4.7).
+that finds it gone does nothing, so an operation ends in exactly one refusal or one result.
+Every check-then-change runs without an `await` in between; state reaches the store in the
+same transaction as the change that caused it (the request intents, a classified answer, an
+inbox item), so a restart rebuilds it (§4.7).
 
 The collectives reach their agent only through `PostingPort` (members, posts, inbox items)
 and read the time only through a `Clock`, so they run in a unit test on in-memory fakes.
@@ -26,6 +28,7 @@ from gateway.collectives.port import (
     COLLECTIVE_SEND_WAIT,
     DEADLINE_MAX_SECONDS,
     Classified,
+    CollectiveAgent,
     CollectiveRefusal,
     PostingPort,
 )
@@ -43,7 +46,7 @@ from gateway.contract.addresses import (
     canonicalize,
 )
 from gateway.contract.codec import CodecError
-from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePart
+from gateway.contract.collective_part import ResponsePart
 from gateway.contract.content import close_content, request_content
 from gateway.contract.errors import (
     CollectiveError,
@@ -58,7 +61,6 @@ from gateway.contract.kinds import CollectiveEnd, ConsumedKind, DeliveryItem, Me
 from gateway.contract.values import (
     Answered,
     CollectiveOp,
-    CollectiveResponse,
     CollectiveResultItem,
     Content,
     Declined,
@@ -99,27 +101,18 @@ class Collectives:
         ),
         on_result: Callable[[CollectiveOp, CollectiveEnd], None] = lambda op, end: None,
     ) -> None:
+        self._agent = CollectiveAgent(
+            posting=posting, name=agent_name, agent_id=agent_id, clock=clock
+        )
         self._posting = posting
-        self._agent_name = agent_name
-        self._agent_id = agent_id
-        self._clock = clock
         self._on_member_outcome = on_member_outcome
         self._on_result = on_result
         self._operations: dict[str, Operation] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._responder = Responder(
-            posting, agent_name=agent_name, agent_id=agent_id, clock=clock, spawn=self._spawn
-        )
-
-    @property
-    def address(self) -> str:
-        """This agent's `agent:<name>`."""
-        return agent_address(self._agent_name)
-
-    def _now_ms(self) -> int:
-        """Wall-clock epoch milliseconds, the unit of every `deadlineAt`."""
-        return int(self._clock.time() * 1000)
+        self.responder: Final = Responder(self._agent, spawn=self._spawn)
+        """The member's side (§1.5, §2.5, §3.1, §4.3): answers, received requests and closes,
+        which callers reach directly; its background tasks are this object's."""
 
     def open_counts(self) -> dict[CollectiveOp, int]:
         """Open operations by op."""
@@ -139,7 +132,7 @@ class Collectives:
                 logger.exception("an operation row does not decode; it is skipped")
                 continue
             self._operations[operation.id] = operation
-        self._responder.restore(requests)
+        self.responder.restore(requests)
 
     async def resume(self) -> None:
         """After a restore: restart deadline timers (a deadline passed while down completes
@@ -156,7 +149,7 @@ class Collectives:
                 # Its send did not survive the restart: nothing is left to refuse.
                 operation.requests_settled = True
                 self._arm(operation)
-        await self._responder.resume()
+        await self.responder.resume()
 
     async def close(self) -> None:
         """Cancel timers and tasks; operations are rebuilt from the store after restart."""
@@ -180,38 +173,6 @@ class Collectives:
                 "collective task failed task=%s", task.get_name(), exc_info=task.exception()
             )
 
-    # --- the member's side (§1.5, §2.5, §3.1, §4.3) ----------------------------------------
-
-    async def answer(self, *, to: str, response: CollectiveResponse) -> str:
-        """Answer the one request open in `to`; returns its id or raises `CollectiveRefusal`."""
-        return await self._responder.answer(to=to, response=response)
-
-    def classify_request(
-        self,
-        part: RequestPart,
-        *,
-        sender: str,
-        conversation_id: str,
-        conversation_address: str,
-        group_members: tuple[str, ...] | None,
-        post_id: str,
-        question: str,
-    ) -> Classified:
-        """A received request: record it and deliver it, or consume it (§2.5)."""
-        return self._responder.classify_request(
-            part,
-            sender=sender,
-            conversation_id=conversation_id,
-            conversation_address=conversation_address,
-            group_members=group_members,
-            post_id=post_id,
-            question=question,
-        )
-
-    def classify_close(self, part: ClosePart, *, sender: str, conversation_id: str) -> Classified:
-        """A close: applied by an all_gather member, or logged; always consumed (§4.3)."""
-        return self._responder.classify_close(part, sender=sender, conversation_id=conversation_id)
-
     # --- asking (§1.1, §1.3, §1.4) -----------------------------------------------------------
 
     async def ask(
@@ -225,10 +186,10 @@ class Collectives:
     ) -> str:
         """Run a gather or all_gather send; returns the operation id or raises
         `CollectiveRefusal` (carrying a `SendError` or `CollectiveError`)."""
-        nonce, operation_id = mint_collective(self.address)
+        nonce, operation_id = mint_collective(self._agent.address)
         refuse_to = to
         try:
-            conversation = canonicalize(to, self._agent_name)
+            conversation = canonicalize(to, self._agent.name)
             refuse_to = conversation.address if isinstance(conversation, GroupConversation) else to
             if op is CollectiveOp.ALL_GATHER and not (
                 isinstance(conversation, GroupConversation) and len(conversation.others) >= 2
@@ -258,7 +219,7 @@ class Collectives:
                 raise SendError(
                     SendErrorReason.CONTENT_INVALID, "the deadline must be 1 to 2,592,000 seconds"
                 )
-            started = self._now_ms()
+            started = self._agent.now_ms()
             deadline_at = started + deadline * 1000
             content = request_content(
                 question=question,
@@ -286,7 +247,9 @@ class Collectives:
         return operation_id
 
     def _wait_bound(self, operation: Operation) -> float:
-        return max(0.0, min(COLLECTIVE_SEND_WAIT, (operation.deadline_at - self._now_ms()) / 1000))
+        return max(
+            0.0, min(COLLECTIVE_SEND_WAIT, (operation.deadline_at - self._agent.now_ms()) / 1000)
+        )
 
     async def _run_gather(
         self,
@@ -421,10 +384,10 @@ class Collectives:
 
     async def _deadline_timer(self, operation: Operation) -> None:
         while True:
-            remaining = (operation.deadline_at - self._now_ms()) / 1000
+            remaining = (operation.deadline_at - self._agent.now_ms()) / 1000
             if remaining <= 0:
                 break
-            await self._clock.sleep(min(remaining, TIMER_STEP))
+            await self._agent.clock.sleep(min(remaining, TIMER_STEP))
         self._timers.pop(operation.id, None)
         if (
             self._operations.get(operation.id) is operation
@@ -434,7 +397,7 @@ class Collectives:
 
     def _operation_write(self, operation: Operation) -> Write:
         return PutOperation(
-            agent_id=self._agent_id,
+            agent_id=self._agent.agent_id,
             operation_id=operation.id,
             open=operation.state is not OperationState.DONE,
             row=operation.to_row(),
@@ -538,7 +501,7 @@ class Collectives:
         )
 
     async def _finish_close(self, operation: Operation, latch: asyncio.Future[str]) -> None:
-        remaining = (operation.deadline_at + CLOSE_RETENTION_MS - self._now_ms()) / 1000
+        remaining = (operation.deadline_at + CLOSE_RETENTION_MS - self._agent.now_ms()) / 1000
         await asyncio.wait({latch}, timeout=max(0.0, remaining))
         if latch.done() and not latch.cancelled():
             operation.state = OperationState.DONE
@@ -604,7 +567,7 @@ class Collectives:
                 else:
                     writes.append(self._operation_write(operation))
         writes.extend(
-            self._responder.record_answer(
+            self.responder.record_answer(
                 part,
                 sender=sender,
                 conversation_address=conversation_address,

@@ -208,7 +208,22 @@ class HarnessError(Exception):
         return self.message
 
 
-class SendError(HarnessError):
+class _EqualByFields:
+    """Mixed into a failure type that compares by value: equal to another of its own type
+    with equal `_fields()`, and hashed by them (tests and kept outcomes compare failures).
+    Not a `HarnessError` itself, so the vocabulary's types stay exactly the failures."""
+
+    def _fields(self) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, type(self)) and other._fields() == self._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+
+class SendError(_EqualByFields, HarnessError):
     """A send failed with one of the eleven closed reasons, with an optional detail."""
 
     def __init__(self, reason: SendErrorReason, detail: str | None = None) -> None:
@@ -231,15 +246,8 @@ class SendError(HarnessError):
     def __repr__(self) -> str:
         return f"SendError({self.send_reason.value!r}, detail={self.detail!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, SendError)
-            and other.send_reason == self.send_reason
-            and other.detail == self.detail
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.send_reason, self.detail))
+    def _fields(self) -> tuple[object, ...]:
+        return (self.send_reason, self.detail)
 
 
 # --- CollectiveError -------------------------------------------------------------------
@@ -422,7 +430,7 @@ def collective_failure_message(failure: CollectiveFailure) -> str:
             assert_never(failure)
 
 
-class CollectiveError(HarnessError):
+class CollectiveError(_EqualByFields, HarnessError):
     """A collective operation or answer was refused; `id` names the operation."""
 
     def __init__(self, id: str, failure: CollectiveFailure) -> None:
@@ -450,15 +458,8 @@ class CollectiveError(HarnessError):
     def __repr__(self) -> str:
         return f"CollectiveError({self.id!r}, {self.failure!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, CollectiveError)
-            and other.id == self.id
-            and other.failure == self.failure
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.id, self.failure))
+    def _fields(self) -> tuple[object, ...]:
+        return (self.id, self.failure)
 
 
 # --- FirewallSendError -----------------------------------------------------------------
@@ -570,7 +571,7 @@ class MessageTextOperation(enum.StrEnum):
     """`{"action": ...}`."""
 
 
-class MessageTextError(HarnessError):
+class MessageTextError(_EqualByFields, HarnessError):
     """A message text stated an operation but does not fit its shape; nothing was sent."""
 
     def __init__(self, operation: MessageTextOperation, detail: str) -> None:
@@ -593,15 +594,8 @@ class MessageTextError(HarnessError):
     def __repr__(self) -> str:
         return f"MessageTextError({self.operation.value!r}, {self.detail!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, MessageTextError)
-            and other.operation == self.operation
-            and other.detail == self.detail
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.operation, self.detail))
+    def _fields(self) -> tuple[object, ...]:
+        return (self.operation, self.detail)
 
 
 # --- Stream, acknowledgment and connection failures ------------------------------------

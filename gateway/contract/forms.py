@@ -226,6 +226,23 @@ _MULTI_SELECT_LIMITS: Final = (
     _Keyword(name="maxItems", expected="a number", read=_number),
 )
 
+
+def _multi_select(*, items: tuple[_Keyword, ...], template: str) -> _Shape:
+    """A multi-select (shapes 4 and 5): an array whose `items` object has the keywords
+    `items`, the last of which holds the options, so `items.<its name>` must not be empty."""
+    return _Shape(
+        keywords=(
+            _array_type(),
+            *_LABELS,
+            *_MULTI_SELECT_LIMITS,
+            _DEFAULT_STRINGS,
+            _Keyword(name="items", expected="an object", nested=items, required=True),
+        ),
+        template=template,
+        options=("items", items[-1].name),
+    )
+
+
 LEGACY_TITLED_SINGLE_SELECT: Final = _Shape(
     keywords=(
         _string_type(),
@@ -258,39 +275,12 @@ TITLED_SINGLE_SELECT: Final = _Shape(
 )
 """Shape 3: a single-select whose options are `{const, title}` pairs."""
 
-MULTI_SELECT: Final = _Shape(
-    keywords=(
-        _array_type(),
-        *_LABELS,
-        *_MULTI_SELECT_LIMITS,
-        _DEFAULT_STRINGS,
-        _Keyword(
-            name="items",
-            expected="an object",
-            nested=(_string_type(), _ENUM),
-            required=True,
-        ),
-    ),
-    template=MULTI_SELECT_TEMPLATE,
-    options=("items", "enum"),
-)
+MULTI_SELECT: Final = _multi_select(items=(_string_type(), _ENUM), template=MULTI_SELECT_TEMPLATE)
 """Shape 4: a multi-select over `items.enum`."""
 
-TITLED_MULTI_SELECT: Final = _Shape(
-    keywords=(
-        _array_type(),
-        *_LABELS,
-        *_MULTI_SELECT_LIMITS,
-        _DEFAULT_STRINGS,
-        _Keyword(
-            name="items",
-            expected="an object",
-            nested=(_Keyword(name="anyOf", expected=_OPTION_TEXT, read=_options, required=True),),
-            required=True,
-        ),
-    ),
+TITLED_MULTI_SELECT: Final = _multi_select(
+    items=(_Keyword(name="anyOf", expected=_OPTION_TEXT, read=_options, required=True),),
     template=TITLED_MULTI_SELECT_TEMPLATE,
-    options=("items", "anyOf"),
 )
 """Shape 5: a multi-select over the `const`s of `items.anyOf`."""
 

@@ -134,17 +134,7 @@ class SendLedger:
                         return _unwrap(_decode(row.outcome))
                     self._on_resolution(KeyResolution.INDETERMINATE)
                     raise SendError(SendErrorReason.OUTCOME_UNKNOWN)
-                await self._store.apply(
-                    [
-                        PutSend(
-                            agent_id=self._agent_id,
-                            key=key,
-                            request=request,
-                            run_id=self._run_id,
-                            outcome=None,
-                        )
-                    ]
-                )
+                await self._put(key, request, outcome=None)
                 task = asyncio.ensure_future(self._invoke(key, request, execute))
                 task.set_name("keyed-send")
                 self._live[key] = (request, task)
@@ -170,20 +160,24 @@ class SendLedger:
             logger.exception("a keyed send failed with a defect")
             outcome = SendError(SendErrorReason.OUTCOME_UNKNOWN)
         try:
-            await self._store.apply(
-                [
-                    PutSend(
-                        agent_id=self._agent_id,
-                        key=key,
-                        request=request,
-                        run_id=self._run_id,
-                        outcome=_outcome_bytes(outcome),
-                    )
-                ]
-            )
+            await self._put(key, request, outcome=_outcome_bytes(outcome))
         finally:
             self._live.pop(key, None)
         return outcome
+
+    async def _put(self, key: str, request: bytes, *, outcome: bytes | None) -> None:
+        """Store the key's row: its reservation (`outcome` None) or its kept outcome."""
+        await self._store.apply(
+            [
+                PutSend(
+                    agent_id=self._agent_id,
+                    key=key,
+                    request=request,
+                    run_id=self._run_id,
+                    outcome=outcome,
+                )
+            ]
+        )
 
     async def close(self) -> None:
         """Cancel live invocations (shutdown); their keys become indeterminate."""

@@ -10,7 +10,7 @@ it; it runs with or without a listener.
 `AgentPosting` is the agent's posting side — resolving members, binding posts through the
 network (`Network.bind` owns the bind and its rollback), waiting for them to certify, and
 committing inbox items. The multicast path uses it, and it is the collectives'
-`PostingPort`. Every bound is measured on the injected `Clock`.
+`PostingPort`. Both are built from one `AgentParts`; every bound is measured on its `Clock`.
 """
 
 from __future__ import annotations
@@ -124,31 +124,29 @@ class SendObserver:
     on_key_resolution: Callable[[KeyResolution], None] = lambda resolution: None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentParts:
+    """What one hosted agent's endpoint is built from: its own identity, certifier and
+    inbox, the daemon's network, Registry client and store, the send bounds and the clock.
+    `AgentRuntime` and its `AgentPosting` are built from the same parts."""
+
+    identity: Identity
+    certifier: Certifier
+    network: Network
+    registry: RegistryClient
+    store: Store
+    inbox: AgentInbox
+    timeouts: SendTimeouts
+    clock: Clock = SYSTEM_CLOCK
+    """Every bound of the send pipeline and the collectives is measured on it."""
+
+
 class AgentPosting:
     """One agent's posts: its members resolved, its intents bound, their certification
     awaited, and its inbox items committed (the collectives' `PostingPort`)."""
 
-    def __init__(
-        self,
-        *,
-        identity: Identity,
-        certifier: Certifier,
-        network: Network,
-        registry: RegistryClient,
-        store: Store,
-        inbox: AgentInbox,
-        timeouts: SendTimeouts,
-        clock: Clock,
-        on_published: Callable[[DeliveryItem], None],
-    ) -> None:
-        self._identity = identity
-        self._certifier = certifier
-        self._network = network
-        self._registry = registry
-        self._store = store
-        self._inbox = inbox
-        self._timeouts = timeouts
-        self._clock = clock
+    def __init__(self, parts: AgentParts, *, on_published: Callable[[DeliveryItem], None]) -> None:
+        self._parts = parts
         self._on_published = on_published
 
     async def resolve_cards(self, names: Sequence[str]) -> dict[str, p.SignedAgentCard | SendError]:
@@ -158,7 +156,7 @@ class AgentPosting:
         async def lookup(name: str) -> p.SignedAgentCard | SendError:
             async with semaphore:
                 try:
-                    outcome = await self._registry.lookup_by_name(name)
+                    outcome = await self._parts.registry.lookup_by_name(name)
                 except RegistryVersionMismatch:
                     return SendError(SendErrorReason.VERSION_MISMATCH)
                 except RegistryError:
@@ -174,15 +172,15 @@ class AgentPosting:
         """The descriptor of this agent and these members (cards verified by the Registry
         client); raises `SendError` `certification-unavailable` if it cannot be built."""
         try:
-            return p.build_membership([self._identity.card, *cards])
+            return p.build_membership([self._parts.identity.card, *cards])
         except p.ProtocolError as error:
             logger.error("membership could not be built: %s", error.detail)
             raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE) from None
 
     def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
         """A stored conversation's descriptor."""
-        local = self._network.local.membership_of(conversation_id)
-        return local if local is not None else self._certifier.membership_of(conversation_id)
+        local = self._parts.network.local.membership_of(conversation_id)
+        return local if local is not None else self._parts.certifier.membership_of(conversation_id)
 
     async def bind_posts(
         self,
@@ -194,11 +192,11 @@ class AgentPosting:
         """Bind every post's intent in one transaction with `extra_writes(post_ids)`
         (`Network.bind`), waiting for the Router attachment at most the attach bound and
         never past `within` seconds. Raises `SendError` before anything is bound."""
-        handles = await self._network.bind(
-            self._certifier,
+        handles = await self._parts.network.bind(
+            self._parts.certifier,
             posts,
             extra_writes=extra_writes,
-            attach_within=max(0.0, min(self._timeouts.attach, within)),
+            attach_within=max(0.0, min(self._parts.timeouts.attach, within)),
         )
         invocation = _INVOCATION_POSTS.get()
         if invocation is not None:
@@ -209,20 +207,21 @@ class AgentPosting:
         """The post's RecordHash within the send bound (or by the monotonic `budget_end`),
         else `delivery-pending`; the send's waiters are dropped either way."""
         if budget_end is None:
-            budget_end = self._clock.monotonic() + self._timeouts.drain + self._timeouts.certify
+            bounds = self._parts.timeouts
+            budget_end = self._parts.clock.monotonic() + bounds.drain + bounds.certify
         try:
             return await self._wait_certified(handle, budget_end)
         finally:
-            self._network.forget(handle.post_id)
+            self._parts.network.forget(handle.post_id)
 
     async def _wait_certified(self, handle: PostHandle, budget_end: float) -> str:
         """Steps 9-10: the Router accepts the proposal within the drain bound, then this
         daemon promotes the record within the certification bound; past either, the
         bound intent answers `delivery-pending` and keeps going."""
-        clock = self._clock
+        clock = self._parts.clock
         latch, drained = handle.certified, handle.drained
-        drain_end = min(budget_end, clock.monotonic() + self._timeouts.drain)
-        certify_end = min(budget_end, drain_end + self._timeouts.certify)
+        drain_end = min(budget_end, clock.monotonic() + self._parts.timeouts.drain)
+        certify_end = min(budget_end, drain_end + self._parts.timeouts.certify)
         # Waiting on the futures directly (not through wait_for) so that a send that gives
         # up never cancels them: `forget` does, once the send has answered.
         waiters: set[asyncio.Future[object]] = {latch, drained}  # type: ignore[arg-type]
@@ -232,7 +231,7 @@ class AgentPosting:
             return_when=asyncio.FIRST_COMPLETED,
         )
         if not latch.done():
-            if not drained.done() and self._certifier.was_proposed(handle.post_id):
+            if not drained.done() and self._parts.certifier.was_proposed(handle.post_id):
                 raise SendError(SendErrorReason.DELIVERY_PENDING)
             await asyncio.wait({latch}, timeout=max(0.0, certify_end - clock.monotonic()))
         if not latch.done() or latch.cancelled():
@@ -244,10 +243,10 @@ class AgentPosting:
     async def settled(self, post_id: str) -> asyncio.Future[str]:
         """A future of an own post's RecordHash: already resolved when its intent
         completed (while the daemon was down), else resolved when this daemon promotes it."""
-        row = await self._store.intent(self._identity.agent_id, post_id)
+        row = await self._parts.store.intent(self._parts.identity.agent_id, post_id)
         record_hash = None if row is None else row.record_hash
         if record_hash is None:
-            return self._network.latch(post_id)
+            return self._parts.network.latch(post_id)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         future.set_result(record_hash)
         return future
@@ -256,12 +255,12 @@ class AgentPosting:
         self, item: InboundItem, *, token: str | None = None
     ) -> tuple[str, PutInboxItem]:
         """An inbox write for an emitted item (fresh token unless given)."""
-        return self._inbox.prepare(item, token=token)
+        return self._parts.inbox.prepare(item, token=token)
 
     async def commit(self, writes: Sequence[Write]) -> None:
         """Commit writes atomically and wake the stream (items may be among them)."""
-        await self._store.apply(writes)
-        self._inbox.notify()
+        await self._parts.store.apply(writes)
+        self._parts.inbox.notify()
 
     def published(self, kind: DeliveryItem) -> None:
         """An item was made durable under a fresh token."""
@@ -273,54 +272,37 @@ class AgentRuntime:
 
     def __init__(
         self,
+        parts: AgentParts,
         *,
-        identity: Identity,
-        certifier: Certifier,
-        network: Network,
-        registry: RegistryClient,
-        store: Store,
-        inbox: AgentInbox,
-        timeouts: SendTimeouts,
         run_id: str,
         export: HistoryExport | None = None,
         observer: SendObserver | None = None,
-        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.identity = identity
-        self.certifier = certifier
-        self.inbox = inbox
-        self._store = store
-        self._timeouts = timeouts
-        self._clock = clock
+        self.identity = parts.identity
+        self.certifier = parts.certifier
+        self.inbox = parts.inbox
+        self._store = parts.store
+        self._timeouts = parts.timeouts
+        self._clock = parts.clock
         self._observer = observer or SendObserver()
         self._classify_wanted = asyncio.Event()
         self._classifier: asyncio.Task[None] | None = None
         self.export = export
         if export is not None:
-            inbox.on_offer = export.offered
+            parts.inbox.on_offer = export.offered
         self.ledger = SendLedger(
-            agent_id=identity.agent_id,
-            store=store,
+            agent_id=parts.identity.agent_id,
+            store=parts.store,
             run_id=run_id,
             on_resolution=self._observer.on_key_resolution,
         )
-        self.posting = AgentPosting(
-            identity=identity,
-            certifier=certifier,
-            network=network,
-            registry=registry,
-            store=store,
-            inbox=inbox,
-            timeouts=timeouts,
-            clock=clock,
-            on_published=self._observer.on_delivery_published,
-        )
+        self.posting = AgentPosting(parts, on_published=self._observer.on_delivery_published)
         """Members, posts and inbox items: the multicast path's and the collectives' port."""
         self.collectives = Collectives(
             self.posting,
-            agent_name=identity.agent_name,
-            agent_id=identity.agent_id,
-            clock=clock,
+            agent_name=parts.identity.agent_name,
+            agent_id=parts.identity.agent_id,
+            clock=parts.clock,
             on_member_outcome=self._observer.on_member_outcome,
             on_result=self._observer.on_collective_result,
         )
@@ -462,7 +444,7 @@ class AgentRuntime:
                 return SendResult(operation_id=operation_id)
             case ResponseInput(to=to, response=response):
                 try:
-                    operation_id = await self.collectives.answer(to=to, response=response)
+                    operation_id = await self.collectives.responder.answer(to=to, response=response)
                 except CollectiveRefusal as refusal:
                     return await self._refused(refusal, failure_delivery)
                 return SendResult(operation_id=operation_id)
@@ -577,7 +559,7 @@ class AgentRuntime:
                 )
                 return [classified_state, write], DeliveryItem.MULTICAST, ()
             case RequestPart():
-                classified = self.collectives.classify_request(
+                classified = self.collectives.responder.classify_request(
                     read.part,
                     sender=sender,
                     conversation_id=row.conversation_id,
@@ -597,7 +579,7 @@ class AgentRuntime:
                     record_hash=row.record_hash,
                 )
             case ClosePart():
-                classified = self.collectives.classify_close(
+                classified = self.collectives.responder.classify_close(
                     read.part, sender=sender, conversation_id=row.conversation_id
                 )
             case Malformed() | Duplicate():

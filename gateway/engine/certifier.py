@@ -11,8 +11,11 @@ changed memory stops the daemon (engine.md §8), which is what makes this safe.
 Every member processes its envelopes in Router order, its own proposals included; co-hosted
 members of a conversation that crosses daemons take no shortcut. Conversations whose members
 are all hosted here are not the Certifier's: `gateway.engine.local` orders them (§5.10).
+What a member holds of a conversation and of a bound intent on both paths, with the records
+built from them, is `ConversationState` and `BoundIntent`; each path subclasses them with its
+own working state.
 
-The module is long (some 1,600 lines) because the state machine is one: proposals, votes,
+The module is long (some 1,650 lines) because the state machine is one: proposals, votes,
 anchors, catch-up and promotion read and change the same per-conversation state under the
 same invariants, and a split along the protocol's phases would scatter each invariant over
 files that then share private state. The helpers that need no state (intent rows, post ops,
@@ -23,9 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, assert_never
+from typing import Final, Protocol, Self, TypeVar, assert_never
 
 from gateway.contract.addresses import agent_address, group_address
 from gateway.contract.codec import message_to_json
@@ -144,14 +147,43 @@ class Identity:
     card: p.SignedAgentCard
 
 
-@dataclass(eq=False)
-class _Intent:
+@dataclass(eq=False, kw_only=True)
+class BoundIntent:
+    """A bound post intent not yet certified, as the Router path and local order hold it."""
+
     post_id: str
     intent: p.PostIntent
     bind_seq: int
     bound_at: float
     resumed: bool
     """Reloaded after a restart (its latency is not observed)."""
+
+    def write(self, agent_id: str, state: IntentState, record_hash: str | None) -> Write:
+        """The intent's row at `agent_id`, its author."""
+        return intent_write(
+            agent_id,
+            self.intent,
+            bind_seq=self.bind_seq,
+            bound_at=self.bound_at,
+            state=state,
+            record_hash=record_hash,
+        )
+
+    def certified(self, agent_id: str, record_hash: str, kind: PostKind) -> Certified:
+        """The notice that the post certified as `record_hash`: its send may succeed."""
+        return Certified(
+            agent_id=agent_id,
+            post_id=self.post_id,
+            record_hash=record_hash,
+            bound_at=self.bound_at,
+            kind=kind,
+            op=post_op(self.intent.content),
+            resumed=self.resumed,
+        )
+
+
+@dataclass(eq=False, kw_only=True)
+class _Intent(BoundIntent):
     proposed_at: float | None = None
     interval: float = REPROPOSE_INTERVAL
 
@@ -178,8 +210,11 @@ class _CatchUp:
     answered: set[str] = field(default_factory=set)
 
 
-@dataclass(eq=False)
-class _Conversation:
+@dataclass(eq=False, kw_only=True)
+class ConversationState:
+    """A conversation's foundation and the head a member stands at, as the Router path and
+    local order both hold it (each adds its own working state)."""
+
     id: str
     descriptor: p.MembershipDescriptor
     membership_hash: str
@@ -187,6 +222,90 @@ class _Conversation:
     anchor_hash: str
     head: str | None
     depth: int
+
+    @classmethod
+    def founded(
+        cls, descriptor: p.MembershipDescriptor, membership_hash: str, anchor: p.GenesisAnchor
+    ) -> Self:
+        """A new conversation on `anchor`, with no record yet."""
+        return cls(
+            id=descriptor.conversation_id,
+            descriptor=descriptor,
+            membership_hash=membership_hash,
+            anchor=anchor,
+            anchor_hash=p.anchor_hash(anchor),
+            head=None,
+            depth=0,
+        )
+
+    @classmethod
+    def genesis(
+        cls, descriptor: p.MembershipDescriptor, membership_hash: str, instance_id: str
+    ) -> Self:
+        """A new conversation whose GenesisAnchor names the Router instance `instance_id`."""
+        anchor = p.GenesisAnchor(
+            conversation_id=descriptor.conversation_id,
+            membership_hash=membership_hash,
+            router_instance_id=instance_id,
+        )
+        return cls.founded(descriptor, membership_hash, anchor)
+
+    @classmethod
+    def from_row(
+        cls, row: ConversationRow, descriptor: p.MembershipDescriptor, anchor: p.RouterAnchor
+    ) -> Self:
+        """A stored conversation, given its row's decoded descriptor and anchor."""
+        return cls(
+            id=row.conversation_id,
+            descriptor=descriptor,
+            membership_hash=row.membership_hash,
+            anchor=anchor,
+            anchor_hash=row.anchor_hash,
+            head=row.head,
+            depth=row.depth,
+        )
+
+    def action_on(self, head: str | None, intent: p.PostIntent) -> p.Action | None:
+        """The action proposing `intent` on `head` under the current anchor: a GENESIS on
+        no head, else a POST; None on no head when the anchor is not a GenesisAnchor."""
+        if head is None:
+            if not isinstance(self.anchor, p.GenesisAnchor):
+                return None
+            return p.build_genesis_action(
+                membership=self.descriptor, anchor=self.anchor, intent=intent
+            )
+        return p.build_post_action(
+            anchor_hash=self.anchor_hash, previous_record_hash=head, intent=intent
+        )
+
+    def action_certified_record(
+        self, action: p.Action, certificate: p.ActionCertificate
+    ) -> p.ActionCertifiedRecord:
+        """The record of a certified action: its RecordCore in this membership, under the
+        anchor it was proposed on (a GENESIS names its own, a POST the current one)."""
+        core = p.build_record_core(membership=self.descriptor, action=action)
+        return p.ActionCertifiedRecord(
+            record_hash=p.record_hash(core),
+            record_core=core,
+            router_anchor=action.anchor if isinstance(action, p.GenesisAction) else self.anchor,
+            action_certificate=certificate,
+        )
+
+    @property
+    def size(self) -> int:
+        return self.descriptor.size
+
+    @property
+    def member_ids(self) -> tuple[str, ...]:
+        return self.descriptor.member_agent_ids
+
+    @property
+    def kind(self) -> PostKind:
+        return PostKind.of_size(self.size)
+
+
+@dataclass(eq=False, kw_only=True)
+class _Conversation(ConversationState):
     locks: dict[str, str] = field(default_factory=dict)
     """Predecessor (`""` for GENESIS) → the ActionHash this member locked."""
     actions: dict[str, p.Action] = field(default_factory=dict)
@@ -207,18 +326,6 @@ class _Conversation:
         if self.encoded_descriptor is None:
             self.encoded_descriptor = p.encode(self.descriptor)
         return self.encoded_descriptor
-
-    @property
-    def size(self) -> int:
-        return self.descriptor.size
-
-    @property
-    def member_ids(self) -> tuple[str, ...]:
-        return self.descriptor.member_agent_ids
-
-    @property
-    def kind(self) -> PostKind:
-        return PostKind.of_size(self.size)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,6 +353,17 @@ def router_anchor_from_bytes(data: bytes) -> p.RouterAnchor:
     if isinstance(value, dict) and value.get("kind") == p.CompletedReanchor.KIND:
         return p.CompletedReanchor.from_json(value)
     return p.GenesisAnchor.from_json(value)
+
+
+class _ConversationScoped(Protocol):
+    """A stored row that belongs to one conversation."""
+
+    @property
+    def conversation_id(self) -> str: ...
+
+
+_RowT = TypeVar("_RowT", bound=_ConversationScoped)
+_ObjectT = TypeVar("_ObjectT")
 
 
 def _sorted_statements(statements: Iterable[p.SignedStatement]) -> tuple[p.SignedStatement, ...]:
@@ -295,6 +413,11 @@ class Certifier:
         self._next_commit_seq += 1
         return seq
 
+    def _reserve_outbox_row(self) -> int:
+        row_id = self._next_outbox_row
+        self._next_outbox_row += 1
+        return row_id
+
     # --- rehydration ---------------------------------------------------------------------
 
     def restore(
@@ -322,40 +445,28 @@ class Certifier:
                 local_rows.append(row)
             else:
                 self._conversations[row.conversation_id] = loaded
-        for lock in snapshot.locks:
-            conversation = self._conversations.get(lock.conversation_id)
-            if conversation is None:
-                continue
-            try:
-                action = p.action_from_json(parse_canonical_json(lock.action))
-            except (p.ProtocolError, JsonValueError) as error:
-                self._set_aside_at_start(lock.conversation_id, "proposal lock", error)
-                continue
-            conversation.locks[lock.predecessor] = lock.action_hash
-            conversation.actions[lock.action_hash] = action
-        for staged in snapshot.staged:
-            conversation = self._conversations.get(staged.conversation_id)
-            if conversation is None:
-                continue
-            try:
-                record = p.decode(staged.record, p.ActionCertifiedRecord)
-            except p.ProtocolError as error:
-                self._set_aside_at_start(staged.conversation_id, "staged record", error)
-                continue
-            conversation.staged[record.record_hash] = record
-        for evidence in snapshot.evidence:
-            conversation = self._conversations.get(evidence.conversation_id)
-            if conversation is None:
-                continue
-            try:
-                signed = p.decode(evidence.statement, p.SignedStatement)
-            except p.ProtocolError as error:
-                self._set_aside_at_start(evidence.conversation_id, "evidence", error)
-                continue
+        for held, lock, action in self._restored_rows(
+            snapshot.locks,
+            "proposal lock",
+            lambda lock: p.action_from_json(parse_canonical_json(lock.action)),
+        ):
+            held.locks[lock.predecessor] = lock.action_hash
+            held.actions[lock.action_hash] = action
+        for held, _, record in self._restored_rows(
+            snapshot.staged,
+            "staged record",
+            lambda staged: p.decode(staged.record, p.ActionCertifiedRecord),
+        ):
+            held.staged[record.record_hash] = record
+        for held, evidence, signed in self._restored_rows(
+            snapshot.evidence,
+            "evidence",
+            lambda evidence: p.decode(evidence.statement, p.SignedStatement),
+        ):
             if evidence.kind is EvidenceKind.ACTION:
-                conversation.signatures.setdefault(evidence.subject, {})[evidence.signer] = signed
+                held.signatures.setdefault(evidence.subject, {})[evidence.signer] = signed
             elif evidence.kind is EvidenceKind.DURABILITY:
-                conversation.votes.setdefault(evidence.subject, {})[evidence.signer] = signed
+                held.votes.setdefault(evidence.subject, {})[evidence.signer] = signed
         for reanchor in snapshot.reanchors:
             conversation = self._conversations.get(reanchor.conversation_id)
             if (
@@ -411,6 +522,23 @@ class Certifier:
             )
         return local_rows, local_intents
 
+    def _restored_rows(
+        self, rows: Iterable[_RowT], what: str, decode: Callable[[_RowT], _ObjectT]
+    ) -> Iterator[tuple[_Conversation, _RowT, _ObjectT]]:
+        """Each row of a conversation still being restored, with that conversation and the
+        object `decode` read from the row; a row that fails to decode (`ProtocolError`, or
+        `JsonValueError` before any object) sets its conversation aside as `what`."""
+        for row in rows:
+            conversation = self._conversations.get(row.conversation_id)
+            if conversation is None:
+                continue
+            try:
+                decoded = decode(row)
+            except (p.ProtocolError, JsonValueError) as error:
+                self._set_aside_at_start(row.conversation_id, what, error)
+                continue
+            yield conversation, row, decoded
+
     def _set_aside_at_start(self, conversation_id: str, what: str, error: Exception) -> None:
         """A stored row of this conversation fails a check: never serve it, say so loudly."""
         detail = getattr(error, "detail", str(error))
@@ -427,16 +555,7 @@ class Certifier:
 
     def _conversation_from_row(self, row: ConversationRow) -> _Conversation:
         descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
-        anchor = router_anchor_from_bytes(row.anchor)
-        return _Conversation(
-            id=row.conversation_id,
-            descriptor=descriptor,
-            membership_hash=row.membership_hash,
-            anchor=anchor,
-            anchor_hash=row.anchor_hash,
-            head=row.head,
-            depth=row.depth,
-        )
+        return _Conversation.from_row(row, descriptor, router_anchor_from_bytes(row.anchor))
 
     @property
     def open_intents(self) -> int:
@@ -538,20 +657,7 @@ class Certifier:
         conversation = self._conversations.get(descriptor.conversation_id)
         membership_hash = p.membership_hash(descriptor)
         if conversation is None:
-            anchor = p.GenesisAnchor(
-                conversation_id=descriptor.conversation_id,
-                membership_hash=membership_hash,
-                router_instance_id=self.instance_id,
-            )
-            conversation = _Conversation(
-                id=descriptor.conversation_id,
-                descriptor=descriptor,
-                membership_hash=membership_hash,
-                anchor=anchor,
-                anchor_hash=p.anchor_hash(anchor),
-                head=None,
-                depth=0,
-            )
+            conversation = _Conversation.genesis(descriptor, membership_hash, self.instance_id)
             self._conversations[conversation.id] = conversation
             effects.writes.append(self._conversation_write(conversation))
         elif conversation.membership_hash != membership_hash:
@@ -567,13 +673,12 @@ class Certifier:
         bound = _Intent(
             post_id=post_id,
             intent=intent,
-            bind_seq=self._next_bind_seq,
+            bind_seq=self.reserve_bind_seq(),
             bound_at=now,
             resumed=False,
         )
-        self._next_bind_seq += 1
         conversation.intents.append(bound)
-        effects.writes.append(self._intent_write(bound, IntentState.OPEN, None))
+        effects.writes.append(bound.write(self.agent_id, IntentState.OPEN, None))
         if conversation.intents[0] is bound and not conversation.recovering:
             self._propose(conversation, bound, effects, now=now)
         return post_id, effects
@@ -584,16 +689,6 @@ class Certifier:
             conversation.intents = [i for i in conversation.intents if i.post_id != post_id]
             if conversation.head is None and not conversation.intents and not conversation.locks:
                 del self._conversations[conversation_id]
-
-    def _intent_write(self, intent: _Intent, state: IntentState, record_hash: str | None) -> Write:
-        return intent_write(
-            self.agent_id,
-            intent.intent,
-            bind_seq=intent.bind_seq,
-            bound_at=intent.bound_at,
-            state=state,
-            record_hash=record_hash,
-        )
 
     def _conversation_write(self, conversation: _Conversation) -> Write:
         return PutConversation(
@@ -611,21 +706,9 @@ class Certifier:
         self, conversation: _Conversation, intent: _Intent, effects: Effects, *, now: float
     ) -> None:
         """Queue the live intent's proposal on the current head under the current anchor."""
-        action: p.Action
-        if conversation.head is None:
-            if not isinstance(conversation.anchor, p.GenesisAnchor):
-                return  # an empty conversation is re-anchored by the genesis swap only
-            action = p.build_genesis_action(
-                membership=conversation.descriptor,
-                anchor=conversation.anchor,
-                intent=intent.intent,
-            )
-        else:
-            action = p.build_post_action(
-                anchor_hash=conversation.anchor_hash,
-                previous_record_hash=conversation.head,
-                intent=intent.intent,
-            )
+        action = conversation.action_on(conversation.head, intent.intent)
+        if action is None:
+            return  # an empty conversation is re-anchored by the genesis swap only
         intent.proposed_at = now
         self._send(conversation, p.ActionProposal(action=action), effects, post_id=intent.post_id)
 
@@ -644,8 +727,7 @@ class Certifier:
             member_agent_ids=conversation.member_ids,
         )
         data = p.encode(signed)
-        row_id = self._next_outbox_row
-        self._next_outbox_row += 1
+        row_id = self._reserve_outbox_row()
         effects.writes.append(
             PutOutbox(
                 agent_id=self.agent_id,
@@ -701,14 +783,6 @@ class Certifier:
         except p.ProtocolError as error:
             logger.debug("envelope dropped agent=%s: %s", self.identity.agent_name, error.detail)
 
-    def _member_conversation(
-        self, signed: p.SignedEnvelope, conversation_id: str
-    ) -> _Conversation | None:
-        conversation = self._conversations.get(conversation_id)
-        if conversation is None:
-            return None
-        return conversation
-
     def _on_proposal(
         self, signed: p.SignedEnvelope, action: p.Action, effects: Effects, *, now: float
     ) -> None:
@@ -720,46 +794,22 @@ class Certifier:
                     p.verify_membership(membership, self._registry_key, cache=self._cache)
                     if membership.card_of(self.agent_id) is None:
                         raise p.ProtocolError("this agent is not a member")
-                    p.check_action(action, membership)
-                    p.check_envelope(
-                        signed,
-                        p.ActionProposal(action=action),
-                        membership=membership,
-                        cache=self._cache,
-                    )
+                    self._check_proposal(signed, action, membership)
                     if anchor.router_instance_id != self.instance_id:
                         return  # not gap-free: another instance's GENESIS
-                    conversation = _Conversation(
-                        id=membership.conversation_id,
-                        descriptor=membership,
-                        membership_hash=p.membership_hash(membership),
-                        anchor=anchor,
-                        anchor_hash=p.anchor_hash(anchor),
-                        head=None,
-                        depth=0,
+                    conversation = _Conversation.founded(
+                        membership, p.membership_hash(membership), anchor
                     )
                     new_conversation = True
                 else:
-                    p.check_action(action, conversation.descriptor)
-                    p.check_envelope(
-                        signed,
-                        p.ActionProposal(action=action),
-                        membership=conversation.descriptor,
-                        cache=self._cache,
-                    )
+                    self._check_proposal(signed, action, conversation.descriptor)
                     if conversation.head is not None or anchor != conversation.anchor:
                         return  # not gap-free
                 predecessor = ""
             case p.PostAction(previous_record_hash=previous):
                 if conversation is None:
                     return  # unknown conversation: a POST cannot start it
-                p.check_action(action, conversation.descriptor)
-                p.check_envelope(
-                    signed,
-                    p.ActionProposal(action=action),
-                    membership=conversation.descriptor,
-                    cache=self._cache,
-                )
+                self._check_proposal(signed, action, conversation.descriptor)
                 if previous != conversation.head or action.anchor_hash != conversation.anchor_hash:
                     self._wait(conversation, signed, action, effects, now=now)
                     return
@@ -768,6 +818,14 @@ class Certifier:
                 assert_never(action)
         self._lock_and_sign(
             conversation, predecessor, action, effects, new_conversation=new_conversation, now=now
+        )
+
+    def _check_proposal(
+        self, signed: p.SignedEnvelope, action: p.Action, membership: p.MembershipDescriptor
+    ) -> None:
+        p.check_action(action, membership)
+        p.check_envelope(
+            signed, p.ActionProposal(action=action), membership=membership, cache=self._cache
         )
 
     def _lock_and_sign(
@@ -935,18 +993,11 @@ class Certifier:
         signers = conversation.signatures.get(hash_, {})
         if not p.action_quorum_met(action, signers.keys(), conversation.size):
             return
-        core = p.build_record_core(membership=conversation.descriptor, action=action)
-        record_hash = p.record_hash(core)
-        staged = p.ActionCertifiedRecord(
-            record_hash=record_hash,
-            record_core=core,
-            router_anchor=action.anchor
-            if isinstance(action, p.GenesisAction)
-            else conversation.anchor,
-            action_certificate=p.ActionCertificate(
-                action_hash=hash_, signatures=_sorted_statements(signers.values())
-            ),
+        staged = conversation.action_certified_record(
+            action,
+            p.ActionCertificate(action_hash=hash_, signatures=_sorted_statements(signers.values())),
         )
+        record_hash = staged.record_hash
         conversation.staged[record_hash] = staged
         vote = p.sign_statement(
             self.identity.key,
@@ -1006,8 +1057,7 @@ class Certifier:
         intent = action.post_intent
         conversation.depth += 1
         conversation.head = record_hash
-        commit_seq = self._next_commit_seq
-        self._next_commit_seq += 1
+        commit_seq = self.reserve_commit_seq()
         effects.writes.append(
             PutRecord(
                 agent_id=self.agent_id,
@@ -1030,18 +1080,10 @@ class Certifier:
             if finished is not None:
                 conversation.intents.remove(finished)
                 effects.writes.append(
-                    self._intent_write(finished, IntentState.COMPLETED, record_hash)
+                    finished.write(self.agent_id, IntentState.COMPLETED, record_hash)
                 )
                 effects.certified.append(
-                    Certified(
-                        agent_id=self.agent_id,
-                        post_id=finished.post_id,
-                        record_hash=record_hash,
-                        bound_at=finished.bound_at,
-                        kind=conversation.kind,
-                        op=post_op(intent.content),
-                        resumed=finished.resumed,
-                    )
+                    finished.certified(self.agent_id, record_hash, conversation.kind)
                 )
             else:
                 effects.certified.append(

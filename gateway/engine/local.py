@@ -42,11 +42,10 @@ from gateway.contract.values import Content
 from gateway.engine import protocol as p
 from gateway.engine.certifier import (
     BindRefused,
-    Certified,
+    BoundIntent,
     Certifier,
+    ConversationState,
     Effects,
-    intent_write,
-    post_op,
     project,
     router_anchor_from_bytes,
     router_anchor_hash,
@@ -81,27 +80,15 @@ class SetAside:
     reason: str
 
 
-@dataclass(eq=False)
-class _Intent:
+@dataclass(eq=False, kw_only=True)
+class _Intent(BoundIntent):
     author_id: str
-    post_id: str
-    intent: p.PostIntent
-    bind_seq: int
-    bound_at: float
-    resumed: bool
     ready: bool
     """The bind committed: the intent may enter a unit."""
 
 
-@dataclass(eq=False)
-class _Conversation:
-    id: str
-    descriptor: p.MembershipDescriptor
-    membership_hash: str
-    anchor: p.RouterAnchor
-    anchor_hash: str
-    head: str | None
-    depth: int
+@dataclass(eq=False, kw_only=True)
+class _Conversation(ConversationState):
     queue: list[_Intent] = field(default_factory=list)
     in_flight: bool = False
     founding: asyncio.Future[bool] | None = None
@@ -113,14 +100,6 @@ class _Conversation:
         if self.encoded is None:
             self.encoded = (p.encode(self.descriptor), p.encode(self.anchor))
         return self.encoded
-
-    @property
-    def member_ids(self) -> tuple[str, ...]:
-        return self.descriptor.member_agent_ids
-
-    @property
-    def kind(self) -> PostKind:
-        return PostKind.of_size(self.descriptor.size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,21 +225,8 @@ class LocalOrder:
         conversation = self._conversations.get(conversation_id)
         membership_hash = p.membership_hash(descriptor)
         if conversation is None:
-            anchor = p.GenesisAnchor(
-                conversation_id=conversation_id,
-                membership_hash=membership_hash,
-                router_instance_id=self.instance_id,
-            )
-            conversation = _Conversation(
-                id=conversation_id,
-                descriptor=descriptor,
-                membership_hash=membership_hash,
-                anchor=anchor,
-                anchor_hash=p.anchor_hash(anchor),
-                head=None,
-                depth=0,
-                founding=asyncio.get_running_loop().create_future(),
-            )
+            conversation = _Conversation.genesis(descriptor, membership_hash, self.instance_id)
+            conversation.founding = asyncio.get_running_loop().create_future()
             self._conversations[conversation_id] = conversation
             writes.extend(
                 _foundation_write(conversation, member) for member in conversation.member_ids
@@ -285,7 +251,7 @@ class LocalOrder:
             ready=False,
         )
         conversation.queue.append(bound)
-        writes.append(_intent_write(bound, IntentState.OPEN, None))
+        writes.append(bound.write(bound.author_id, IntentState.OPEN, None))
         return post_id, writes
 
     def bound(self, posts: Iterable[tuple[str, str]]) -> None:
@@ -333,7 +299,7 @@ class LocalOrder:
         certifiers = self._certifiers()
         for conversation_id, rows in self._restored.items():
             try:
-                restored = _restored_conversation(conversation_id, rows, certifiers)
+                restored = _restored_conversation(rows, certifiers)
             except _Unloadable as unloadable:
                 members = tuple(sorted(rows, key=agent_id_order_key))
                 self.set_aside(conversation_id, members, unloadable.reason)
@@ -374,10 +340,6 @@ class LocalOrder:
             self._task = asyncio.ensure_future(self._run())
             self._task.set_name("local-order")
         self._wake.set()
-
-    def adopt(self, conversation_id: str, rows: dict[str, ConversationRow]) -> None:
-        """Serve a conversation that Existing data just moved onto the local instance."""
-        self._restored[conversation_id] = rows
 
     def set_aside(self, conversation_id: str, members: tuple[str, ...], reason: str) -> None:
         """Stop serving one conversation at every member, loudly, once."""
@@ -453,20 +415,9 @@ class LocalOrder:
         taken: list[_Intent] = []
         descriptor_bytes = conversation.foundation_bytes()[0]
         for post in posts:
-            action: p.Action
-            if head is None:
-                assert isinstance(conversation.anchor, p.GenesisAnchor)
-                action = p.build_genesis_action(
-                    membership=conversation.descriptor,
-                    anchor=conversation.anchor,
-                    intent=post.intent,
-                )
-            else:
-                action = p.build_post_action(
-                    anchor_hash=conversation.anchor_hash,
-                    previous_record_hash=head,
-                    intent=post.intent,
-                )
+            action = conversation.action_on(head, post.intent)
+            # A local conversation stays on its GenesisAnchor until its first record.
+            assert action is not None
             action_hash = p.action_hash(action)
             # Every member checks the action as gap-free (it is, by construction: one head
             # for all) and signs; the default action policy signs.
@@ -476,8 +427,10 @@ class LocalOrder:
                 )
                 for m in members
             )
-            core = p.build_record_core(membership=conversation.descriptor, action=action)
-            record_hash = p.record_hash(core)
+            staged = conversation.action_certified_record(
+                action, p.ActionCertificate(action_hash=action_hash, signatures=signatures)
+            )
+            record_hash = staged.record_hash
             votes = tuple(
                 p.sign_statement(
                     keys[m],
@@ -491,16 +444,7 @@ class LocalOrder:
                 for m in members
             )
             record = p.CertifiedRecord(
-                action_certified_record=p.ActionCertifiedRecord(
-                    record_hash=record_hash,
-                    record_core=core,
-                    router_anchor=action.anchor
-                    if isinstance(action, p.GenesisAction)
-                    else conversation.anchor,
-                    action_certificate=p.ActionCertificate(
-                        action_hash=action_hash, signatures=signatures
-                    ),
-                ),
+                action_certified_record=staged,
                 durability_certificate=p.DurabilityCertificate(
                     record_hash=record_hash, votes=votes
                 ),
@@ -530,18 +474,8 @@ class LocalOrder:
                     )
                 )
                 if member == post.author_id:
-                    writes.append(_intent_write(post, IntentState.COMPLETED, record_hash))
-                    effects.certified.append(
-                        Certified(
-                            agent_id=member,
-                            post_id=post.post_id,
-                            record_hash=record_hash,
-                            bound_at=post.bound_at,
-                            kind=conversation.kind,
-                            op=post_op(post.intent.content),
-                            resumed=post.resumed,
-                        )
-                    )
+                    writes.append(post.write(post.author_id, IntentState.COMPLETED, record_hash))
+                    effects.certified.append(post.certified(member, record_hash, conversation.kind))
                 else:
                     if projection is None:
                         projection = canonical_json(
@@ -639,7 +573,7 @@ class _Unloadable(Exception):
 
 
 def _restored_conversation(
-    conversation_id: str, rows: dict[str, ConversationRow], certifiers: dict[str, Certifier]
+    rows: dict[str, ConversationRow], certifiers: dict[str, Certifier]
 ) -> _Conversation:
     first = next(iter(rows.values()))
     try:
@@ -661,15 +595,7 @@ def _restored_conversation(
             raise _Unloadable(f"members' heads or anchors differ (at {member})")
     if router_anchor_hash(anchor) != first.anchor_hash:
         raise _Unloadable("stored anchor does not hash to its anchor hash")
-    return _Conversation(
-        id=conversation_id,
-        descriptor=descriptor,
-        membership_hash=first.membership_hash,
-        anchor=anchor,
-        anchor_hash=first.anchor_hash,
-        head=first.head,
-        depth=first.depth,
-    )
+    return _Conversation.from_row(first, descriptor, anchor)
 
 
 def _ready_prefix(queue: list[_Intent]) -> list[_Intent]:
@@ -699,15 +625,4 @@ def _conversation_write(
         anchor_hash=conversation.anchor_hash,
         head=head,
         depth=depth,
-    )
-
-
-def _intent_write(intent: _Intent, state: IntentState, record_hash: str | None) -> Write:
-    return intent_write(
-        intent.author_id,
-        intent.intent,
-        bind_seq=intent.bind_seq,
-        bound_at=intent.bound_at,
-        state=state,
-        record_hash=record_hash,
     )

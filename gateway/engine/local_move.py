@@ -187,7 +187,8 @@ async def _move_one(
     anchor_bytes = p.encode(current)
     moved: dict[str, ConversationRow] = {}
     for holder in holders:
-        stored = ConversationRow(
+        stored = PutConversation(
+            agent_id=holder.agent_id,
             conversation_id=conversation_id,
             descriptor=descriptor_bytes,
             membership_hash=membership_hash,
@@ -196,19 +197,8 @@ async def _move_one(
             head=top.head,
             depth=top.depth,
         )
-        moved[holder.agent_id] = stored
-        writes.append(
-            PutConversation(
-                agent_id=holder.agent_id,
-                conversation_id=conversation_id,
-                descriptor=stored.descriptor,
-                membership_hash=stored.membership_hash,
-                anchor=stored.anchor,
-                anchor_hash=stored.anchor_hash,
-                head=stored.head,
-                depth=stored.depth,
-            )
-        )
+        moved[holder.agent_id] = stored.row()
+        writes.append(stored)
     await store.apply(writes)
     # Committed: the conversation leaves the Router path in memory and local order serves it.
     for holder in holders:

@@ -25,7 +25,7 @@ import logging
 import random
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.contract.errors import SendError, SendErrorReason
@@ -60,6 +60,8 @@ from gateway.store.port import Store
 from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 SUBSCRIPTION: Final = "main"
 """The name of the daemon's one Router subscription in the store."""
@@ -477,19 +479,11 @@ class Network:
 
     def latch(self, post_id: str) -> asyncio.Future[str]:
         """A future resolved with the RecordHash when this daemon promotes the post."""
-        future = self._latches.get(post_id)
-        if future is None or future.done():
-            future = asyncio.get_running_loop().create_future()
-            self._latches[post_id] = future
-        return future
+        return _waiter(self._latches, post_id)
 
     def drained(self, post_id: str) -> asyncio.Future[None]:
         """A future resolved when the Router accepts an envelope of this post's proposal."""
-        future = self._drained.get(post_id)
-        if future is None or future.done():
-            future = asyncio.get_running_loop().create_future()
-            self._drained[post_id] = future
-        return future
+        return _waiter(self._drained, post_id)
 
     def forget(self, post_id: str) -> None:
         """Drop a send's waiters (it returned or gave up; the intent goes on)."""
@@ -723,3 +717,12 @@ class Network:
             return None, False
         record = p.decode(rows[0].record, p.CertifiedRecord)
         return record, len(rows) > 1
+
+
+def _waiter(table: dict[str, asyncio.Future[_T]], post_id: str) -> asyncio.Future[_T]:
+    """The post's waiting future in `table`; a new one when none waits or it already ended."""
+    future = table.get(post_id)
+    if future is None or future.done():
+        future = asyncio.get_running_loop().create_future()
+        table[post_id] = future
+    return future

@@ -491,6 +491,40 @@ def _pick(table: Mapping[tuple[str, ...], _Child], metric: str, *values: str) ->
         ) from None
 
 
+class _Families:
+    """Defines the labelled metrics of one registry, each handed back as its children for
+    every combination of its closed label sets, created at 0 (`_children`). A label is a
+    keyword naming its closed `StrEnum`, so each label is named once, beside its values."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry: Final = registry
+
+    def counter(
+        self, name: str, documentation: str, /, **labels: type[enum.StrEnum]
+    ) -> dict[tuple[str, ...], Counter]:
+        metric = Counter(name, documentation, tuple(labels), registry=self.registry)
+        return _children(metric, *map(_values, labels.values()))
+
+    def gauge(
+        self, name: str, documentation: str, /, **labels: type[enum.StrEnum]
+    ) -> dict[tuple[str, ...], Gauge]:
+        metric = Gauge(name, documentation, tuple(labels), registry=self.registry)
+        return _children(metric, *map(_values, labels.values()))
+
+    def histogram(
+        self,
+        name: str,
+        documentation: str,
+        buckets: Sequence[float],
+        /,
+        **labels: type[enum.StrEnum],
+    ) -> dict[tuple[str, ...], Histogram]:
+        metric = Histogram(
+            name, documentation, tuple(labels), buckets=buckets, registry=self.registry
+        )
+        return _children(metric, *map(_values, labels.values()))
+
+
 class GrpcMethodMetrics:
     """The `grpc_server_*` children of one (grpc_type, grpc_service, grpc_method) row, fetched
     once so the interceptor's per-call cost is a few increments."""
@@ -574,25 +608,20 @@ class Metrics:
         build_info.labels(version, Mode(mode).value).set(1)
 
         self._define_grpc(registry, grpc_services)
-        self._define_sends(registry)
-        self._define_deliveries(registry)
-        self._define_streams(registry)
-        self._define_store(registry)
-        self._define_firewall(registry)
-        auth_failures = Counter(
-            "harness_auth_failures_total",
-            "Refused tokens, by reason.",
-            ("reason",),
-            registry=registry,
+        families = _Families(registry)
+        self._define_sends(families)
+        self._define_deliveries(families)
+        self._define_streams(families)
+        self._define_store(families)
+        self._define_firewall(families)
+        self._auth_failures = families.counter(
+            "harness_auth_failures_total", "Refused tokens, by reason.", reason=AuthFailure
         )
-        self._auth_failures = _children(auth_failures, _values(AuthFailure))
-        rejected = Counter(
+        self._rejected_requests = families.counter(
             "harness_rejected_requests_total",
             "Calls refused before any handler ran, by reason (a body that does not decode).",
-            ("reason",),
-            registry=registry,
+            reason=RejectedRequestReason,
         )
-        self._rejected_requests = _children(rejected, _values(RejectedRequestReason))
 
     # --- definitions ---
 
@@ -640,120 +669,91 @@ class Metrics:
             for grpc_type in GrpcType
         }
 
-    def _define_sends(self, registry: CollectorRegistry) -> None:
-        certification = Histogram(
+    def _define_sends(self, families: _Families) -> None:
+        self._certification = families.histogram(
             "harness_certification_seconds",
             "From the durable bind of a locally authored post intent to its certificates and "
             "stored record.",
-            ("op", "kind"),
-            buckets=CERT_BUCKETS,
-            registry=registry,
+            CERT_BUCKETS,
+            op=PostOp,
+            kind=PostKind,
         )
-        self._certification = _children(certification, _values(PostOp), _values(PostKind))
-        pending = Gauge(
-            "harness_post_intents_pending",
-            "Bound post intents not yet certified.",
-            ("kind",),
-            registry=registry,
+        self._intents_pending = families.gauge(
+            "harness_post_intents_pending", "Bound post intents not yet certified.", kind=PostKind
         )
-        self._intents_pending = _children(pending, _values(PostKind))
-        resumed = Counter(
+        self._intents_resumed = families.counter(
             "harness_post_intents_resumed_total",
             "Unfinished post intents proposed again after a restart.",
-            ("kind",),
-            registry=registry,
+            kind=PostKind,
         )
-        self._intents_resumed = _children(resumed, _values(PostKind))
-        sends = Counter(
+        self._sends = families.counter(
             "harness_sends_total",
             "Answers to Send, by operation and outcome.",
-            ("op", "outcome"),
-            registry=registry,
+            op=SendOp,
+            outcome=SendOutcome,
         )
-        self._sends = _children(sends, _values(SendOp), _values(SendOutcome))
-        idempotency = Counter(
+        self._idempotency = families.counter(
             "harness_send_idempotency_total",
             "How each keyed Send was resolved.",
-            ("result",),
-            registry=registry,
+            result=KeyResolution,
         )
-        self._idempotency = _children(idempotency, _values(KeyResolution))
-        member_outcomes = Counter(
+        self._member_outcomes = families.counter(
             "harness_collective_member_outcomes_total",
             "Member outcomes of collective results, counted by the requester's daemon.",
-            ("op", "outcome"),
-            registry=registry,
+            op=CollectiveOp,
+            outcome=MemberOutcomeKind,
         )
-        self._member_outcomes = _children(
-            member_outcomes, _values(CollectiveOp), _values(MemberOutcomeKind)
-        )
-        collectives_open = Gauge(
+        self._collectives_open = families.gauge(
             "harness_collectives_open",
             "Collective operations open at requesters on this daemon.",
-            ("op",),
-            registry=registry,
+            op=CollectiveOp,
         )
-        self._collectives_open = _children(collectives_open, _values(CollectiveOp))
-        results = Counter(
+        self._collective_results = families.counter(
             "harness_collective_results_total",
             "Collective operations ended, by how.",
-            ("op", "end"),
-            registry=registry,
+            op=CollectiveOp,
+            end=CollectiveEnd,
         )
-        self._collective_results = _children(results, _values(CollectiveOp), _values(CollectiveEnd))
 
-    def _define_deliveries(self, registry: CollectorRegistry) -> None:
-        published = Counter(
+    def _define_deliveries(self, families: _Families) -> None:
+        self._published = families.counter(
             "harness_deliveries_published_total",
             "Items made durable in an inbox under a fresh token.",
-            ("item",),
-            registry=registry,
+            item=DeliveryItem,
         )
-        self._published = _children(published, _values(DeliveryItem))
-        replayed = Counter(
+        self._replayed = families.counter(
             "harness_deliveries_replayed_total",
             "Tokens offered again (new stream, restart).",
-            ("item",),
-            registry=registry,
+            item=DeliveryItem,
         )
-        self._replayed = _children(replayed, _values(DeliveryItem))
-        acknowledged = Counter(
+        self._acknowledged = families.counter(
             "harness_deliveries_acknowledged_total",
             "Items retired by Acknowledge.",
-            ("item",),
-            registry=registry,
+            item=DeliveryItem,
         )
-        self._acknowledged = _children(acknowledged, _values(DeliveryItem))
-        ack_results = Counter(
+        self._ack_results = families.counter(
             "harness_acknowledge_results_total",
             "Acknowledge results, one per token.",
-            ("result",),
-            registry=registry,
+            result=AckResult,
         )
-        self._ack_results = _children(ack_results, _values(AckResult))
-        consumed = Counter(
+        self._consumed = families.counter(
             "harness_records_consumed_total",
             "Records the endpoint consumes and acknowledges itself.",
-            ("kind",),
-            registry=registry,
+            kind=ConsumedKind,
         )
-        self._consumed = _children(consumed, _values(ConsumedKind))
-        unacknowledged = Gauge(
+        self._unacknowledged = families.gauge(
             "harness_deliveries_unacknowledged",
             "Unacknowledged items over hosted agents, by whether the agent has an open stream.",
-            ("listener",),
-            registry=registry,
+            listener=Listener,
         )
-        self._unacknowledged = _children(unacknowledged, _values(Listener))
-        oldest = Gauge(
+        self._oldest_unacked = families.gauge(
             "harness_deliveries_oldest_unacked_age_seconds",
             "Age of the oldest unacknowledged item, 0 when none.",
-            ("listener",),
-            registry=registry,
+            listener=Listener,
         )
-        self._oldest_unacked = _children(oldest, _values(Listener))
 
-    def _define_streams(self, registry: CollectorRegistry) -> None:
+    def _define_streams(self, families: _Families) -> None:
+        registry = families.registry
         self._streams_active = Gauge(
             "harness_streams_active", "Open Messages streams.", registry=registry
         )
@@ -762,20 +762,12 @@ class Metrics:
             "Streams holding a full window, waiting for acknowledgements.",
             registry=registry,
         )
-        opens = Counter(
-            "harness_stream_opens_total",
-            "Messages stream opens, by result.",
-            ("result",),
-            registry=registry,
+        self._stream_opens = families.counter(
+            "harness_stream_opens_total", "Messages stream opens, by result.", result=StreamOpen
         )
-        self._stream_opens = _children(opens, _values(StreamOpen))
-        ends = Counter(
-            "harness_stream_ends_total",
-            "Messages stream ends, by reason.",
-            ("reason",),
-            registry=registry,
+        self._stream_ends = families.counter(
+            "harness_stream_ends_total", "Messages stream ends, by reason.", reason=StreamEndReason
         )
-        self._stream_ends = _children(ends, _values(StreamEndReason))
         self._agents_hosted = Gauge(
             "harness_agents_hosted", "Endpoints loaded on this daemon.", registry=registry
         )
@@ -785,102 +777,71 @@ class Metrics:
             "or a local unit failed; the log names each one.",
             registry=registry,
         )
-        leases = Counter(
-            "harness_agent_leases_total",
-            "Agent lease events (cluster mode).",
-            ("event",),
-            registry=registry,
+        self._leases = families.counter(
+            "harness_agent_leases_total", "Agent lease events (cluster mode).", event=LeaseEvent
         )
-        self._leases = _children(leases, _values(LeaseEvent))
-        attachments = Gauge(
+        self._router_attachments = families.gauge(
             "harness_router_attachments",
             "Hosted agents by the state of their Router feed.",
-            ("state",),
-            registry=registry,
+            state=RouterAttachment,
         )
-        self._router_attachments = _children(attachments, _values(RouterAttachment))
-        router_events = Counter(
-            "harness_router_events_total",
-            "Router feed events.",
-            ("event",),
-            registry=registry,
+        self._router_events = families.counter(
+            "harness_router_events_total", "Router feed events.", event=RouterEvent
         )
-        self._router_events = _children(router_events, _values(RouterEvent))
 
-    def _define_store(self, registry: CollectorRegistry) -> None:
-        backends = _values(StoreBackend)
-        batch = Histogram(
+    def _define_store(self, families: _Families) -> None:
+        self._store_batch = families.histogram(
             "harness_store_commit_batch_size",
             "Writes per group commit.",
-            ("backend",),
-            buckets=BATCH_BUCKETS,
-            registry=registry,
+            BATCH_BUCKETS,
+            backend=StoreBackend,
         )
-        self._store_batch = _children(batch, backends)
-        commit = Histogram(
+        self._store_commit = families.histogram(
             "harness_store_commit_seconds",
             "One store transaction including its sync.",
-            ("backend",),
-            buckets=STORE_BUCKETS,
-            registry=registry,
+            STORE_BUCKETS,
+            backend=StoreBackend,
         )
-        self._store_commit = _children(commit, backends)
-        wait = Histogram(
+        self._store_wait = families.histogram(
             "harness_store_write_wait_seconds",
             "Enqueue to commit done: what a writer waits.",
-            ("backend",),
-            buckets=STORE_BUCKETS,
-            registry=registry,
+            STORE_BUCKETS,
+            backend=StoreBackend,
         )
-        self._store_wait = _children(wait, backends)
-        depth = Gauge(
-            "harness_store_queue_depth",
-            "Writes waiting for the next commit.",
-            ("backend",),
-            registry=registry,
+        self._store_depth = families.gauge(
+            "harness_store_queue_depth", "Writes waiting for the next commit.", backend=StoreBackend
         )
-        self._store_depth = _children(depth, backends)
-        failures = Counter(
+        self._store_failures = families.counter(
             "harness_store_commit_failures_total",
             "Group commits that failed.",
-            ("backend",),
-            registry=registry,
+            backend=StoreBackend,
         )
-        self._store_failures = _children(failures, backends)
 
-    def _define_firewall(self, registry: CollectorRegistry) -> None:
-        kinds = _values(FirewallKind)
-        checks = Counter(
+    def _define_firewall(self, families: _Families) -> None:
+        self._firewall_checks = families.counter(
             "harness_firewall_checks_total",
             "Firewall checks, one per middleware per check.",
-            ("kind", "direction", "verdict"),
-            registry=registry,
+            kind=FirewallKind,
+            direction=FirewallDirection,
+            verdict=FirewallVerdict,
         )
-        self._firewall_checks = _children(
-            checks, kinds, _values(FirewallDirection), _values(FirewallVerdict)
-        )
-        refusals = Counter(
+        self._firewall_refusals = families.counter(
             "harness_firewall_refusals_total",
             "Firewall refusals, by middleware kind and refusal.",
-            ("kind", "refusal"),
-            registry=registry,
+            kind=FirewallKind,
+            refusal=FirewallRefusal,
         )
-        self._firewall_refusals = _children(refusals, kinds, _values(FirewallRefusal))
-        check_seconds = Histogram(
+        self._firewall_seconds = families.histogram(
             "harness_firewall_check_seconds",
             "Time of one middleware check.",
-            ("kind",),
-            buckets=FIREWALL_BUCKETS,
-            registry=registry,
+            FIREWALL_BUCKETS,
+            kind=FirewallKind,
         )
-        self._firewall_seconds = _children(check_seconds, kinds)
-        reloads = Counter(
+        self._firewall_reloads = families.counter(
             "harness_firewall_reloads_total",
             "Firewall file reloads, by result.",
-            ("result",),
-            registry=registry,
+            result=FirewallReload,
         )
-        self._firewall_reloads = _children(reloads, _values(FirewallReload))
 
     # --- exposition ---
 

@@ -52,10 +52,29 @@ async def authenticate_agent(
     core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
 ) -> Endpoint:
     """The endpoint the call's agent token names; the admin token is `wrong-role`."""
+    endpoint = await _token_owner(core, context)
+    if endpoint is None:
+        raise _wrong_role(core, "the admin token cannot call the agent API")
+    return endpoint
+
+
+async def authenticate_admin(
+    core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
+) -> None:
+    """Accept only the admin token; an agent's token is `wrong-role`."""
+    if await _token_owner(core, context) is not None:
+        raise _wrong_role(core, "an agent token cannot call the management API")
+
+
+async def _token_owner(
+    core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
+) -> Endpoint | None:
+    """The endpoint the call's agent token names, None for the admin token; `AuthRefused`
+    for any other, counted (`core.auth_refused`) before it is raised."""
     try:
         token = bearer_token(context)
         if core.is_admin(token):
-            raise AuthRefused(AuthFailure.WRONG_ROLE, "the admin token cannot call the agent API")
+            return None
         result = await core.authenticate(token)
         if isinstance(result, AuthFailure):
             raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
@@ -65,21 +84,10 @@ async def authenticate_agent(
     return result
 
 
-async def authenticate_admin(
-    core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
-) -> None:
-    """Accept only the admin token; an agent's token is `wrong-role`."""
-    try:
-        token = bearer_token(context)
-        if core.is_admin(token):
-            return
-        result = await core.authenticate(token)
-        if isinstance(result, AuthFailure):
-            raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
-        raise AuthRefused(AuthFailure.WRONG_ROLE, "an agent token cannot call the management API")
-    except AuthRefused as refused:
-        core.auth_refused(refused.failure)
-        raise
+def _wrong_role(core: GatewayCore, detail: str) -> AuthRefused:
+    """The refusal of a valid token of the other role, counted."""
+    core.auth_refused(AuthFailure.WRONG_ROLE)
+    return AuthRefused(AuthFailure.WRONG_ROLE, detail)
 
 
 _FAILURE_TEXTS: Final = {

@@ -52,6 +52,8 @@ before authentication), so the log says how many it held back instead of a line 
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 Reject: TypeAlias = Callable[[Any], Awaitable[NoReturn]]
+Arguments: TypeAlias = Callable[[Any, Any], Awaitable[tuple[Any, Any]]]
+"""The request and context a guarded behaviour is called with, once the request decoded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +127,7 @@ class RequestGuard:
 
     def _guard(self, method: str, handler: Handler) -> Handler:
         deserializer = handler.request_deserializer
-        behavior: Any
-        if handler.request_streaming and handler.response_streaming:
-            behavior, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
-        elif handler.request_streaming:
-            behavior, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
-        elif handler.response_streaming:
-            behavior, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
-        else:
-            behavior, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+        behavior, factory = handler_behavior(handler)
         generator = inspect.isasyncgenfunction(behavior)
         if deserializer is None or not (generator or inspect.iscoroutinefunction(behavior)):
             return handler
@@ -145,21 +139,36 @@ class RequestGuard:
             await context.abort_with_status(malformed_request_status(type_name))
             raise AssertionError("abort_with_status returned")  # pragma: no cover
 
+        async def arguments(request: Any, context: Any) -> tuple[Any, Any]:
+            # A request stream is checked message by message, read through the context too.
+            if handler.request_streaming:
+                return _checked(request, context, reject), _CheckingContext(context, reject)
+            if isinstance(request, Undecodable):
+                await reject(context)
+            return request, context
+
         wrapped: Callable[..., Any]
-        match (handler.request_streaming, generator):
-            case (True, True):
-                wrapped = _stream_generator(behavior, reject)
-            case (True, False):
-                wrapped = _stream_coroutine(behavior, reject)
-            case (False, True):
-                wrapped = _unary_generator(behavior, reject)
-            case _:
-                wrapped = _unary_coroutine(behavior, reject)
+        if generator:
+            wrapped = _wrap_generator(behavior, arguments)
+        else:
+            wrapped = _wrap_coroutine(behavior, arguments)
         return factory(
             wrapped,
             request_deserializer=_lenient(deserializer),
             response_serializer=handler.response_serializer,
         )
+
+
+def handler_behavior(handler: Handler) -> tuple[Any, Callable[..., Handler]]:
+    """The behaviour `handler` runs for its shape (None when it has none), and the grpc
+    factory that makes a handler of that shape."""
+    if handler.request_streaming and handler.response_streaming:
+        return handler.stream_stream, grpc.stream_stream_rpc_method_handler
+    if handler.request_streaming:
+        return handler.stream_unary, grpc.stream_unary_rpc_method_handler
+    if handler.response_streaming:
+        return handler.unary_stream, grpc.unary_stream_rpc_method_handler
+    return handler.unary_unary, grpc.unary_unary_rpc_method_handler
 
 
 def _type_name(deserializer: Callable[[bytes], Any], method: str) -> str:
@@ -180,49 +189,20 @@ def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def _unary_coroutine(
-    behavior: Callable[[Any, Any], Awaitable[Any]], reject: Reject
+def _wrap_coroutine(
+    behavior: Callable[[Any, Any], Awaitable[Any]], arguments: Arguments
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     async def handle(request: Any, context: Any) -> Any:
-        if isinstance(request, Undecodable):
-            await reject(context)
-        return await behavior(request, context)
+        return await behavior(*await arguments(request, context))
 
     return handle
 
 
-def _unary_generator(
-    behavior: Callable[[Any, Any], AsyncIterator[Any]], reject: Reject
+def _wrap_generator(
+    behavior: Callable[[Any, Any], AsyncIterator[Any]], arguments: Arguments
 ) -> Callable[[Any, Any], AsyncIterator[Any]]:
     async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
-        if isinstance(request, Undecodable):
-            await reject(context)
-        responses = behavior(request, context)
-        try:
-            async for response in responses:
-                yield response
-        finally:
-            await _aclose(responses)
-
-    return handle
-
-
-def _stream_coroutine(
-    behavior: Callable[[Any, Any], Awaitable[Any]], reject: Reject
-) -> Callable[[Any, Any], Awaitable[Any]]:
-    async def handle(requests: Any, context: Any) -> Any:
-        return await behavior(
-            _checked(requests, context, reject), _CheckingContext(context, reject)
-        )
-
-    return handle
-
-
-def _stream_generator(
-    behavior: Callable[[Any, Any], AsyncIterator[Any]], reject: Reject
-) -> Callable[[Any, Any], AsyncIterator[Any]]:
-    async def handle(requests: Any, context: Any) -> AsyncIterator[Any]:
-        responses = behavior(_checked(requests, context, reject), _CheckingContext(context, reject))
+        responses = behavior(*await arguments(request, context))
         try:
             async for response in responses:
                 yield response
@@ -331,4 +311,5 @@ __all__ = [
     "RequestGuard",
     "Undecodable",
     "guard_requests",
+    "handler_behavior",
 ]

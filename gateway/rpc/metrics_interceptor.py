@@ -33,6 +33,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import grpc
@@ -43,7 +44,7 @@ from gateway.observability.metrics import (
     Metrics,
     RejectedRequestReason,
 )
-from gateway.rpc.decoding import Undecodable
+from gateway.rpc.decoding import Undecodable, handler_behavior
 
 OK: Final = grpc.StatusCode.OK.name
 """`grpc_code` of a call that ended normally."""
@@ -60,13 +61,6 @@ _CODE_NAMES: Final = {code.value[0]: code.name for code in grpc.StatusCode}
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 OnRejected: TypeAlias = Callable[[RejectedRequestReason], None]
-
-
-def _received(row: GrpcMethodMetrics, request: Any, on_rejected: OnRejected) -> None:
-    """One request message arrived; one the guard could not decode is a rejection too."""
-    row.received.inc()
-    if isinstance(request, Undecodable):
-        on_rejected(request.reason)
 
 
 def _grpc_type(handler: Handler) -> GrpcType:
@@ -106,6 +100,42 @@ def _cancelled_code(context: Any) -> str:
     return CANCELLED
 
 
+def _raised_code(context: Any, error: BaseException) -> str:
+    """The code of a call whose handler raised `error`."""
+    if isinstance(error, asyncio.CancelledError):
+        return _cancelled_code(context)
+    if isinstance(error, grpc.aio.AbortError):
+        return _set_code(context, UNKNOWN)
+    return UNKNOWN
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Messages:
+    """Counts one method's messages into its row."""
+
+    row: GrpcMethodMetrics
+    on_rejected: OnRejected
+    request_streaming: bool
+
+    def received(self, request: Any) -> None:
+        """One request message arrived; one the guard could not decode is a rejection too."""
+        self.row.received.inc()
+        if isinstance(request, Undecodable):
+            self.on_rejected(request.reason)
+
+    def arguments(self, request: Any, context: Any, *, writes: bool) -> tuple[Any, Any]:
+        """The request and context the handler is called with, counting every request.
+
+        A streamed request may be read through the context as well as iterated, and a
+        handler that `writes` sends its responses through the context: both get a
+        counting context.
+        """
+        if self.request_streaming:
+            return _counted_requests(request, self), _CountingContext(context, self)
+        self.received(request)
+        return request, _CountingContext(context, self) if writes else context
+
+
 class _Call:
     """One call's measurement: started at construction, handled and timed once at `end`."""
 
@@ -129,61 +159,48 @@ class _CountingContext:
     """Delegates to the real servicer context, counting `read()` and `write()` messages for a
     handler that streams through the context rather than an iterator."""
 
-    def __init__(self, context: Any, row: GrpcMethodMetrics, on_rejected: OnRejected) -> None:
+    def __init__(self, context: Any, messages: _Messages) -> None:
         self._context = context
-        self._row = row
-        self._on_rejected = on_rejected
+        self._messages = messages
 
     async def read(self) -> Any:
         message = await self._context.read()
         if message is not grpc.aio.EOF:
-            _received(self._row, message, self._on_rejected)
+            self._messages.received(message)
         return message
 
     async def write(self, message: Any) -> None:
         await self._context.write(message)
-        self._row.sent.inc()
+        self._messages.row.sent.inc()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
 
 
-async def _counted_requests(
-    requests: Any, row: GrpcMethodMetrics, on_rejected: OnRejected
-) -> AsyncIterator[Any]:
+async def _counted_requests(requests: Any, messages: _Messages) -> AsyncIterator[Any]:
     async for request in requests:
-        _received(row, request, on_rejected)
+        messages.received(request)
         yield request
 
 
-def _wrap_unary_response(
-    behavior: Callable[..., Awaitable[Any]],
-    row: GrpcMethodMetrics,
-    on_rejected: OnRejected,
-    *,
-    request_streaming: bool,
+def _wrap_coroutine(
+    behavior: Callable[..., Awaitable[Any]], messages: _Messages, *, response_streaming: bool
 ) -> Callable[[Any, Any], Awaitable[Any]]:
+    """A coroutine handler: it returns its one response, or writes its responses."""
+
     async def handle(request: Any, context: Any) -> Any:
-        call = _Call(row)
+        call = _Call(messages.row)
         code = UNKNOWN
         try:
-            if request_streaming:
-                response = await behavior(
-                    _counted_requests(request, row, on_rejected),
-                    _CountingContext(context, row, on_rejected),
-                )
-            else:
-                _received(row, request, on_rejected)
-                response = await behavior(request, context)
+            response = await behavior(
+                *messages.arguments(request, context, writes=response_streaming)
+            )
             code = _set_code(context, OK)
-            if code == OK:
-                row.sent.inc()
+            if code == OK and not response_streaming:
+                messages.row.sent.inc()
             return response
-        except asyncio.CancelledError:
-            code = _cancelled_code(context)
-            raise
-        except grpc.aio.AbortError:
-            code = _set_code(context, UNKNOWN)
+        except BaseException as error:
+            code = _raised_code(context, error)
             raise
         finally:
             call.end(code)
@@ -192,37 +209,23 @@ def _wrap_unary_response(
 
 
 def _wrap_generator(
-    behavior: Callable[..., AsyncGenerator[Any, None]],
-    row: GrpcMethodMetrics,
-    on_rejected: OnRejected,
-    *,
-    request_streaming: bool,
+    behavior: Callable[..., AsyncGenerator[Any, None]], messages: _Messages
 ) -> Callable[[Any, Any], AsyncIterator[Any]]:
     async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
-        call = _Call(row)
+        call = _Call(messages.row)
         code = UNKNOWN
-        if request_streaming:
-            responses = behavior(
-                _counted_requests(request, row, on_rejected),
-                _CountingContext(context, row, on_rejected),
-            )
-        else:
-            _received(row, request, on_rejected)
-            responses = behavior(request, context)
+        responses = behavior(*messages.arguments(request, context, writes=False))
         try:
             async for response in responses:
-                row.sent.inc()
+                messages.row.sent.inc()
                 yield response
             code = _set_code(context, OK)
-        except asyncio.CancelledError:
-            code = _cancelled_code(context)
-            raise
         except GeneratorExit:
             # grpc.aio stopped consuming: the call ended while a message was being sent.
             code = _cancelled_code(context)
             raise
-        except grpc.aio.AbortError:
-            code = _set_code(context, UNKNOWN)
+        except BaseException as error:
+            code = _raised_code(context, error)
             raise
         finally:
             try:
@@ -233,61 +236,19 @@ def _wrap_generator(
     return handle
 
 
-def _wrap_writer(
-    behavior: Callable[..., Awaitable[None]],
-    row: GrpcMethodMetrics,
-    on_rejected: OnRejected,
-    *,
-    request_streaming: bool,
-) -> Callable[[Any, Any], Awaitable[None]]:
-    async def handle(request: Any, context: Any) -> None:
-        call = _Call(row)
-        code = UNKNOWN
-        counting = _CountingContext(context, row, on_rejected)
-        try:
-            if request_streaming:
-                await behavior(_counted_requests(request, row, on_rejected), counting)
-            else:
-                _received(row, request, on_rejected)
-                await behavior(request, counting)
-            code = _set_code(context, OK)
-        except asyncio.CancelledError:
-            code = _cancelled_code(context)
-            raise
-        except grpc.aio.AbortError:
-            code = _set_code(context, UNKNOWN)
-            raise
-        finally:
-            call.end(code)
-
-    return handle
-
-
 def _wrap(handler: Handler, row: GrpcMethodMetrics, on_rejected: OnRejected) -> Handler:
     """A handler that measures `handler`; the handler itself when it is synchronous."""
-    request_streaming = handler.request_streaming
-    behavior: Any
-    match _grpc_type(handler):
-        case GrpcType.UNARY:
-            behavior, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
-        case GrpcType.CLIENT_STREAM:
-            behavior, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
-        case GrpcType.SERVER_STREAM:
-            behavior, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
-        case GrpcType.BIDI_STREAM:
-            behavior, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
+    behavior, factory = handler_behavior(handler)
     if behavior is None:
         return handler
+    messages = _Messages(
+        row=row, on_rejected=on_rejected, request_streaming=handler.request_streaming
+    )
     wrapped: Callable[[Any, Any], Any]
     if inspect.isasyncgenfunction(behavior):
-        wrapped = _wrap_generator(behavior, row, on_rejected, request_streaming=request_streaming)
+        wrapped = _wrap_generator(behavior, messages)
     elif inspect.iscoroutinefunction(behavior):
-        if handler.response_streaming:
-            wrapped = _wrap_writer(behavior, row, on_rejected, request_streaming=request_streaming)
-        else:
-            wrapped = _wrap_unary_response(
-                behavior, row, on_rejected, request_streaming=request_streaming
-            )
+        wrapped = _wrap_coroutine(behavior, messages, response_streaming=handler.response_streaming)
     else:
         return handler
     return factory(

@@ -14,16 +14,14 @@ checked here before any call.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import logging
-from typing import Any, Final, NoReturn, Self
+from typing import Any, Final, Self
 
 import grpc
 
 from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
-from gateway.closing import AsyncClosing
 from gateway.contract.addresses import is_agent_name
 from gateway.contract.ids import RandomId, b64, unb64
 from gateway.engine import protocol as p
@@ -41,13 +39,12 @@ from gateway.registry import (
 from gateway.registry.port import check_list_arguments, check_registration
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.peer import (
-    answered_version,
-    call_metadata,
     describe_failure,
     is_version_mismatch,
     open_peer_channel,
     peer_target,
 )
+from gateway.rpc.peer_client import PeerClient
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +90,7 @@ def _other_version(data: bytes) -> bool:
     return any(isinstance(version, str) and version != p.VERSION for version in versions)
 
 
-class GrpcRegistry(AsyncClosing):
+class GrpcRegistry(PeerClient[GrpcRegistryState]):
     """A `RegistryPort` whose Registry is a `RegistryService` across the network.
 
     Create it with `await GrpcRegistry.connect(target, ...)`, which pins the Registry key;
@@ -109,13 +106,16 @@ class GrpcRegistry(AsyncClosing):
         deadline: float,
     ) -> None:
         """Use `connect`; this only wires what it prepared."""
-        self._channel = channel
+        super().__init__(
+            channel,
+            target=target,
+            peer_token=peer_token,
+            opened=GrpcRegistryState.OPEN,
+            closed=GrpcRegistryState.CLOSED,
+        )
         self._stub = registry_pb2_grpc.RegistryServiceStub(channel)
-        self._target = target
-        self._metadata = call_metadata(peer_token)
         self._key = registry_public_key
         self._deadline = deadline
-        self._state = GrpcRegistryState.OPEN
 
     @classmethod
     async def connect(
@@ -155,23 +155,6 @@ class GrpcRegistry(AsyncClosing):
                 raise
             logger.info("registry key fetched target=%s", address)
         return client
-
-    @property
-    def state(self) -> GrpcRegistryState:
-        """OPEN until `close()`."""
-        return self._state
-
-    @property
-    def target(self) -> str:
-        """The Registry's `HOST:PORT`."""
-        return self._target
-
-    async def close(self) -> None:
-        """Close the channel, ending every call in flight; idempotent."""
-        if self._state is GrpcRegistryState.CLOSED:
-            return
-        self._state = GrpcRegistryState.CLOSED
-        await self._channel.close()
 
     def registry_public_key(self) -> str:
         """The pinned key (`b64`): configured, or fetched at connect."""
@@ -260,45 +243,31 @@ class GrpcRegistry(AsyncClosing):
         return b64(response.public_key)
 
     async def _call(self, method: Any, request: Any, *, wait_for_ready: bool = False) -> Any:
-        if self._state is not GrpcRegistryState.OPEN:
-            raise RegistryUnavailable(f"the registry client is {self._state.value}")
-        call = method(
-            request, metadata=self._metadata, timeout=self._deadline, wait_for_ready=wait_for_ready
+        return await self._unary(
+            method, request, deadline=self._deadline, wait_for_ready=wait_for_ready
         )
-        try:
-            response = await call
-            announced = answered_version(await call.initial_metadata())
-        except grpc.aio.AioRpcError as error:
-            self._raise_for(error)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._closed() and (task is None or task.cancelling() == 0):
-                # Cancelled by `close()`, not by the caller.
-                raise RegistryUnavailable("the registry client closed") from None
-            raise
-        if announced is not None:
-            raise RegistryVersionMismatch(f"the registry at {self._target} speaks {announced}")
-        return response
 
-    def _closed(self) -> bool:
-        return self._state is GrpcRegistryState.CLOSED
+    def _refused_error(self) -> Exception:
+        return RegistryUnavailable(f"the registry client is {self._state.value}")
 
-    def _raise_for(self, error: grpc.aio.AioRpcError) -> NoReturn:
-        if self._closed():
-            raise RegistryUnavailable("the registry client closed") from None
+    def _closed_error(self) -> Exception:
+        return RegistryUnavailable("the registry client closed")
+
+    def _version_error(self, announced: str) -> Exception:
+        return RegistryVersionMismatch(f"the registry at {self._target} speaks {announced}")
+
+    def _failure(self, error: grpc.aio.AioRpcError) -> Exception:
         if is_version_mismatch(error):
             logger.error(
                 "the registry at %s speaks another harness-version: %s",
                 self._target,
                 describe_failure(error),
             )
-            raise RegistryVersionMismatch(
-                f"the registry at {self._target} refused our version"
-            ) from None
+            return RegistryVersionMismatch(f"the registry at {self._target} refused our version")
         if error.code() is grpc.StatusCode.INVALID_ARGUMENT:
             # Arguments are checked before every call, so this is a Registry that judges
             # them differently: a caller defect by `RegistryPort`'s rules.
-            raise ValueError(f"the registry refused the arguments: {error.details()}") from None
-        raise RegistryUnavailable(
+            return ValueError(f"the registry refused the arguments: {error.details()}")
+        return RegistryUnavailable(
             f"the registry at {self._target} failed the call: {describe_failure(error)}"
-        ) from None
+        )

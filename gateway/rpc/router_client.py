@@ -24,13 +24,12 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import AsyncGenerator
-from typing import Any, Final, NoReturn, Self
+from typing import Final, Self
 
 import grpc
 from google.protobuf import duration_pb2
 
 from gateway._gen.harness.v1 import router_pb2, router_pb2_grpc
-from gateway.closing import AsyncClosing
 from gateway.router import (
     POLL_HOLD,
     Accepted,
@@ -52,13 +51,12 @@ from gateway.router import (
 from gateway.router.port import RouterUnavailable, RouterVersionMismatch
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.peer import (
-    answered_version,
-    call_metadata,
     describe_failure,
     is_version_mismatch,
     open_peer_channel,
     peer_target,
 )
+from gateway.rpc.peer_client import PeerClient
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +131,7 @@ def read_outcome(response: router_pb2.PollResponse | router_pb2.SubscribeRespons
             raise RouterUnavailable(f"the router answered a read with {other!r}")
 
 
-class GrpcRouter(AsyncClosing):
+class GrpcRouter(PeerClient[RouterState]):
     """A `RouterPort` whose Router is a `RouterService` across the network.
 
     Create it with `await GrpcRouter.connect(target, peer_token=...)`; the channel
@@ -144,11 +142,14 @@ class GrpcRouter(AsyncClosing):
 
     def __init__(self, channel: grpc.aio.Channel, *, target: str, peer_token: str) -> None:
         """Use `connect`; this only wires what it prepared."""
-        self._channel = channel
+        super().__init__(
+            channel,
+            target=target,
+            peer_token=peer_token,
+            opened=RouterState.OPEN,
+            closed=RouterState.CLOSED,
+        )
         self._stub = router_pb2_grpc.RouterServiceStub(channel)
-        self._target = target
-        self._metadata = call_metadata(peer_token)
-        self._state = RouterState.OPEN
 
     @classmethod
     async def connect(
@@ -171,27 +172,10 @@ class GrpcRouter(AsyncClosing):
             peer_token=peer_token,
         )
 
-    @property
-    def state(self) -> RouterState:
-        """OPEN until `close()`."""
-        return self._state
-
-    @property
-    def target(self) -> str:
-        """The Router's `HOST:PORT`."""
-        return self._target
-
-    async def close(self) -> None:
-        """Close the channel, ending every call in flight; idempotent."""
-        if self._state is RouterState.CLOSED:
-            return
-        self._state = RouterState.CLOSED
-        await self._channel.close()
-
     async def instance_id(self) -> str:
         """The Router's current instance (`GetInstance`)."""
         response = await self._unary(
-            self._stub.GetInstance, router_pb2.GetInstanceRequest(), ROUTER_CALL_DEADLINE
+            self._stub.GetInstance, router_pb2.GetInstanceRequest(), deadline=ROUTER_CALL_DEADLINE
         )
         return str(response.instance_id)
 
@@ -204,7 +188,7 @@ class GrpcRouter(AsyncClosing):
             mode=_MODES[mode],
             signed_envelope=signed_envelope,
         )
-        response = await self._unary(self._stub.Send, request, ROUTER_SEND_DEADLINE)
+        response = await self._unary(self._stub.Send, request, deadline=ROUTER_SEND_DEADLINE)
         return send_outcome(response)
 
     async def poll(
@@ -216,7 +200,7 @@ class GrpcRouter(AsyncClosing):
             request.cursor = cursor.encode()
         request.hold.CopyFrom(hold_duration(hold))
         deadline = min(max(hold, 0.0), POLL_HOLD) + POLL_DEADLINE_MARGIN
-        response = await self._unary(self._stub.Poll, request, deadline)
+        response = await self._unary(self._stub.Poll, request, deadline=deadline)
         return read_outcome(response)
 
     async def subscribe(
@@ -261,48 +245,27 @@ class GrpcRouter(AsyncClosing):
         finally:
             call.cancel()
 
-    def _check_open(self) -> None:
-        if self._state is not RouterState.OPEN:
-            raise RouterClosedError(self._state)
+    def _refused_error(self) -> Exception:
+        return RouterClosedError(self._state)
 
-    def _raise_if_closed(self) -> None:
-        """A call cancelled by `close()` (not by its caller) is `RouterClosedError`."""
-        task = asyncio.current_task()
-        if self._state is RouterState.CLOSED and (task is None or task.cancelling() == 0):
-            raise RouterClosedError(self._state) from None
+    def _closed_error(self) -> Exception:
+        return RouterClosedError(self._state)
 
-    def _check_version(self, metadata: Any) -> None:
-        announced = answered_version(metadata)
-        if announced is not None:
-            raise RouterVersionMismatch(f"the router at {self._target} speaks {announced}")
+    def _version_error(self, announced: str) -> Exception:
+        return RouterVersionMismatch(f"the router at {self._target} speaks {announced}")
 
-    def _raise_for(self, error: grpc.aio.AioRpcError) -> NoReturn:
-        if self._state is RouterState.CLOSED:
-            raise RouterClosedError(self._state) from None
+    def _failure(self, error: grpc.aio.AioRpcError) -> Exception:
         if is_version_mismatch(error):
             logger.error(
                 "the router at %s speaks another harness-version: %s",
                 self._target,
                 describe_failure(error),
             )
-            raise RouterVersionMismatch(
+            return RouterVersionMismatch(
                 f"the router at {self._target} refused our version: {describe_failure(error)}",
                 code=error.code().name,
-            ) from None
-        raise RouterUnavailable(
+            )
+        return RouterUnavailable(
             f"the router at {self._target} failed the call: {describe_failure(error)}",
             code=error.code().name,
-        ) from None
-
-    async def _unary(self, method: Any, request: Any, deadline: float) -> Any:
-        self._check_open()
-        call = method(request, metadata=self._metadata, timeout=deadline)
-        try:
-            response = await call
-            self._check_version(await call.initial_metadata())
-        except grpc.aio.AioRpcError as error:
-            self._raise_for(error)
-        except asyncio.CancelledError:
-            self._raise_if_closed()
-            raise
-        return response
+        )

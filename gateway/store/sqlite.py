@@ -43,7 +43,7 @@ from gateway.store.writer import (
     CommitWriterSettings,
     CommitWriterState,
     FatalHandler,
-    close_opened_connection,
+    connect_on_own_thread,
 )
 
 logger = logging.getLogger(__name__)
@@ -321,14 +321,10 @@ class _Reader:
 
     @classmethod
     async def open(cls, path: Path) -> _Reader:
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=READER_THREAD_NAME)
-        job = executor.submit(functools.partial(open_database, path, read_only=True))
-        try:
-            connection = await asyncio.wrap_future(job)
-        except BaseException:
-            executor.submit(close_opened_connection, job)
-            executor.shutdown(wait=False)
-            raise
+        connection, executor = await connect_on_own_thread(
+            functools.partial(open_database, path, read_only=True),
+            thread_name=READER_THREAD_NAME,
+        )
         return cls(connection, executor)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:

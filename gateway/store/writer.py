@@ -219,15 +219,7 @@ class CommitWriter(AsyncClosing):
         connection needs no `check_same_thread=False`. Whatever `connect` raises propagates
         and nothing is left running.
         """
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WRITER_THREAD_NAME)
-        job = executor.submit(connect)
-        try:
-            connection = await asyncio.wrap_future(job)
-        except BaseException:
-            # If we were cancelled while `connect` still ran, close what it opens, on its thread.
-            executor.submit(close_opened_connection, job)
-            executor.shutdown(wait=False)
-            raise
+        connection, executor = await connect_on_own_thread(connect, thread_name=WRITER_THREAD_NAME)
         writer = cls(
             connection,
             executor,
@@ -595,7 +587,24 @@ def _rollback_quietly(connection: sqlite3.Connection) -> None:
         logger.warning("store rollback after a fatal error failed", exc_info=True)
 
 
-def close_opened_connection(job: ThreadFuture[sqlite3.Connection]) -> None:
+async def connect_on_own_thread(
+    connect: Callable[[], sqlite3.Connection], *, thread_name: str
+) -> tuple[sqlite3.Connection, ThreadPoolExecutor]:
+    """`connect()` run on a new one-thread executor, which alone uses the connection from
+    then on. Whatever `connect` raises propagates, and nothing is left running."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+    job = executor.submit(connect)
+    try:
+        connection = await asyncio.wrap_future(job)
+    except BaseException:
+        # If we were cancelled while `connect` still ran, close what it opens, on its thread.
+        executor.submit(_close_opened_connection, job)
+        executor.shutdown(wait=False)
+        raise
+    return connection, executor
+
+
+def _close_opened_connection(job: ThreadFuture[sqlite3.Connection]) -> None:
     """Close the connection a finished `connect` job produced, if it produced one.
 
     Submitted to the same single-thread executor after a `connect` job whose caller gave

@@ -82,7 +82,7 @@ class Bob:
             requested_schema=SCHEMA,
         )
         gather = op is CollectiveOp.GATHER
-        return self.collectives.classify_request(
+        return self.collectives.responder.classify_request(
             part,
             sender=sender,
             conversation_id=(self.direct if gather else self.group).conversation_id,
@@ -94,7 +94,7 @@ class Bob:
 
     async def answer(self, to: str = "agent:alice", slot: str | None = "mon") -> str:
         response = Decline() if slot is None else Accept(content={"slot": slot})
-        return await self.collectives.answer(to=to, response=response)
+        return await self.collectives.responder.answer(to=to, response=response)
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ async def test_a_request_seen_a_second_time_is_consumed(bob):
         requested_schema=SCHEMA,
     )
     first, second = (
-        bob.collectives.classify_request(
+        bob.collectives.responder.classify_request(
             part,
             sender="alice",
             conversation_id=bob.direct.conversation_id,
@@ -266,7 +266,7 @@ async def test_an_all_gather_member_emits_the_result_its_requesters_close_lists(
     await bob.answer(to=GROUP, slot="mon")
     bob_hash = bob.member.posting.posts[0].handle.certified.result()
 
-    closed = bob.collectives.classify_close(
+    closed = bob.collectives.responder.classify_close(
         ClosePart(id=operation_id, included=(bob_hash, carol_hash)),
         sender="alice",
         conversation_id=bob.group.conversation_id,
@@ -290,7 +290,7 @@ async def test_an_all_gather_member_emits_the_result_its_requesters_close_lists(
 async def test_a_close_not_from_the_requester_is_consumed_without_effect(bob):
     request = bob.receive(CollectiveOp.ALL_GATHER)
     assert request.item is not None
-    closed = bob.collectives.classify_close(
+    closed = bob.collectives.responder.classify_close(
         ClosePart(id=request.item.id, included=()),
         sender="carol",
         conversation_id=bob.group.conversation_id,
@@ -307,7 +307,7 @@ async def test_a_close_that_lists_the_members_own_uncertified_answer_waits_for_i
     [posted] = bob.member.posting.posts
     own_hash = HashId.RECORD.of("bob's answer")
 
-    held = bob.collectives.classify_close(
+    held = bob.collectives.responder.classify_close(
         ClosePart(id=request.item.id, included=(own_hash,)),
         sender="alice",
         conversation_id=bob.group.conversation_id,

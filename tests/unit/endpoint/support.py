@@ -13,7 +13,7 @@ from gateway.contract.codec import item_from_json
 from gateway.contract.jsonvalue import parse_canonical_json
 from gateway.contract.values import InboundItem
 from gateway.endpoint.inbox import AgentInbox
-from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
+from gateway.endpoint.runtime import AgentParts, AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network, NetworkObserver
 from gateway.identity.keys import SigningKey, VerifyCache
@@ -96,22 +96,24 @@ class Daemon:
         )
         observed = Observed()
         runtime = AgentRuntime(
-            identity=identity,
-            certifier=certifier,
-            network=self.network,
-            registry=self.client,
-            store=self.store,
-            inbox=AgentInbox(
-                agent_id=identity.agent_id,
+            AgentParts(
+                identity=identity,
+                certifier=certifier,
+                network=self.network,
+                registry=self.client,
                 store=self.store,
-                next_seq=1,
-                window=16,
-                clock=self.clock.time,
+                inbox=AgentInbox(
+                    agent_id=identity.agent_id,
+                    store=self.store,
+                    next_seq=1,
+                    window=16,
+                    clock=self.clock.time,
+                ),
+                timeouts=timeouts,
+                clock=self.clock,
             ),
-            timeouts=timeouts,
             run_id="run-1",
             observer=observed.observer(),
-            clock=self.clock,
         )
         self.runtimes[identity.agent_id] = runtime
         self.observed[name] = observed
