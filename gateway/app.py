@@ -31,12 +31,12 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Protocol, Self
+from typing import Final, Protocol
 
 from gateway import __version__
 from gateway.agents import AgentDirectory, Hosting
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.closing import AsyncClosing
 from gateway.endpoint.api import (
     AgentStatus,
     AuthFailure,
@@ -182,7 +182,7 @@ def _send_observer(metrics: Metrics) -> SendObserver:
     )
 
 
-class Gateway:
+class Gateway(AsyncClosing):
     """One gateway daemon: its components, their start and shutdown, and `GatewayCore`."""
 
     def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -599,15 +599,8 @@ class Gateway:
         if self._components is not None and self._components.metrics_server is not None:
             await asyncio.to_thread(self._components.metrics_server.stop)
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def close(self) -> None:
+        """The shutdown order without its waits: how `async with` leaves a gateway."""
         await self.shutdown(skip_waits=True)
 
     # --- observers of the network --------------------------------------------------------------
