@@ -25,7 +25,7 @@ from typing import Final
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.collectives.port import Classified, CollectiveRefusal
 from gateway.collectives.runtime import Collectives
-from gateway.contract.addresses import canonicalize, name_of, unknown_agent_error
+from gateway.contract.addresses import agent_address, canonicalize, name_of, unknown_agent_error
 from gateway.contract.codec import CodecError, message_from_json
 from gateway.contract.collective_part import (
     ClosePart,
@@ -315,7 +315,7 @@ class AgentRuntime:
     @property
     def address(self) -> str:
         """`agent:<name>`."""
-        return f"agent:{self.identity.agent_name}"
+        return agent_address(self.identity.agent_name)
 
     @property
     def agent_id(self) -> str:
