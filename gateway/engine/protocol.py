@@ -62,7 +62,6 @@ from gateway.identity.objects import VERSION as VERSION
 from gateway.identity.objects import ProtocolError as ProtocolError
 from gateway.identity.objects import ProtocolObject as ProtocolObject
 from gateway.identity.objects import (
-    VersionedObject,
     array_field,
     flag_field,
     hash_id_field,
@@ -96,15 +95,17 @@ _MAX_ENVELOPE_BODY_TEXT: Final = (MAX_ENVELOPE_BODY_BYTES * 4 + 2) // 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConversationIdentity(VersionedObject):
+class ConversationIdentity:
     """`{kind:"conversation_identity", memberAgentIds}`: 2..32 AgentIds in byte order."""
 
     KIND: ClassVar[str] = "conversation_identity"
     member_agent_ids: tuple[str, ...]
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "memberAgentIds": list(self.member_agent_ids),
         }
 
@@ -146,7 +147,7 @@ def _agent_id_item(value: object, at: str) -> str:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MembershipDescriptor(VersionedObject):
+class MembershipDescriptor:
     """`{kind:"membership_descriptor", conversationId, members:[SignedAgentCard...]}`."""
 
     KIND: ClassVar[str] = "membership_descriptor"
@@ -171,9 +172,11 @@ class MembershipDescriptor(VersionedObject):
                 return member.card
         return None
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "members": [member.to_json() for member in self.members],
         }
@@ -212,7 +215,7 @@ def _membership_order_problem(descriptor: MembershipDescriptor) -> str | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PostIntent(VersionedObject):
+class PostIntent:
     """`{kind:"post_intent", conversationId, membershipHash, authorAgentId, postId, content}`.
 
     (author, PostId) names one immutable intent; its hash excludes predecessor, anchor and
@@ -226,9 +229,11 @@ class PostIntent(VersionedObject):
     post_id: str
     content: Content
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version` (`content` in the contract's part shape)."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object (`content` in the contract's part shape)."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "authorAgentId": self.author_agent_id,
@@ -259,7 +264,7 @@ class PostIntent(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GenesisAnchor(VersionedObject):
+class GenesisAnchor:
     """`{kind:"genesis_anchor", conversationId, membershipHash, routerInstanceId}`."""
 
     KIND: ClassVar[str] = "genesis_anchor"
@@ -267,9 +272,11 @@ class GenesisAnchor(VersionedObject):
     membership_hash: str
     router_instance_id: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "routerInstanceId": self.router_instance_id,
@@ -291,7 +298,7 @@ class GenesisAnchor(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorBody(VersionedObject):
+class ReanchorBody:
     """`{kind:"reanchor", conversationId, membershipHash, previousAnchorHash,
     selectedRecordHash, routerInstanceId}`."""
 
@@ -302,9 +309,11 @@ class ReanchorBody(VersionedObject):
     selected_record_hash: str
     router_instance_id: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "previousAnchorHash": self.previous_anchor_hash,
@@ -346,7 +355,7 @@ Anchor: TypeAlias = GenesisAnchor | ReanchorBody
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GenesisAction(VersionedObject):
+class GenesisAction:
     """`{kind:"GENESIS", conversationId, membership, anchor, previousRecordHash:null,
     postIntent, postIntentHash}`: the first record of a conversation, signed by all members."""
 
@@ -367,9 +376,11 @@ class GenesisAction(VersionedObject):
         """The intent's author."""
         return self.post_intent.author_agent_id
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "membership": self.membership.to_json(),
             "anchor": self.anchor.to_json(),
@@ -405,7 +416,7 @@ class GenesisAction(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PostAction(VersionedObject):
+class PostAction:
     """`{kind:"POST", conversationId, membershipHash, anchorHash, previousRecordHash,
     postIntent, postIntentHash}`: a successor of one certified record."""
 
@@ -422,9 +433,11 @@ class PostAction(VersionedObject):
         """The intent's author."""
         return self.post_intent.author_agent_id
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "anchorHash": self.anchor_hash,
@@ -475,7 +488,7 @@ def action_from_json(value: JsonValue, *, at: str = "action") -> Action:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RecordCore(VersionedObject):
+class RecordCore:
     """`{kind:"record_core", membership, anchorHash, action, actionHash}`.
 
     RecordHash covers this and no signature, so every valid signer subset gives one hash.
@@ -487,9 +500,11 @@ class RecordCore(VersionedObject):
     action: Action
     action_hash: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "membership": self.membership.to_json(),
             "anchorHash": self.anchor_hash,
             "action": self.action.to_json(),
@@ -514,7 +529,7 @@ class RecordCore(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpRequest(VersionedObject):
+class CatchUpRequest:
     """`{kind:"catch_up_request", conversationId, membershipHash, requesterAgentId,
     knownRecordHash, knownAnchorHash}`: both positions null (asking for GENESIS) or both set."""
 
@@ -525,9 +540,11 @@ class CatchUpRequest(VersionedObject):
     known_record_hash: str | None
     known_anchor_hash: str | None
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
             "requesterAgentId": self.requester_agent_id,
@@ -569,16 +586,18 @@ class CatchUpRequest(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionSignature(VersionedObject):
+class ActionSignature:
     """`{kind:"action_signature", signerAgentId, actionHash}`."""
 
     KIND: ClassVar[str] = "action_signature"
     signer_agent_id: str
     action_hash: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "actionHash": self.action_hash,
         }
@@ -594,7 +613,7 @@ class ActionSignature(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DurabilityVote(VersionedObject):
+class DurabilityVote:
     """`{kind:"durability_vote", signerAgentId, conversationId, membershipHash, recordHash}`."""
 
     KIND: ClassVar[str] = "durability_vote"
@@ -603,9 +622,11 @@ class DurabilityVote(VersionedObject):
     membership_hash: str
     record_hash: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "conversationId": self.conversation_id,
             "membershipHash": self.membership_hash,
@@ -627,7 +648,7 @@ class DurabilityVote(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorVote(VersionedObject):
+class ReanchorVote:
     """`{kind:"reanchor_vote", signerAgentId, anchorHash, reanchor}`."""
 
     KIND: ClassVar[str] = "reanchor_vote"
@@ -635,9 +656,11 @@ class ReanchorVote(VersionedObject):
     anchor_hash: str
     reanchor: ReanchorBody
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "anchorHash": self.anchor_hash,
             "reanchor": self.reanchor.to_json(),
@@ -666,7 +689,7 @@ class CatchUpItemKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpAttestation(VersionedObject):
+class CatchUpAttestation:
     """`{kind:"catch_up_attestation", signerAgentId, request, itemKind, itemHash, hasMore}`."""
 
     KIND: ClassVar[str] = "catch_up_attestation"
@@ -677,9 +700,11 @@ class CatchUpAttestation(VersionedObject):
     has_more: bool
     """A hint, never a safety input."""
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "signerAgentId": self.signer_agent_id,
             "request": self.request.to_json(),
             "itemKind": self.item_kind.value,
@@ -741,7 +766,7 @@ def statement_from_json(value: JsonValue, *, at: str = "statement") -> Statement
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignedStatement(VersionedObject):
+class SignedStatement:
     """`{kind:"signed_statement", statement, signature}`: `SIG(signer, "statement", statement)`.
 
     Evidence, and a packet of its own (the envelope sender must be the signer).
@@ -756,9 +781,11 @@ class SignedStatement(VersionedObject):
         """The statement's signer."""
         return self.statement.signer_agent_id
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "statement": self.statement.to_json(),
             "signature": self.signature,
         }
@@ -788,16 +815,18 @@ def _entries(obj: Mapping[str, JsonValue], name: str, at: str) -> tuple[SignedSt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionCertificate(VersionedObject):
+class ActionCertificate:
     """`{kind:"action_certificate", actionHash, signatures:[SignedStatement...]}`."""
 
     KIND: ClassVar[str] = "action_certificate"
     action_hash: str
     signatures: tuple[SignedStatement, ...]
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "actionHash": self.action_hash,
             "signatures": [entry.to_json() for entry in self.signatures],
         }
@@ -813,16 +842,18 @@ class ActionCertificate(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DurabilityCertificate(VersionedObject):
+class DurabilityCertificate:
     """`{kind:"durability_certificate", recordHash, votes:[SignedStatement...]}`."""
 
     KIND: ClassVar[str] = "durability_certificate"
     record_hash: str
     votes: tuple[SignedStatement, ...]
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "recordHash": self.record_hash,
             "votes": [entry.to_json() for entry in self.votes],
         }
@@ -838,16 +869,18 @@ class DurabilityCertificate(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorCertificate(VersionedObject):
+class ReanchorCertificate:
     """`{kind:"reanchor_certificate", anchorHash, votes:[SignedStatement...]}`."""
 
     KIND: ClassVar[str] = "reanchor_certificate"
     anchor_hash: str
     votes: tuple[SignedStatement, ...]
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "anchorHash": self.anchor_hash,
             "votes": [entry.to_json() for entry in self.votes],
         }
@@ -863,7 +896,7 @@ class ReanchorCertificate(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CompletedReanchor(VersionedObject):
+class CompletedReanchor:
     """`{kind:"completed_reanchor", anchorHash, reanchor, certificate}`; also a packet (relay)."""
 
     KIND: ClassVar[str] = "completed_reanchor"
@@ -871,9 +904,11 @@ class CompletedReanchor(VersionedObject):
     reanchor: ReanchorBody
     certificate: ReanchorCertificate
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "anchorHash": self.anchor_hash,
             "reanchor": self.reanchor.to_json(),
             "certificate": self.certificate.to_json(),
@@ -895,7 +930,7 @@ RouterAnchor: TypeAlias = GenesisAnchor | CompletedReanchor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionCertifiedRecord(VersionedObject):
+class ActionCertifiedRecord:
     """`{kind:"action_certified_record", recordHash, recordCore, routerAnchor,
     actionCertificate}`: what a member stages before voting durability."""
 
@@ -905,9 +940,11 @@ class ActionCertifiedRecord(VersionedObject):
     router_anchor: RouterAnchor
     action_certificate: ActionCertificate
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "recordHash": self.record_hash,
             "recordCore": self.record_core.to_json(),
             "routerAnchor": self.router_anchor.to_json(),
@@ -940,7 +977,7 @@ class ActionCertifiedRecord(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CertifiedRecord(VersionedObject):
+class CertifiedRecord:
     """`{kind:"certified_record", actionCertifiedRecord, durabilityCertificate}`."""
 
     KIND: ClassVar[str] = "certified_record"
@@ -952,9 +989,11 @@ class CertifiedRecord(VersionedObject):
         """The record's RecordHash (as the record states it; `check_certified_record` proves it)."""
         return self.action_certified_record.record_hash
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "actionCertifiedRecord": self.action_certified_record.to_json(),
             "durabilityCertificate": self.durability_certificate.to_json(),
         }
@@ -977,15 +1016,15 @@ class CertifiedRecord(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActionProposal(VersionedObject):
+class ActionProposal:
     """`{kind:"action_proposal", action}`."""
 
     KIND: ClassVar[str] = "action_proposal"
     action: Action
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
-        return {"action": self.action.to_json()}
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
+        return {"kind": self.KIND, "version": VERSION, "action": self.action.to_json()}
 
     @classmethod
     def from_json(cls, value: JsonValue, *, at: str = "action_proposal") -> Self:
@@ -999,7 +1038,7 @@ CatchUpItem: TypeAlias = CertifiedRecord | CompletedReanchor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpPage(VersionedObject):
+class CatchUpPage:
     """`{kind:"catch_up_page", request, item, hasMore, attestation}`."""
 
     KIND: ClassVar[str] = "catch_up_page"
@@ -1008,9 +1047,11 @@ class CatchUpPage(VersionedObject):
     has_more: bool
     attestation: SignedStatement
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "request": self.request.to_json(),
             "item": self.item.to_json(),
             "hasMore": self.has_more,
@@ -1039,16 +1080,18 @@ class CatchUpPage(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpIncomplete(VersionedObject):
+class CatchUpIncomplete:
     """`{kind:"catch_up_incomplete", request, attestation}`."""
 
     KIND: ClassVar[str] = "catch_up_incomplete"
     request: CatchUpRequest
     attestation: SignedStatement
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "request": self.request.to_json(),
             "attestation": self.attestation.to_json(),
         }
@@ -1097,7 +1140,7 @@ def packet_from_json(value: JsonValue, *, at: str = "packet") -> Packet:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Envelope(VersionedObject):
+class Envelope:
     """`{kind:"envelope", senderAgentId, recipientAgentIds, messageId, body}`.
 
     `body` is `b64` of a packet's JCS bytes, at most 262,144 bytes decoded.
@@ -1116,9 +1159,11 @@ class Envelope(VersionedObject):
             raise ProtocolError("envelope.body: not canonical unpadded base64url")
         return data
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "senderAgentId": self.sender_agent_id,
             "recipientAgentIds": list(self.recipient_agent_ids),
             "messageId": self.message_id,
@@ -1152,7 +1197,7 @@ class Envelope(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignedEnvelope(VersionedObject):
+class SignedEnvelope:
     """`{kind:"signed_envelope", envelope, signature}`: `SIG(sender, "envelope", envelope)`.
 
     It attributes a packet to its sender; it is never action evidence.
@@ -1162,9 +1207,11 @@ class SignedEnvelope(VersionedObject):
     envelope: Envelope
     signature: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "envelope": self.envelope.to_json(),
             "signature": self.signature,
         }

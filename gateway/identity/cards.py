@@ -15,8 +15,8 @@ from gateway.contract.ids import RandomId
 from gateway.contract.jsonvalue import JsonValue
 from gateway.identity.keys import SigningKey, VerifyCache, is_public_key_text, verify
 from gateway.identity.objects import (
+    VERSION,
     ProtocolError,
-    VersionedObject,
     is_timestamp,
     object_fields,
     random_id_field,
@@ -27,7 +27,7 @@ from gateway.identity.objects import (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AgentCard(VersionedObject):
+class AgentCard:
     """`{kind:"agent_card", agentId, agentName, publicKey, issuedAt}`, minted by the Registry."""
 
     KIND: ClassVar[str] = "agent_card"
@@ -38,9 +38,11 @@ class AgentCard(VersionedObject):
     issued_at: str
     """UTC `YYYY-MM-DDTHH:MM:SSZ`."""
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "agentId": self.agent_id,
             "agentName": self.agent_name,
             "publicKey": self.public_key,
@@ -72,16 +74,18 @@ class AgentCard(VersionedObject):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignedAgentCard(VersionedObject):
+class SignedAgentCard:
     """`{kind:"signed_agent_card", card, signature}`: `SIG(registryKey, "agent-card", card)`."""
 
     KIND: ClassVar[str] = "signed_agent_card"
     card: AgentCard
     signature: str
 
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The fields after `kind` and `version`."""
+    def to_json(self) -> dict[str, JsonValue]:
+        """The spec's JSON object."""
         return {
+            "kind": self.KIND,
+            "version": VERSION,
             "card": self.card.to_json(),
             "signature": self.signature,
         }

@@ -14,7 +14,7 @@ import datetime as dt
 import itertools
 import re
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Final, Protocol, Self, TypeVar
+from typing import Final, Protocol, Self, TypeVar
 
 from gateway.contract.ids import HashId, RandomId, agent_id_order_key
 from gateway.contract.jsonvalue import (
@@ -175,25 +175,6 @@ def strictly_byte_ordered(agent_ids: Sequence[str]) -> bool:
 
 
 # --- Bytes -------------------------------------------------------------------------------
-
-
-class VersionedObject:
-    """Base of every protocol object: its JSON is `kind`, `version`, then `fields_json()`.
-
-    Written once so that no object can forget the version or spell its kind differently
-    from the `KIND` that `object_fields` checks on decoding.
-    """
-
-    __slots__ = ()
-    KIND: ClassVar[str]
-
-    def fields_json(self) -> dict[str, JsonValue]:
-        """The object's own fields, camelCase, as the spec names them."""
-        raise NotImplementedError
-
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        return {"kind": self.KIND, "version": VERSION, **self.fields_json()}
 
 
 class ProtocolObject(Protocol):
