@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import time
+import time as _time
 from typing import Final, Protocol
 
 
@@ -33,15 +33,16 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The operating system's clocks and the event loop's sleep."""
+    """The operating system's clocks and the event loop's sleep.
 
-    def time(self) -> float:
-        """`time.time()`."""
-        return time.time()
+    The clock functions are the builtins themselves, not methods wrapping them: the send
+    path reads the clock several times per post, and a wrapper would add a Python frame to
+    each read."""
 
-    def monotonic(self) -> float:
-        """`time.monotonic()`."""
-        return time.monotonic()
+    time = staticmethod(_time.time)
+    """`time.time()`."""
+    monotonic = staticmethod(_time.monotonic)
+    """`time.monotonic()`."""
 
     async def sleep(self, seconds: float) -> None:
         """`asyncio.sleep(seconds)`."""
