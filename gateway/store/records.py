@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
@@ -602,12 +603,15 @@ class AgentSnapshot:
 def _row_of(row_type: type[RowT], write: DataclassInstance, **fixed: object) -> RowT:
     """The row a write puts: each field of `row_type` is the write's field of the same name
     (a write is its agent key and its row's fields), unless `fixed` gives it."""
-    return row_type(
-        **{
-            field.name: fixed[field.name] if field.name in fixed else getattr(write, field.name)
-            for field in dataclasses.fields(row_type)
-        }
-    )
+    values = {name: getattr(write, name) for name in _field_names(row_type) if name not in fixed}
+    values.update(fixed)
+    return row_type(**values)
+
+
+@functools.cache
+def _field_names(row_type: type[DataclassInstance]) -> tuple[str, ...]:
+    # Looked up once per row type: every write of every commit builds its row through here.
+    return tuple(field.name for field in dataclasses.fields(row_type))
 
 
 def inbox_tombstone(item: bytes) -> bytes:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 import sqlite3
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never
 
 from gateway.store import records
@@ -257,7 +258,16 @@ class _Table(Generic[RowT]):
 
     An enum-typed field is stored as its value and read back as the member."""
 
-    __slots__ = ("_columns", "_enums", "_insert", "_row_type", "columns", "name")
+    __slots__ = (
+        "_columns",
+        "_enums",
+        "_insert",
+        "_row_type",
+        "_sql_by_key",
+        "_values_of",
+        "columns",
+        "name",
+    )
 
     def __init__(
         self,
@@ -279,6 +289,16 @@ class _Table(Generic[RowT]):
             if isinstance(hint := hints[column], type) and issubclass(hint, enum.Enum)
         }
         self._insert: Final = insert
+        # Every group commit writes several rows: the field values are read in one C call
+        # and the INSERT is spelled once per key, not per row.
+        self._values_of: Final = operator.attrgetter(*self._columns)
+        self._sql_by_key: Final = {
+            key: (
+                f"{insert} INTO {name} ({', '.join((*key, *self._columns))}) "
+                f"VALUES ({', '.join('?' * (len(key) + len(self._columns)))})"
+            )
+            for key in ((), ("agent_id",))
+        }
 
     def read(self, values: Sequence[Any]) -> RowT:
         """The row of one result in `columns` order."""
@@ -303,18 +323,30 @@ class _Table(Generic[RowT]):
         values = db.execute(sql, parameters).fetchone()
         return None if values is None else self.read(values)
 
-    def put(self, db: sqlite3.Connection, row: RowT, **key: str) -> None:
-        """Insert `row` under its key columns (`agent_id=...`), as `insert` says."""
-        values: dict[str, object] = dict(key)
-        for column in self._columns:
-            value = getattr(row, column)
-            values[column] = value.value if column in self._enums else value
-        names = ", ".join(values)
-        marks = ", ".join("?" * len(values))
-        db.execute(
-            f"{self._insert} INTO {self.name} ({names}) VALUES ({marks})",
-            tuple(values.values()),
-        )
+    def put(
+        self,
+        db: sqlite3.Connection,
+        row: RowT,
+        *,
+        agent_id: str | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> None:
+        """Insert `row` (under `agent_id` for a per-agent table), as `insert` says;
+        `overrides` stores other values than the row's in the columns it names."""
+        values = self._values_of(row)
+        if len(self._columns) == 1:
+            values = (values,)
+        if self._enums or overrides:
+            named = dict(zip(self._columns, values, strict=True))
+            for column in self._enums:
+                named[column] = named[column].value
+            if overrides:
+                named.update(overrides)
+            values = tuple(named.values())
+        if agent_id is None:
+            db.execute(self._sql_by_key[()], values)
+        else:
+            db.execute(self._sql_by_key[("agent_id",)], (agent_id, *values))
 
 
 _IDENTITIES: Final = _Table("identities", records.IdentityRow, insert="INSERT")
@@ -388,7 +420,7 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
             _EVIDENCE.put(db, write.row(), agent_id=write.agent_id)
         case records.PutRecord():
             # The bytes are in record_bodies, once for every member of the conversation.
-            _RECORDS.put(db, dataclasses.replace(write.row(), record=b""), agent_id=write.agent_id)
+            _RECORDS.put(db, write.row(), agent_id=write.agent_id, overrides={"record": b""})
             db.execute(
                 "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
                 (write.record_hash, elide_membership(write.record, write.membership)),
