@@ -26,7 +26,7 @@ helpers, which take objects that may also have been built locally.
     check_catch_up_answer       page or incomplete + item       -> ProtocolError
     check_envelope              sender, signature, recipients   -> ProtocolError
 
-The module is long (some 1,800 lines) on purpose: it is the engine's one closed vocabulary,
+The module is long (some 1,900 lines) on purpose: it is the engine's one closed vocabulary,
 each object next to the rules that check it, in the order of the spec's sections, and the
 decoders call one another; split, a reader would chase one object's rules across files. The
 leaf `gateway.identity` holds what the Registry shares with it: cards, keys, the field readers.
