@@ -34,6 +34,7 @@ from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network
 from gateway.identity.keys import SigningKey, VerifyCache
+from gateway.identity.objects import format_timestamp
 from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
 from gateway.store.port import Store
 from gateway.store.records import PutIdentity, PutToken, RevokeTokens
@@ -46,7 +47,7 @@ INVALID_NAME_TEXT = "an agent name is 3 to 32 characters of a-z, 0-9 and inner h
 
 def _utc_text(seconds: float) -> str:
     """Epoch seconds as the `YYYY-MM-DDTHH:MM:SSZ` text rows keep."""
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_timestamp(dt.datetime.fromtimestamp(seconds, dt.UTC))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -110,6 +110,9 @@ class AckApplier:
         return results
 
 
+_DELIVERY_ITEMS: Final = frozenset(DeliveryItem)
+
+
 def _item_kind(item: bytes) -> DeliveryItem:
     """The top-level `kind` of a stored item (for metrics); a message when unreadable."""
     try:
@@ -117,6 +120,6 @@ def _item_kind(item: bytes) -> DeliveryItem:
     except JsonValueError:
         return DeliveryItem.MULTICAST
     kind = value.get("kind") if isinstance(value, dict) else None
-    if isinstance(kind, str) and kind in DeliveryItem.__members__.values():
+    if isinstance(kind, str) and kind in _DELIVERY_ITEMS:
         return DeliveryItem(kind)
     return DeliveryItem.MULTICAST

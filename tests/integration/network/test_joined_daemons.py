@@ -5,6 +5,7 @@ Registry: real `harness-gateway registry`, `router` and `serve` processes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -12,6 +13,7 @@ import harness_client
 import pytest
 from harness_client import (
     DirectMessage,
+    Endpoint,
     GroupMessage,
     InboundDelivery,
     MessageInput,
@@ -38,6 +40,19 @@ async def register(daemon: NetworkProcess, name: str) -> str:
     return registered.token
 
 
+@contextlib.asynccontextmanager
+async def alice_and_bob(network: RunningNetwork) -> AsyncIterator[tuple[Endpoint, Endpoint]]:
+    """alice registered and connected on the first daemon, bob on the second."""
+    first, second = network.daemons
+    alice_token = await register(first, "alice")
+    bob_token = await register(second, "bob")
+    async with (
+        await harness_client.connect(first.address, token=alice_token) as alice,
+        await harness_client.connect(second.address, token=bob_token) as bob,
+    ):
+        yield alice, bob
+
+
 async def next_delivery(deliveries: AsyncIterator[InboundDelivery]) -> InboundDelivery:
     return await asyncio.wait_for(anext(deliveries), BOUND)
 
@@ -55,31 +70,24 @@ def explain(network: RunningNetwork) -> str:
 
 @pytest.mark.timeout(120)
 async def test_a_direct_multicast_certifies_across_two_daemons_through_the_standalone_router():
-    async with run_network(daemons=2) as network:
-        first, second = network.daemons
-        alice_token = await register(first, "alice")
-        bob_token = await register(second, "bob")
-        async with (
-            await harness_client.connect(first.address, token=alice_token) as alice,
-            await harness_client.connect(second.address, token=bob_token) as bob,
-        ):
-            try:
-                result = await asyncio.wait_for(
-                    alice.send(MessageInput(to="agent:bob", text="hello across processes")),
-                    BOUND,
-                )
-                deliveries = bob.messages()
-                delivery = await next_delivery(deliveries)
-            except BaseException as error:
-                raise AssertionError(f"{error!r}{explain(network)}") from error
-            item = delivery.item
-            assert isinstance(item, MulticastItem)
-            assert isinstance(item.message, DirectMessage)
-            assert item.message.sender == "agent:alice"
-            assert item.message.content == (TextPart(text="hello across processes"),)
-            assert result.operation_id is None
-            await delivery.acknowledge()
-            await deliveries.aclose()
+    async with run_network(daemons=2) as network, alice_and_bob(network) as (alice, bob):
+        try:
+            result = await asyncio.wait_for(
+                alice.send(MessageInput(to="agent:bob", text="hello across processes")),
+                BOUND,
+            )
+            deliveries = bob.messages()
+            delivery = await next_delivery(deliveries)
+        except BaseException as error:
+            raise AssertionError(f"{error!r}{explain(network)}") from error
+        item = delivery.item
+        assert isinstance(item, MulticastItem)
+        assert isinstance(item.message, DirectMessage)
+        assert item.message.sender == "agent:alice"
+        assert item.message.content == (TextPart(text="hello across processes"),)
+        assert result.operation_id is None
+        await delivery.acknowledge()
+        await deliveries.aclose()
 
 
 @pytest.mark.timeout(120)
@@ -114,34 +122,25 @@ async def test_a_group_of_three_on_three_daemons_certifies_and_every_member_rece
 
 @pytest.mark.timeout(120)
 async def test_conversations_keep_certifying_after_the_router_process_restarts():
-    async with run_network(daemons=2) as network:
-        first, second = network.daemons
-        alice_token = await register(first, "alice")
-        bob_token = await register(second, "bob")
-        async with (
-            await harness_client.connect(first.address, token=alice_token) as alice,
-            await harness_client.connect(second.address, token=bob_token) as bob,
-        ):
-            deliveries = bob.messages()
-            try:
-                await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="one")), BOUND)
-                before = await next_delivery(deliveries)
-                await before.acknowledge()
-                instance = network.router.ready_line["instance_id"]
-                await network.router.stop()
-                await network.router.start()
-                assert network.router.ready_line["instance_id"] != instance
-                # Both daemons recover on the new instance; the conversation re-anchors.
-                await asyncio.wait_for(
-                    alice.send(MessageInput(to="agent:bob", text="two")), BOUND * 2
-                )
-                after = await next_delivery(deliveries)
-            except BaseException as error:
-                raise AssertionError(f"{error!r}{explain(network)}") from error
-            assert message_of(after).content == (TextPart(text="two"),)
-            assert message_of(after).post_id != message_of(before).post_id
-            await after.acknowledge()
-            await deliveries.aclose()
+    async with run_network(daemons=2) as network, alice_and_bob(network) as (alice, bob):
+        deliveries = bob.messages()
+        try:
+            await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="one")), BOUND)
+            before = await next_delivery(deliveries)
+            await before.acknowledge()
+            instance = network.router.ready_line["instance_id"]
+            await network.router.stop()
+            await network.router.start()
+            assert network.router.ready_line["instance_id"] != instance
+            # Both daemons recover on the new instance; the conversation re-anchors.
+            await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="two")), BOUND * 2)
+            after = await next_delivery(deliveries)
+        except BaseException as error:
+            raise AssertionError(f"{error!r}{explain(network)}") from error
+        assert message_of(after).content == (TextPart(text="two"),)
+        assert message_of(after).post_id != message_of(before).post_id
+        await after.acknowledge()
+        await deliveries.aclose()
 
 
 @pytest.mark.timeout(120)
@@ -179,13 +178,7 @@ def _store_files(daemon: NetworkProcess) -> dict[str, tuple[int, int]]:
 @pytest.mark.timeout(120)
 async def test_an_idle_network_writes_nothing_and_exchanges_no_envelopes():
     async with run_network(daemons=2) as network:
-        first, second = network.daemons
-        alice_token = await register(first, "alice")
-        bob_token = await register(second, "bob")
-        async with (
-            await harness_client.connect(first.address, token=alice_token) as alice,
-            await harness_client.connect(second.address, token=bob_token) as bob,
-        ):
+        async with alice_and_bob(network) as (alice, bob):
             await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="once")), BOUND)
             deliveries = bob.messages()
             await (await next_delivery(deliveries)).acknowledge()
