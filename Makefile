@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SOURCES := gateway clients/python/src tests proto/generate.py bench
+SOURCES := gateway clients/python/src clients/examples tests proto/generate.py bench
 
 .PHONY: install serve test test-fast check lint typecheck generate check-generated bench clean
 
@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/buf format --exit-code --diff proto
 
 typecheck: $(STAMP)
-	$(BIN)/mypy gateway clients/python/src tests
+	$(BIN)/mypy gateway clients/python/src clients/examples tests
 
 generate: $(STAMP)
 	$(BIN)/python proto/generate.py

@@ -33,6 +33,7 @@ from gateway.endpoint.runtime import AgentParts, AgentRuntime, SendObserver, Sen
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network
+from gateway.firewall import Firewall
 from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.identity.objects import format_timestamp
 from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
@@ -72,6 +73,8 @@ class Hosting:
     """Metrics hooks of every send pipeline."""
     clock: Clock = SYSTEM_CLOCK
     """What every runtime and inbox reads the time through."""
+    firewall: Firewall | None = None
+    """The local firewall every agent's sends and items pass, when one is configured."""
 
 
 class AgentDirectory:
@@ -233,6 +236,7 @@ class AgentDirectory:
                 ),
                 timeouts=hosting.timeouts,
                 clock=hosting.clock,
+                firewall=hosting.firewall,
             ),
             run_id=hosting.run_id,
             export=None

@@ -52,6 +52,9 @@ from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine.certifier import Certified
 from gateway.engine.local_move import move_existing
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
+from gateway.firewall import Firewall, FirewallObserver
+from gateway.firewall.config import FirewallConfigError, load_firewall
+from gateway.firewall.spec import kind_of
 from gateway.identity.keys import VerifyCache
 from gateway.management import ManagementQueries
 from gateway.observability.gauges import GaugeLoop
@@ -60,6 +63,7 @@ from gateway.observability.metrics import (
     DAEMON_GRPC_SERVICES,
     REGISTRY_SERVICE,
     ROUTER_SERVICE,
+    FirewallReload,
     Metrics,
     SendOutcome,
     StoreMetrics,
@@ -69,6 +73,7 @@ from gateway.registry import RegistryClient, RegistryPort, SqliteRegistry
 from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter, RingSettings
 from gateway.router.port import RouterPort
+from gateway.rpc.firewall_client import GrpcExternalCaller
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
@@ -157,6 +162,8 @@ class Components:
     management: ManagementQueries
     gauges: GaugeLoop
     server: RpcServer
+    firewall: Firewall | None
+    """The local firewall, when `firewall_config` names a file."""
 
 
 def _inbox_observer(metrics: Metrics) -> InboxObserver:
@@ -179,6 +186,23 @@ def _send_observer(metrics: Metrics) -> SendObserver:
         on_member_outcome=metrics.count_member_outcome,
         on_collective_result=metrics.count_collective_result,
         on_key_resolution=metrics.count_idempotency,
+    )
+
+
+def _firewall_observer(metrics: Metrics) -> FirewallObserver:
+    return FirewallObserver(
+        on_check=metrics.observe_firewall_check, on_refusal=metrics.count_firewall_refusal
+    )
+
+
+def _log_firewall(firewall: Firewall, what: str) -> None:
+    spec = firewall.spec
+    logger.info(
+        "%s file=%s middlewares=%s content_logging=%s",
+        what,
+        spec.source,
+        ",".join(f"{m.id}:{kind_of(m).value}" for m in spec.middlewares) or "none",
+        spec.content_logging,
     )
 
 
@@ -241,6 +265,19 @@ class Gateway(AsyncClosing):
             metrics_server = MetricsServer(self.metrics, settings.metrics_listen)
             metrics_server.start()
             opened.push_async_callback(asyncio.to_thread, metrics_server.stop)
+        # A malformed firewall file refuses the start before anything opens, so its
+        # file:line:column problems are the one error shown.
+        firewall = None
+        if settings.firewall_config is not None:
+            firewall = Firewall(
+                load_firewall(settings.firewall_config),
+                caller_factory=GrpcExternalCaller,
+                observer=_firewall_observer(self.metrics),
+                clock=self._clock.time,
+                log_content=settings.log_content,
+            )
+            opened.push_async_callback(firewall.close)
+            _log_firewall(firewall, "firewall in force")
         joining = settings.router is not None or settings.registry is not None
         # Joining needs the token of the process serving the Router and Registry; read it
         # before anything opens, so a missing file is the one error shown.
@@ -323,7 +360,7 @@ class Gateway(AsyncClosing):
             local_instance_id=store.local_instance_id,
             network=network,
             registry=registry,
-            hosting=self._hosting(registry_port.registry_public_key(), cache),
+            hosting=self._hosting(registry_port.registry_public_key(), cache, firewall),
             admin_token=admin_token,
         )
         opened.push_async_callback(agents.close)
@@ -353,6 +390,7 @@ class Gateway(AsyncClosing):
             management=management,
             gauges=gauges,
             server=server,
+            firewall=firewall,
         )
 
     async def _open_store(self) -> SqliteStore:
@@ -371,7 +409,9 @@ class Gateway(AsyncClosing):
             on_fatal=self._on_fatal,
         )
 
-    def _hosting(self, registry_public_key: str, cache: VerifyCache) -> Hosting:
+    def _hosting(
+        self, registry_public_key: str, cache: VerifyCache, firewall: Firewall | None
+    ) -> Hosting:
         settings = self.settings
         return Hosting(
             registry_public_key=registry_public_key,
@@ -385,6 +425,7 @@ class Gateway(AsyncClosing):
             inbox_observer=_inbox_observer(self.metrics),
             send_observer=_send_observer(self.metrics),
             clock=self._clock,
+            firewall=firewall,
         )
 
     def _exposed_services(
@@ -586,6 +627,8 @@ class Gateway(AsyncClosing):
         await components.router.close()
         await components.registry.close()
         await components.registry_port.close()
+        # After the runtimes: no check runs any more, so the middlewares' channels close.
+        await self._close_firewall()
 
     async def _close_store(self) -> None:
         if self._components is None:
@@ -595,6 +638,10 @@ class Gateway(AsyncClosing):
         await self._components.store.close()
         self._components.lock.release()
 
+    async def _close_firewall(self) -> None:
+        if self._components is not None and self._components.firewall is not None:
+            await self._components.firewall.close()
+
     async def _stop_metrics(self) -> None:
         if self._components is not None and self._components.metrics_server is not None:
             await asyncio.to_thread(self._components.metrics_server.stop)
@@ -602,6 +649,31 @@ class Gateway(AsyncClosing):
     async def close(self) -> None:
         """The shutdown order without its waits: how `async with` leaves a gateway."""
         await self.shutdown(skip_waits=True)
+
+    # --- the firewall ----------------------------------------------------------------------
+
+    async def reload_firewall(self) -> bool:
+        """Re-read the firewall file (SIGHUP) and put it in force; streams and calls go on.
+        An invalid file keeps the policy in force and says why. True when the new file is
+        in force."""
+        components = self._components
+        path = self.settings.firewall_config
+        if components is None or components.firewall is None or path is None:
+            logger.info("SIGHUP: no firewall file is configured; nothing to reload")
+            return False
+        try:
+            spec = await asyncio.to_thread(load_firewall, path)
+        except FirewallConfigError as error:
+            self.metrics.count_firewall_reload(FirewallReload.INVALID)
+            logger.error(
+                "firewall file invalid; the policy in force stays problems=%s",
+                "; ".join(error.problems),
+            )
+            return False
+        await components.firewall.replace(spec)
+        self.metrics.count_firewall_reload(FirewallReload.OK)
+        _log_firewall(components.firewall, "firewall reloaded")
+        return True
 
     # --- observers of the network --------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Protocol
 
 from gateway import __version__
@@ -150,6 +150,10 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--commit-delay", help="group commit window, e.g. 2ms")
     parser.add_argument("--commit-max-batch", help="most writes per group commit (512)")
     parser.add_argument("--send-certify-timeout", help="certification wait of a send, e.g. 30s")
+    parser.add_argument(
+        "--firewall-config",
+        help="the local firewall's YAML file (re-read on SIGHUP; default: no firewall)",
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -172,7 +176,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--data-dir", help="data directory (default $XDG_STATE_HOME/harness-registry)"
     )
     check = commands.add_parser(
-        "check-config", help="validate settings and print the effective values"
+        "check-config",
+        help="validate settings and the firewall file and print the effective values",
     )
     _add_serve_flags(check)
     commands.add_parser("version", help="print the version")
@@ -220,8 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"harness-gateway: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
-        print(json.dumps(describe(settings), indent=2, sort_keys=True))
-        return 0
+        return _check_config(settings)
     from gateway.observability.logs import configure_logging
 
     configure_logging(log_format=settings.log_format, level=settings.log_level)
@@ -233,6 +237,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return uvloop.run(run(settings))
     return asyncio.run(run(settings))
+
+
+def _check_config(settings: Settings) -> int:
+    """Validate the firewall file too; print every problem (exit 2) or the settings."""
+    described = describe(settings)
+    if settings.firewall_config is not None:
+        from gateway.firewall.config import FirewallConfigError, load_firewall
+        from gateway.firewall.spec import kind_of
+
+        try:
+            spec = load_firewall(settings.firewall_config)
+        except FirewallConfigError as error:
+            for problem in error.problems:
+                print(f"harness-gateway: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        described["firewall_middlewares"] = [
+            f"{middleware.id} ({kind_of(middleware).value})" for middleware in spec.middlewares
+        ]
+    print(json.dumps(described, indent=2, sort_keys=True))
+    return 0
 
 
 def _cannot_start(error: BaseException) -> int:
@@ -269,9 +293,14 @@ def _addresses(process: _Listening) -> dict[str, str]:
     }
 
 
-async def _run_until_stopped(process: _Stoppable, ready: dict[str, str]) -> int:
-    """Log `ready`, shut down on SIGTERM or SIGINT (a second signal skips the waits), and
-    return the exit code once stopped."""
+async def _run_until_stopped(
+    process: _Stoppable,
+    ready: dict[str, str],
+    *,
+    on_hangup: Callable[[], Coroutine[object, object, object]] | None = None,
+) -> int:
+    """Log `ready`, shut down on SIGTERM or SIGINT (a second signal skips the waits), run
+    `on_hangup` on SIGHUP, and return the exit code once stopped."""
     loop = asyncio.get_running_loop()
     shutdowns: list[asyncio.Task[None]] = []
 
@@ -283,9 +312,19 @@ async def _run_until_stopped(process: _Stoppable, ready: dict[str, str]) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
+    reloads: set[asyncio.Task[object]] = set()
+    if on_hangup is not None:
+        reload = on_hangup
+
+        def on_hup() -> None:
+            task = loop.create_task(reload(), name="reload")
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
     logger.info("ready", extra=ready)
     await process.wait_stopped()
-    await asyncio.gather(*shutdowns, return_exceptions=True)
+    await asyncio.gather(*shutdowns, *reloads, return_exceptions=True)
     return process.exit_code
 
 
@@ -325,6 +364,7 @@ async def _registry(settings: Settings) -> int:
 
 async def _serve(settings: Settings) -> int:
     from gateway.app import Gateway
+    from gateway.firewall.config import FirewallConfigError
     from gateway.registry import RegistryError
     from gateway.store import DataDirLocked
 
@@ -335,13 +375,20 @@ async def _serve(settings: Settings) -> int:
         logger.error("%s", error)
         print(f"harness-gateway: {error}", file=sys.stderr)
         return 1
+    except FirewallConfigError as error:
+        for problem in error.problems:
+            logger.error("cannot start: %s", problem)
+            print(f"harness-gateway: {problem}", file=sys.stderr)
+        return 1
     except (OSError, ValueError, RegistryError) as error:
         # A bind failure, an unusable peer setting, or a Registry to join that could not
         # be reached for its key.
         return _cannot_start(error)
     return await _run_until_stopped(
         gateway,
-        {
+        # SIGHUP re-reads the firewall file; streams and calls go on (firewall.md §4).
+        on_hangup=gateway.reload_firewall,
+        ready={
             "role": "serve",
             "mode": settings.mode,
             **_addresses(gateway),

@@ -109,6 +109,9 @@ class Settings:
     """Seconds in-flight calls get to finish at shutdown."""
     history_export_dir: Path | None = None
     """Directory of the optional history export (one JSON-lines file per agent)."""
+    firewall_config: Path | None = None
+    """The local firewall's YAML file (`--firewall-config`, firewall.md §4.1), re-read on
+    SIGHUP; None runs no firewall."""
     keepalive_time: float = 30.0
     """Seconds between server keepalive pings."""
     keepalive_timeout: float = 10.0
@@ -314,6 +317,7 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "shutdown_delay": parse_duration,
     "shutdown_grace": parse_duration,
     "history_export_dir": Path,
+    "firewall_config": Path,
     "keepalive_time": parse_duration,
     "keepalive_timeout": parse_duration,
     "keepalive_min_client_interval": parse_duration,

@@ -60,6 +60,12 @@ class PostingPort(Protocol):
         `within` seconds of waiting for the Router; raises `SendError`."""
         ...
 
+    async def check_send(self, recipients: Sequence[str], text: str) -> None:
+        """The local firewall's send check of this agent's text to these members (names),
+        before anything is bound; raises `FirewallSendError`. Admitted, its guidance is the
+        send's."""
+        ...
+
     async def await_certified(self, handle: PostHandle) -> str:
         """The post's RecordHash within the send bound, else `SendError` `delivery-pending`."""
         ...

@@ -28,12 +28,13 @@ from gateway.collectives.state import (
     judge,
 )
 from gateway.contract.addresses import agent_address, canonicalize
-from gateway.contract.codec import CodecError
+from gateway.contract.codec import CodecError, response_to_json
 from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePart
 from gateway.contract.content import answer_content
 from gateway.contract.errors import (
     AnswerInvalid,
     CollectiveError,
+    FirewallSendError,
     RequestAmbiguous,
     RequestAnswered,
     RequestExpired,
@@ -43,6 +44,7 @@ from gateway.contract.errors import (
 )
 from gateway.contract.forms import check_answer
 from gateway.contract.ids import collective_id, mint_collective
+from gateway.contract.jsonvalue import canonical_json
 from gateway.contract.kinds import ConsumedKind, DeliveryItem
 from gateway.contract.values import (
     Accept,
@@ -153,6 +155,26 @@ class Responder:
                 operation_id=request.id,
                 to=refusal_to,
             )
+        # The firewall's send check of the answer's JSON text (§1.5 step 5), to everyone the
+        # answer reaches: the requester, and an all_gather's other members.
+        recipients = [
+            name
+            for name in dict.fromkeys((request.requester, *request.members))
+            if name != self._agent.name
+        ]
+        try:
+            await self._posting.check_send(
+                recipients, canonical_json(response_to_json(response)).decode()
+            )
+        except FirewallSendError as error:
+            raise CollectiveRefusal(error, operation_id=request.id, to=refusal_to) from None
+        if request.state is not RequestState.OPEN:
+            # Another answer claimed it while the firewall checked this one.
+            raise CollectiveRefusal(
+                CollectiveError(request.id, RequestAnswered()),
+                operation_id=request.id,
+                to=refusal_to,
+            )
         # Claim it: a concurrent answer now finds it `sending` (request-answered).
         request.state = RequestState.SENDING
 
@@ -211,6 +233,11 @@ class Responder:
         return PutReceivedRequest(
             agent_id=self._agent.agent_id, operation_id=request.id, row=request.to_row()
         )
+
+    def requester_of(self, operation_id: str) -> str | None:
+        """The requester of a request this agent was asked and still holds."""
+        request = self._requests.get(operation_id)
+        return None if request is None else request.requester
 
     # --- classification (§2.4, §2.5, §4.1, §4.3) -----------------------------------------------
 

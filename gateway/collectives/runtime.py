@@ -50,6 +50,7 @@ from gateway.contract.collective_part import ResponsePart
 from gateway.contract.content import close_content, request_content
 from gateway.contract.errors import (
     CollectiveError,
+    FirewallSendError,
     MembersUnreachable,
     SendError,
     SendErrorReason,
@@ -229,6 +230,8 @@ class Collectives:
                 deadline_at=deadline_at,
                 requested_schema=schema,
             )
+            # One firewall check for the operation, every member its recipient (§1.1 step 6).
+            await self._posting.check_send(members, question)
             operation = Operation(
                 op=op,
                 id=operation_id,
@@ -242,9 +245,16 @@ class Collectives:
                 await self._run_gather(operation, cards, content)
             else:
                 await self._run_all_gather(operation, cards, content, conversation)
-        except (SendError, CollectiveError) as error:
+        except (SendError, CollectiveError, FirewallSendError) as error:
             raise CollectiveRefusal(error, operation_id=operation_id, to=refuse_to) from None
         return operation_id
+
+    def requester_of(self, operation_id: str) -> str | None:
+        """Who asked an operation: this agent for its own, the requester for one it was
+        asked (None when neither is held)."""
+        if operation_id in self._operations:
+            return self._agent.name
+        return self.responder.requester_of(operation_id)
 
     def _wait_bound(self, operation: Operation) -> float:
         return max(

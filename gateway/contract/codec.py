@@ -53,6 +53,7 @@ from gateway.contract.values import (
     AskOperation,
     CollectiveOp,
     CollectiveRequestItem,
+    CollectiveResponse,
     CollectiveResultItem,
     Content,
     Decline,
@@ -184,19 +185,21 @@ def send_input_to_json(send_input: SendInput) -> dict[str, JsonValue]:
                     assert_never(collective)
             return result
         case ResponseInput(to=to, response=response):
-            match response:
-                case Accept(content=content):
-                    answer: dict[str, JsonValue] = {
-                        "action": "accept",
-                        "content": answer_content_to_json(content),
-                    }
-                case Decline():
-                    answer = {"action": "decline"}
-                case _:
-                    assert_never(response)
-            return {"to": to, "collectiveResponse": answer}
+            return {"to": to, "collectiveResponse": response_to_json(response)}
         case _:
             assert_never(send_input)
+
+
+def response_to_json(response: CollectiveResponse) -> dict[str, JsonValue]:
+    """`{action: "accept", content}` or `{action: "decline"}` (an answer's JSON text is
+    what the firewall checks, firewall.md §2.1)."""
+    match response:
+        case Accept(content=content):
+            return {"action": "accept", "content": answer_content_to_json(content)}
+        case Decline():
+            return {"action": "decline"}
+        case _:
+            assert_never(response)
 
 
 def send_input_from_json(value: JsonValue) -> SendInput:

@@ -75,6 +75,8 @@ class ConsumedKind(enum.StrEnum):
     """A close record."""
     OTHER = "other"
     """Any other record the endpoint acknowledges itself."""
+    DROPPED = "dropped"
+    """A message or request the local firewall dropped (`action: drop`, firewall.md §2.2)."""
 
 
 class MemberOutcomeKind(enum.StrEnum):

@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -38,6 +38,7 @@ from gateway.contract.collective_part import (
 )
 from gateway.contract.content import multicast_content, text_of
 from gateway.contract.errors import HarnessError, SendError, SendErrorReason
+from gateway.contract.guidance import CheckedGuidance
 from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
 from gateway.contract.kinds import (
     CollectiveEnd,
@@ -66,10 +67,12 @@ from gateway.contract.values import (
 from gateway.endpoint.api import SendState
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.idempotency import KeyResolution, SendLedger
-from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, MessageStream
+from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, InboxScreen, MessageStream
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network, PostHandle
+from gateway.firewall import Firewall
+from gateway.firewall.subjects import outgoing
 from gateway.registry import Found, RegistryClient, RegistryError, RegistryVersionMismatch
 from gateway.store.errors import StoreError
 from gateway.store.port import Store
@@ -83,10 +86,19 @@ from gateway.store.records import (
 
 logger = logging.getLogger(__name__)
 
-_INVOCATION_POSTS: contextvars.ContextVar[list[PostHandle] | None] = contextvars.ContextVar(
-    "invocation_posts", default=None
+
+@dataclass(slots=True, kw_only=True)
+class _Invocation:
+    """What the current send invocation did: the posts it bound (for the history export's
+    `postIds`) and the firewall's guidance on it (for `SendResult.guidance`)."""
+
+    posts: list[PostHandle] = field(default_factory=list)
+    guidance: CheckedGuidance | None = None
+
+
+_INVOCATION: contextvars.ContextVar[_Invocation | None] = contextvars.ContextVar(
+    "invocation", default=None
 )
-"""The posts the current send invocation bound (for the history export's `postIds`)."""
 
 LOCAL_DRAIN_TIMEOUT: Final = 10.0
 """Seconds the Router has to accept a send's proposal before `delivery-pending` (§6 step 9)."""
@@ -139,6 +151,8 @@ class AgentParts:
     timeouts: SendTimeouts
     clock: Clock = SYSTEM_CLOCK
     """Every bound of the send pipeline and the collectives is measured on it."""
+    firewall: Firewall | None = None
+    """The local firewall, when the operator configured one (firewall.md)."""
 
 
 class AgentPosting:
@@ -198,10 +212,23 @@ class AgentPosting:
             extra_writes=extra_writes,
             attach_within=max(0.0, min(self._parts.timeouts.attach, within)),
         )
-        invocation = _INVOCATION_POSTS.get()
+        invocation = _INVOCATION.get()
         if invocation is not None:
-            invocation.extend(handles)
+            invocation.posts.extend(handles)
         return handles
+
+    async def check_send(self, recipients: Sequence[str], text: str) -> None:
+        """The firewall's send check (firewall.md §2.1) of this agent's text to these
+        members (names), before anything is bound; raises `FirewallSendError`. Its guidance
+        becomes the invocation's `SendResult.guidance`."""
+        firewall = self._parts.firewall
+        if firewall is None or not firewall.active:
+            return
+        name = self._parts.identity.agent_name
+        guidance = await firewall.check_send(name, outgoing(name, recipients, text))
+        invocation = _INVOCATION.get()
+        if invocation is not None:
+            invocation.guidance = guidance
 
     async def await_certified(self, handle: PostHandle, *, budget_end: float | None = None) -> str:
         """The post's RecordHash within the send bound (or by the monotonic `budget_end`),
@@ -258,9 +285,9 @@ class AgentPosting:
         return self._parts.inbox.prepare(item, token=token)
 
     async def commit(self, writes: Sequence[Write]) -> None:
-        """Commit writes atomically and wake the stream (items may be among them)."""
-        await self._parts.store.apply(writes)
-        self._parts.inbox.notify()
+        """Commit writes atomically (items among them are checked by the firewall and
+        reach the stream)."""
+        await self._parts.inbox.commit(writes)
 
     def published(self, kind: DeliveryItem) -> None:
         """An item was made durable under a fresh token."""
@@ -306,6 +333,12 @@ class AgentRuntime:
             on_member_outcome=self._observer.on_member_outcome,
             on_result=self._observer.on_collective_result,
         )
+        if parts.firewall is not None:
+            parts.inbox.screen = InboxScreen(
+                parts.firewall,
+                agent=parts.identity.agent_name,
+                requester_of=self.collectives.requester_of,
+            )
 
     @property
     def agent_name(self) -> str:
@@ -393,8 +426,8 @@ class AgentRuntime:
         self, send_input: SendInput, failure_delivery: FailureDelivery, deadline: float | None
     ) -> SendResult:
         """One send invocation, exported once when it completes."""
-        handles: list[PostHandle] = []
-        token = _INVOCATION_POSTS.set(handles)
+        invocation = _Invocation()
+        token = _INVOCATION.set(invocation)
         try:
             result = await self._send(
                 send_input,
@@ -407,11 +440,13 @@ class AgentRuntime:
                 self.export.failed(send_input, error.message)
             raise
         finally:
-            _INVOCATION_POSTS.reset(token)
+            _INVOCATION.reset(token)
+        if invocation.guidance is not None:
+            result = SendResult(operation_id=result.operation_id, guidance=invocation.guidance)
         if self.export is not None:
             certified = [
                 handle.post_id
-                for handle in handles
+                for handle in invocation.posts
                 if handle.certified.done() and not handle.certified.cancelled()
             ]
             self.export.sent(send_input, certified, result.operation_id)
@@ -484,6 +519,7 @@ class AgentRuntime:
         descriptor = posting.membership_with(
             [card for card in cards.values() if not isinstance(card, SendError)]
         )
+        await posting.check_send(conversation.others, text)
         [handle] = await posting.bind_posts(
             [(descriptor, content)], within=max(0.0, budget_end - self._clock.monotonic())
         )
@@ -519,10 +555,11 @@ class AgentRuntime:
             writes.extend(item_writes)
             outcomes.append(outcome)
             emitted.extend(published)
-        await self._store.apply(writes)
-        self.inbox.notify()
-        for outcome in outcomes:
-            if isinstance(outcome, DeliveryItem):
+        dropped = await self.inbox.commit(writes)
+        for row, outcome in zip(rows, outcomes, strict=True):
+            if row.token in dropped:
+                self._observer.on_record_consumed(ConsumedKind.DROPPED)
+            elif isinstance(outcome, DeliveryItem):
                 self._observer.on_delivery_published(outcome)
             else:
                 self._observer.on_record_consumed(outcome)

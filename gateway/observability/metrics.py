@@ -80,6 +80,7 @@ from gateway.endpoint.api import AuthFailure
 from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
 from gateway.engine.network import RouterAttachment, RouterEvent
+from gateway.firewall.model import Direction, MiddlewareKind, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -301,43 +302,14 @@ class StoreBackend(enum.StrEnum):
     """PostgreSQL (cluster mode)."""
 
 
-class FirewallKind(enum.StrEnum):
-    """`kind` of the firewall metrics: the built-in middleware kinds (firewall.md §4)."""
+FirewallKind = MiddlewareKind
+"""`kind` of the firewall metrics: the middleware kinds (firewall.md §4)."""
 
-    RECIPIENT_POLICY = "recipient-policy"
-    """Allow/deny rules over sender and recipient names."""
-    RATE_LIMIT = "rate-limit"
-    """A token bucket per agent."""
-    CONTENT_PATTERN = "content-pattern"
-    """Regular expressions over the text."""
-    TURN_GUIDANCE = "turn-guidance"
-    """Derives expectations for inbound items."""
-    EXTERNAL = "external"
-    """An operator's middleware called over gRPC."""
+FirewallDirection = Direction
+"""`direction` of `harness_firewall_checks_total`: send or delivery."""
 
-
-class FirewallDirection(enum.StrEnum):
-    """`direction` of `harness_firewall_checks_total`."""
-
-    SEND = "send"
-    """An outgoing send is checked."""
-    DELIVERY = "delivery"
-    """An inbound item is checked before delivery."""
-
-
-class FirewallVerdict(enum.StrEnum):
-    """`verdict` of `harness_firewall_checks_total`."""
-
-    PASS = "pass"  # noqa: S105 - a verdict, not a password
-    """Nothing to say."""
-    GUIDANCE = "guidance"
-    """Passed with instructions."""
-    REFUSED = "refused"
-    """The send was refused."""
-    WITHHELD = "withheld"
-    """Inbound text was withheld."""
-    ERROR = "error"
-    """The middleware failed."""
+FirewallVerdict = Verdict
+"""`verdict` of `harness_firewall_checks_total`: pass, guidance, refused, withheld, error."""
 
 
 class FirewallReload(enum.StrEnum):
@@ -999,10 +971,9 @@ class Metrics:
     # --- the firewall ---
 
     def observe_firewall_check(
-        self, kind: str, direction: str, verdict: str, seconds: float
+        self, kind: MiddlewareKind, direction: Direction, verdict: Verdict, seconds: float
     ) -> None:
-        """One middleware of `kind` (`FirewallKind`) checked a `direction`
-        (`FirewallDirection`) in `seconds`, with `verdict` (`FirewallVerdict`)."""
+        """One middleware of `kind` checked a `direction` in `seconds`, with `verdict`."""
         check = _pick(
             self._firewall_checks, "harness_firewall_checks_total", kind, direction, verdict
         )
@@ -1010,12 +981,12 @@ class Metrics:
         check.inc()
         timer.observe(seconds)
 
-    def count_firewall_refusal(self, kind: str, refusal: str) -> None:
-        """A middleware of `kind` (`FirewallKind`) refused with `refusal` (`FirewallRefusal`)."""
+    def count_firewall_refusal(self, kind: MiddlewareKind, refusal: FirewallRefusal) -> None:
+        """A middleware of `kind` refused a send or withheld text with `refusal`."""
         _pick(self._firewall_refusals, "harness_firewall_refusals_total", kind, refusal).inc()
 
-    def count_firewall_reload(self, result: str) -> None:
-        """The firewall file was reloaded with `result` (`FirewallReload`)."""
+    def count_firewall_reload(self, result: FirewallReload) -> None:
+        """The firewall file was reloaded with `result`."""
         _pick(self._firewall_reloads, "harness_firewall_reloads_total", result).inc()
 
     # --- authentication ---

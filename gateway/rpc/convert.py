@@ -1074,31 +1074,20 @@ def firewall_error_to_proto(error: FirewallSendError) -> errors_pb2.FirewallSend
         middleware_id=error.middleware_id,
         rule_id=error.rule_id,
         guidance=checked_guidance_to_proto(error.guidance),
+        instruction=error.instruction,
     )
 
 
 def firewall_error_from_proto(error: errors_pb2.FirewallSendError) -> FirewallSendError:
-    """A FirewallSendError.
-
-    The message has no `instruction` field (firewall.md §3 names none); the refusing
-    rule's instruction is the one in `guidance` with the same middleware and rule ids."""
-    guidance = checked_guidance_from_proto(error.guidance)
+    """A FirewallSendError (its `instruction` is the refusing rule's text)."""
     return FirewallSendError(
         check_id=error.check_id,
         refusal=_REFUSALS.from_proto(error.refusal, "refusal"),
         middleware_id=error.middleware_id,
         rule_id=error.rule_id,
-        instruction=refusing_instruction(guidance, error.middleware_id, error.rule_id),
-        guidance=guidance,
+        instruction=error.instruction,
+        guidance=checked_guidance_from_proto(error.guidance),
     )
-
-
-def refusing_instruction(guidance: CheckedGuidance, middleware_id: str, rule_id: str) -> str:
-    """The instruction text of the rule that refused, or "" when the check has none."""
-    for instruction in guidance.instructions:
-        if instruction.middleware_id == middleware_id and instruction.rule_id == rule_id:
-            return instruction.instruction
-    return ""
 
 
 def send_failure_to_proto(error: HarnessError) -> errors_pb2.SendFailure:

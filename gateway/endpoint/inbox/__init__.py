@@ -16,6 +16,7 @@ The inbox is small parts under one coordinator, each with a narrow interface:
 - `InboxSignal` (`signal`) is the generation counter that wakes a stream waiting for items.
 - `OfferTracker` (`offers`) counts replays across streams and feeds the `on_offer` hook.
 - `AckApplier` (`acks`) retires items by token; the inbox frees their window slots.
+- `InboxScreen` (`screen`) is the local firewall's inbound check of the items a commit puts.
 
 What other packages may import is listed in `__all__`; the modules behind it are internal.
 """
@@ -31,6 +32,7 @@ from gateway.endpoint.inbox.observer import (
     StreamEndReason,
     StreamOpen,
 )
+from gateway.endpoint.inbox.screen import InboxScreen, Screened
 from gateway.endpoint.inbox.stream import MessageStream, StreamEnded
 
 __all__ = [
@@ -40,7 +42,9 @@ __all__ = [
     "AcknowledgeResult",
     "AgentInbox",
     "InboxObserver",
+    "InboxScreen",
     "MessageStream",
+    "Screened",
     "StreamEndReason",
     "StreamEnded",
     "StreamOpen",

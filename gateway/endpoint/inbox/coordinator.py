@@ -1,7 +1,10 @@
 """`AgentInbox`: one hosted agent's inbox, coordinating its publishing, stream and acknowledgments.
 
-engine.md §7. The inbox assigns each item the next inbox sequence, and the item is durable
-before it is streamed. It owns the agent's one stream slot: a second stream fails
+engine.md §7. The inbox assigns each item the next inbox sequence when its transaction is
+queued (`commit`), so sequences follow commit order even where the local firewall's
+inbound check (`InboxScreen`) waits between preparing an item and committing it: a stream
+reads past the last sequence it handed out and would otherwise skip an item committed late.
+The item is durable before it is streamed. It owns the agent's one stream slot: a second stream fails
 `already-listening` unless it takes over, which ends the old one. Each stream gets its own
 `DeliveryWindow` and `InboxReader` and shares the inbox's `InboxSignal` and `OfferTracker`;
 `AckApplier` retires items and the inbox frees their slots in the open stream's window.
@@ -9,12 +12,13 @@ before it is streamed. It owns the agent's one stream slot: a second stream fail
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from typing import Final
 
-from gateway.contract.codec import item_to_json, local_guidance_to_json
+from gateway.contract.codec import item_to_json
 from gateway.contract.errors import ListenError, ListenErrorReason
-from gateway.contract.guidance import LocalGuidance
 from gateway.contract.ids import RandomId
 from gateway.contract.jsonvalue import canonical_json
 from gateway.contract.values import InboundItem
@@ -27,11 +31,15 @@ from gateway.endpoint.inbox.observer import (
 )
 from gateway.endpoint.inbox.offers import OfferTracker
 from gateway.endpoint.inbox.reader import InboxReader
+from gateway.endpoint.inbox.screen import InboxScreen
 from gateway.endpoint.inbox.signal import InboxSignal
 from gateway.endpoint.inbox.stream import MessageStream
 from gateway.endpoint.inbox.window import DeliveryWindow
 from gateway.store.port import Store
-from gateway.store.records import PutInboxItem
+from gateway.store.records import PutInboxItem, Write
+
+UNSEQUENCED: Final = 0
+"""The sequence of a prepared item until `commit` gives it its own (sequences start at 1)."""
 
 
 class AgentInbox:
@@ -56,6 +64,8 @@ class AgentInbox:
         self._clock = clock
         self._signal = InboxSignal()
         self._offers = OfferTracker(observer)
+        self.screen: InboxScreen | None = None
+        """The firewall's inbound check, set by the agent's runtime when one is configured."""
         self._acks = AckApplier(agent_id=agent_id, store=store, observer=observer)
         self._stream: MessageStream | None = None
 
@@ -70,36 +80,46 @@ class AgentInbox:
 
     # --- publishing --------------------------------------------------------------------
 
-    def prepare(
-        self,
-        item: InboundItem,
-        guidance: LocalGuidance | None = None,
-        *,
-        token: str | None = None,
-    ) -> tuple[str, PutInboxItem]:
-        """Assign the next inbox sequence to an item and return (token, its write).
+    def prepare(self, item: InboundItem, *, token: str | None = None) -> tuple[str, PutInboxItem]:
+        """An item's write and its token (minted unless the item keeps a delivery's).
 
-        The caller commits the write (possibly with others); `notify()` after the commit
-        wakes the stream. A token is minted unless the item keeps a delivery's token."""
+        The caller commits the write, possibly with others, through `commit`, which gives it
+        its sequence, checks it with the firewall, and wakes the stream."""
         token = token or RandomId.DELIVERY.mint()
         write = PutInboxItem(
             agent_id=self.agent_id,
-            seq=self._next_seq,
+            seq=UNSEQUENCED,
             token=token,
             item=canonical_json(item_to_json(item)),
-            guidance=None if guidance is None else canonical_json(local_guidance_to_json(guidance)),
+            guidance=None,
             created_at=self._clock(),
         )
-        self._next_seq += 1
         return token, write
 
-    async def publish(
-        self, item: InboundItem, guidance: LocalGuidance | None = None, *, token: str | None = None
-    ) -> str:
-        """Make one item durable under a (fresh) token and offer it."""
-        token, write = self.prepare(item, guidance, token=token)
-        await self._store.apply([write])
+    async def commit(self, writes: Sequence[Write]) -> frozenset[str]:
+        """Commit writes atomically — the items among them checked by the firewall and
+        given their sequences — and wake the stream. Returns the delivery tokens whose
+        items the firewall dropped (their deliveries are consumed instead)."""
+        dropped: frozenset[str] = frozenset()
+        if self.screen is not None and self.screen.active:
+            screened = await self.screen.screen(writes)
+            writes, dropped = screened.writes, screened.dropped
+        # No await from here until the store has queued the transaction: sequences follow
+        # commit order.
+        sequenced: list[Write] = []
+        for write in writes:
+            if isinstance(write, PutInboxItem):
+                write = dataclasses.replace(write, seq=self._next_seq)
+                self._next_seq += 1
+            sequenced.append(write)
+        await self._store.apply(sequenced)
         self.notify()
+        return dropped
+
+    async def publish(self, item: InboundItem, *, token: str | None = None) -> str:
+        """Make one item durable under a (fresh) token and offer it."""
+        token, write = self.prepare(item, token=token)
+        await self.commit([write])
         return token
 
     def notify(self) -> None:

@@ -259,6 +259,16 @@ async def test_listen_prints_one_json_line_per_delivery_and_stops_after_max(harn
     assert status.backlog == 1
 
 
+async def test_listen_text_prints_each_delivery_as_a_readable_line(harness, served):
+    alice = await served.register("alice")
+    token = await served.core.deliver("alice", text_item("m0"))
+    run = await harness("listen", "--text", "--max", "1", token=alice, admin=False)
+    assert run.code == 0
+    [line] = run.lines
+    assert line.startswith(f"{token} message ")
+    assert line.endswith(' from agent:carol: "m0"')
+
+
 async def test_listen_stops_after_its_timeout_with_nothing_to_print(harness, served):
     alice = await served.register("alice")
     run = await harness("listen", "--timeout", "0.3", token=alice, admin=False)

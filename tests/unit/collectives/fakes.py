@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from gateway.clock import FakeClock
 from gateway.collectives.runtime import Collectives
 from gateway.contract.addresses import unknown_agent_error
-from gateway.contract.errors import SendError, SendErrorReason
+from gateway.contract.errors import FirewallSendError, SendError, SendErrorReason
 from gateway.contract.ids import HashId, RandomId
 from gateway.contract.jsonvalue import JsonValue
 from gateway.contract.values import Content, InboundItem
@@ -56,6 +56,10 @@ class FakePosting:
     posts: list[BoundPost] = field(default_factory=list)
     committed: list[Write] = field(default_factory=list)
     published_kinds: list[str] = field(default_factory=list)
+    checked: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    """Every firewall send check: (recipients, text)."""
+    refuse_sends: FirewallSendError | None = None
+    """A firewall refusal every send check raises."""
     _items: dict[str, InboundItem] = field(default_factory=dict)
     _memberships: dict[str, p.MembershipDescriptor] = field(default_factory=dict)
     _latches: dict[str, asyncio.Future[str]] = field(default_factory=dict)
@@ -116,6 +120,11 @@ class FakePosting:
             future.set_result(self.completed[post_id])
             return future
         return self.latch(post_id)
+
+    async def check_send(self, recipients: Sequence[str], text: str) -> None:
+        self.checked.append((tuple(recipients), text))
+        if self.refuse_sends is not None:
+            raise self.refuse_sends
 
     def prepare_item(
         self, item: InboundItem, *, token: str | None = None

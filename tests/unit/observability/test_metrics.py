@@ -340,8 +340,8 @@ BAD_CALLS: list[tuple[str, Callable[[Metrics], object]]] = [
     ("an unknown item", lambda m: m.count_published("collective_request")),  # type: ignore[arg-type]
     ("an unknown listener", lambda m: m.set_unacknowledged("agent:bob", 3)),  # type: ignore[arg-type]
     ("an unknown auth reason", lambda m: m.count_auth_failure("expired")),  # type: ignore[arg-type]
-    ("an unknown firewall kind", lambda m: m.count_firewall_refusal("my-middleware", "x")),
-    ("an unknown verdict", lambda m: m.observe_firewall_check("external", "send", "ok", 0.1)),
+    ("an unknown firewall kind", lambda m: m.count_firewall_refusal("my-middleware", "x")),  # type: ignore[arg-type]
+    ("an unknown verdict", lambda m: m.observe_firewall_check("external", "send", "ok", 0.1)),  # type: ignore[arg-type]
     ("an unknown backend", lambda m: m.count_store_commit_failure("mysql")),
     ("a non-string value", lambda m: m.count_router_event(3)),  # type: ignore[arg-type]
     ("an unknown grpc type", lambda m: m.grpc_method("duplex", "x.Y", "Z")),

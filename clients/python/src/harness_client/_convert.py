@@ -639,21 +639,15 @@ _FIREWALL_PREFIX: Final = "send refused by the local firewall ("
 def firewall_error_from_proto(
     error: errors_pb2.FirewallSendError, message: str = ""
 ) -> FirewallSendError:
-    """A FirewallSendError. Its instruction is the refusing rule's in `guidance`, else the
-    text after the refusal in the status message."""
+    """A FirewallSendError carrying the refusing rule's `instruction`.
+
+    A daemon older than the `instruction` field leaves it empty; then the instruction is the
+    refusing rule's in `guidance`, else the text after the refusal in the status message."""
     guidance = checked_guidance_from_proto(error.guidance)
     refusal = _back(_REFUSALS_BACK, error.refusal, "refusal")
-    instruction = next(
-        (
-            item.instruction
-            for item in guidance.instructions
-            if item.middleware_id == error.middleware_id and item.rule_id == error.rule_id
-        ),
-        None,
+    instruction = error.instruction or _older_refusal_instruction(
+        guidance, error.middleware_id, error.rule_id, refusal, message
     )
-    if instruction is None:
-        prefix = f"{_FIREWALL_PREFIX}{refusal.value}): "
-        instruction = message.removeprefix(prefix) if message.startswith(prefix) else ""
     return FirewallSendError(
         check_id=error.check_id,
         refusal=refusal,
@@ -662,6 +656,20 @@ def firewall_error_from_proto(
         instruction=instruction,
         guidance=guidance,
     )
+
+
+def _older_refusal_instruction(
+    guidance: CheckedGuidance,
+    middleware_id: str,
+    rule_id: str,
+    refusal: FirewallRefusal,
+    message: str,
+) -> str:
+    for item in guidance.instructions:
+        if item.middleware_id == middleware_id and item.rule_id == rule_id:
+            return item.instruction
+    prefix = f"{_FIREWALL_PREFIX}{refusal.value}): "
+    return message.removeprefix(prefix) if message.startswith(prefix) else ""
 
 
 def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailure:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, assert_never
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from harness_client._errors import SendFailure
@@ -768,20 +768,3 @@ class GatewayStatus:
             "hostedAgents": self.hosted_agents,
             "routerState": self.router_state,
         }
-
-
-def describe_outcome(outcome: MemberOutcome) -> str:
-    """A member outcome in a few words (for `harness listen` without `--json`)."""
-    match outcome:
-        case Answered():
-            return "answered"
-        case Declined():
-            return "declined"
-        case Invalid(reason=reason):
-            return f"invalid ({reason})"
-        case NoAnswer():
-            return "no answer"
-        case Withheld(reason=reason):
-            return f"withheld ({reason.value})"
-        case _:
-            assert_never(outcome)

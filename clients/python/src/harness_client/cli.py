@@ -4,6 +4,10 @@ Built only on the public client library. Exit codes: 0 success; 1 a contract fai
 printed on stderr as its message then `reason=<reason>` (with `--json`, one
 `{"error": {"type", "reason", ...}}` object carrying every field of the typed error);
 2 usage; 3 connection or authentication.
+
+A send the local firewall admitted prints, after its result, one `guidance <checkId>: ...`
+line per instruction (not with `--json`, whose result carries `guidance` itself). `listen`
+prints JSON lines; `listen --text` prints each delivery as readable lines instead.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, assert_never
 
 import grpc
 
@@ -40,15 +45,41 @@ from harness_client._errors import (
 )
 from harness_client._items import (
     Accept,
+    Answered,
     AnswerValue,
     AskOperation,
+    CheckedGuidance,
+    CollectiveGuidance,
     CollectiveOp,
+    CollectiveRequestItem,
+    CollectiveResultItem,
+    Content,
+    DataPart,
     Decline,
+    Declined,
+    DirectMessage,
+    ExpectationInstruction,
     FailureDelivery,
+    GroupMessage,
+    InboundDelivery,
+    InboundItem,
+    InboundMessage,
+    Instruction,
+    Invalid,
     JsonValue,
+    LocalGuidance,
+    MemberOutcome,
     MessageInput,
+    MulticastItem,
+    NoAnswer,
+    OperationFailedItem,
     ResponseInput,
     SendInput,
+    TextPart,
+    UncertainInstruction,
+    Withheld,
+    answer_content_to_json,
+    json_value_to_json,
 )
 from harness_client._management import MANAGEMENT_TIMEOUT, ManagementClient, connect_management
 
@@ -184,6 +215,127 @@ class Output:
             if isinstance(cause, HarnessClientError):
                 self.stderr.write(f"cause: {cause.message}\n")
         self.stderr.flush()
+
+
+# --- text forms ------------------------------------------------------------------------
+# Peer text (messages, questions) is printed JSON-quoted, so it stays on its line: a peer
+# cannot print a line that reads like a delivery or like the firewall's guidance.
+
+
+def describe_instruction(instruction: Instruction) -> str:
+    """`[middleware/rule] permitted (out): text`, or `[middleware/rule] uncertain CHOICE
+    p=P: text` for a middleware's judgement."""
+    match instruction:
+        case ExpectationInstruction(expectation=expectation, subjects=subjects):
+            verdict = expectation.value + (f" ({', '.join(subjects)})" if subjects else "")
+        case UncertainInstruction(uncertain=uncertain):
+            verdict = f"uncertain {uncertain.choice} p={uncertain.probability:g}"
+        case _:
+            assert_never(instruction)
+    line = f"[{instruction.middleware_id}/{instruction.rule_id}] {verdict}"
+    return f"{line}: {instruction.instruction}" if instruction.instruction else line
+
+
+def _checked_lines(guidance: CheckedGuidance) -> list[str]:
+    return [
+        f"guidance {guidance.check_id}: {describe_instruction(instruction)}"
+        for instruction in guidance.instructions
+    ]
+
+
+def describe_guidance(guidance: LocalGuidance) -> list[str]:
+    """One `guidance <checkId>: ...` line per instruction (none for a check without any).
+
+    A collective result's lines are prefixed by `question` for the question's check and by
+    the member's address for each answer's."""
+    match guidance:
+        case CheckedGuidance():
+            return _checked_lines(guidance)
+        case CollectiveGuidance(question=question, answers=answers):
+            lines = [] if question is None else [f"question {x}" for x in _checked_lines(question)]
+            for answer in answers:
+                lines.extend(f"{answer.member} {x}" for x in _checked_lines(answer.guidance))
+            return lines
+        case _:
+            assert_never(guidance)
+
+
+def describe_outcome(outcome: MemberOutcome) -> str:
+    """A member's outcome in a collective result, in a few words."""
+    match outcome:
+        case Answered(content=content):
+            return f"answered {dumps(answer_content_to_json(content))}"
+        case Invalid(reason=reason):
+            return f"answered outside the form ({reason})"
+        case Withheld(reason=reason):
+            return f"withheld by the local firewall ({reason.value})"
+        case Declined():
+            return "declined"
+        case NoAnswer():
+            return "no answer"
+        case _:
+            assert_never(outcome)
+
+
+def _quoted(content: Content) -> str:
+    parts = []
+    for part in content:
+        match part:
+            case TextPart(text=text):
+                parts.append(dumps(text))
+            case DataPart(value=value):
+                parts.append(dumps(json_value_to_json(value)))
+            case _:
+                assert_never(part)
+    return " ".join(parts)
+
+
+def _instant(epoch_ms: int) -> str:
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _describe_message(message: InboundMessage) -> str:
+    match message:
+        case DirectMessage(post_id=post_id, sender=sender, content=content):
+            return f"message {post_id} from {sender}: {_quoted(content)}"
+        case GroupMessage(post_id=post_id, address=address, sender=sender, content=content):
+            return f"message {post_id} from {sender} in {address}: {_quoted(content)}"
+        case _:
+            assert_never(message)
+
+
+def describe_item(item: InboundItem) -> list[str]:
+    """An inbound item as a heading line and, for a collective result, one line per member."""
+    match item:
+        case MulticastItem(message=message):
+            return [_describe_message(message)]
+        case CollectiveRequestItem():
+            return [
+                f"{item.op.value} {item.id} from {item.sender} in {item.to}, answer by "
+                f"{_instant(item.deadline_at)}: {dumps(item.question)}"
+            ]
+        case CollectiveResultItem(question=question):
+            asked = (
+                dumps(question)
+                if isinstance(question, str)
+                else describe_outcome(question)  # a Withheld question reads as one
+            )
+            return [
+                f"{item.op.value} result {item.id} in {item.to}: question {asked}",
+                *(f"{entry.member}: {describe_outcome(entry.outcome)}" for entry in item.outcomes),
+            ]
+        case OperationFailedItem(id=operation_id, to=to, error=error):
+            return [f"{operation_id} failed in {to}: {error}"]
+        case _:
+            assert_never(item)
+
+
+def describe_delivery(delivery: InboundDelivery) -> list[str]:
+    """`<token> <item>`, then the item's further lines and its guidance, indented."""
+    heading, *rest = describe_item(delivery.item)
+    guidance = [] if delivery.guidance is None else describe_guidance(delivery.guidance)
+    return [f"{delivery.token} {heading}", *(f"  {line}" for line in [*rest, *guidance])]
 
 
 # --- commands --------------------------------------------------------------------------
@@ -348,6 +500,9 @@ async def _send_input(ctx: Context, endpoint: Endpoint, send_input: SendInput) -
         deadline=ctx.deadline(SEND_TIMEOUT),
     )
     ctx.out.value(result.to_json())
+    if not ctx.out.json and result.guidance is not None:
+        for line in describe_guidance(result.guidance):
+            ctx.out.line(line)
     return EXIT_OK
 
 
@@ -437,6 +592,9 @@ async def _send_state(ctx: Context) -> int:
 
 
 async def _listen(ctx: Context) -> int:
+    readable: bool = ctx.args.readable
+    if readable and ctx.out.json:
+        raise UsageError("listen takes --text or --json, not both")
     limit: int | None = ctx.args.max
     seconds: float | None = ctx.args.listen_timeout
     loop = asyncio.get_running_loop()
@@ -453,7 +611,11 @@ async def _listen(ctx: Context) -> int:
                     delivery = await asyncio.wait_for(anext(deliveries), remaining)
                 except TimeoutError:
                     break
-                ctx.out.value(delivery.to_json())
+                if readable:
+                    for line in describe_delivery(delivery):
+                        ctx.out.line(line)
+                else:
+                    ctx.out.value(delivery.to_json())
                 if ctx.args.ack:
                     await delivery.acknowledge()
                 received += 1
@@ -644,7 +806,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     send_state.add_argument("key")
     send_state.set_defaults(run=_send_state)
 
-    listen = commands.add_parser("listen", help="print deliveries as JSON lines")
+    listen = commands.add_parser("listen", help="print deliveries as JSON lines (or --text)")
+    listen.add_argument(
+        "--text",
+        dest="readable",
+        action="store_true",
+        help="print each delivery as readable lines, with its guidance, not JSON",
+    )
     listen.add_argument("--ack", action="store_true", help="acknowledge each delivery")
     listen.add_argument("--takeover", action="store_true", help="take over an open stream")
     listen.add_argument("--max", type=_positive_int, help="stop after N deliveries")

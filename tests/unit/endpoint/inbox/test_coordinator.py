@@ -45,22 +45,26 @@ async def test_a_waiting_stream_wakes_when_an_item_is_published():
     assert (await waiter).token == token
 
 
-async def test_a_prepared_item_reaches_the_stream_once_committed_and_notified():
-    inbox, store = make_inbox()
+async def test_a_prepared_item_reaches_the_stream_once_committed():
+    inbox, _ = make_inbox()
     stream = inbox.open_stream(takeover=False)
     waiter = asyncio.create_task(within_bound(anext(stream)))
     token, write = inbox.prepare(item("batched"))
-    await store.apply([write])
-    inbox.notify()
+    await inbox.commit([write])
     assert (await waiter).token == token
 
 
-def test_prepare_assigns_consecutive_sequences_and_keeps_a_given_token():
-    inbox, _ = make_inbox()
+async def test_commit_assigns_sequences_in_commit_order_and_keeps_a_given_token():
+    inbox, store = make_inbox()
     _, first = inbox.prepare(item("one"))
     token, second = inbox.prepare(item("two"), token="dlv_kept")
-    assert (first.seq, second.seq) == (1, 2)
     assert token == second.token == "dlv_kept"
+    # Prepared first, committed last: the sequence follows the commit, so a stream that
+    # reads past its last sequence never skips an item committed late.
+    await inbox.commit([second])
+    await inbox.commit([first])
+    rows = await store.unread(AGENT, 0, 10)
+    assert [(row.seq, row.token) for row in rows] == [(1, "dlv_kept"), (2, first.token)]
 
 
 def test_prepare_stamps_the_item_with_the_injected_clock():

@@ -45,7 +45,7 @@ class Parts:
 
     async def publish(self, text: str) -> str:
         token, write = self.publisher.prepare(item(text))
-        await self.store.apply([write])
+        await self.publisher.commit([write])
         self.signal.notify()
         return token
 

@@ -25,25 +25,25 @@ _sym_db = _symbol_database.Default()
 from harness_client._gen.harness.v1 import guidance_pb2 as harness_dot_v1_dot_guidance__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17harness/v1/errors.proto\x12\nharness.v1\x1a\x19harness/v1/guidance.proto\"X\n\tSendError\x12+\n\x06reason\x18\x01 \x01(\x0e\x32\x1b.harness.v1.SendErrorReason\x12\x13\n\x06\x64\x65tail\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_detail\"\x85\x08\n\x0f\x43ollectiveError\x12\n\n\x02id\x18\x01 \x01(\t\x12M\n\x13members_unreachable\x18\x02 \x01(\x0b\x32..harness.v1.CollectiveError.MembersUnreachableH\x00\x12\x43\n\x0eschema_invalid\x18\x03 \x01(\x0b\x32).harness.v1.CollectiveError.SchemaInvalidH\x00\x12\x43\n\x0e\x61nswer_invalid\x18\x04 \x01(\x0b\x32).harness.v1.CollectiveError.AnswerInvalidH\x00\x12?\n\x0crequest_none\x18\x05 \x01(\x0b\x32\'.harness.v1.CollectiveError.RequestNoneH\x00\x12I\n\x11request_ambiguous\x18\x06 \x01(\x0b\x32,.harness.v1.CollectiveError.RequestAmbiguousH\x00\x12G\n\x10request_answered\x18\x07 \x01(\x0b\x32+.harness.v1.CollectiveError.RequestAnsweredH\x00\x12\x45\n\x0frequest_expired\x18\x08 \x01(\x0b\x32*.harness.v1.CollectiveError.RequestExpiredH\x00\x1ap\n\x11UnreachableMember\x12\x0e\n\x06member\x18\x01 \x01(\t\x12+\n\x06reason\x18\x02 \x01(\x0e\x32\x1b.harness.v1.SendErrorReason\x12\x13\n\x06\x64\x65tail\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_detail\x1aT\n\x12MembersUnreachable\x12>\n\x07members\x18\x01 \x03(\x0b\x32-.harness.v1.CollectiveError.UnreachableMember\x1a\x1f\n\rSchemaInvalid\x12\x0e\n\x06\x64\x65tail\x18\x01 \x01(\t\x1ak\n\x0b\x41nswerField\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12-\n\x06reason\x18\x02 \x01(\x0e\x32\x1d.harness.v1.AnswerFieldReason\x12\x13\n\x06\x64\x65tail\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_detail\x1aH\n\rAnswerInvalid\x12\x37\n\x06\x66ields\x18\x01 \x03(\x0b\x32\'.harness.v1.CollectiveError.AnswerField\x1a\r\n\x0bRequestNone\x1a\x12\n\x10RequestAmbiguous\x1a\x11\n\x0fRequestAnswered\x1a\x10\n\x0eRequestExpiredB\t\n\x07\x66\x61ilure\"\xaa\x01\n\x11\x46irewallSendError\x12\x10\n\x08\x63heck_id\x18\x01 \x01(\t\x12,\n\x07refusal\x18\x02 \x01(\x0e\x32\x1b.harness.v1.FirewallRefusal\x12\x15\n\rmiddleware_id\x18\x03 \x01(\t\x12\x0f\n\x07rule_id\x18\x04 \x01(\t\x12-\n\x08guidance\x18\x05 \x01(\x0b\x32\x1b.harness.v1.CheckedGuidance\"<\n\x0bListenError\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.harness.v1.ListenErrorReason\"V\n\x18\x44\x65liveryAcknowledgeError\x12:\n\x06reason\x18\x01 \x01(\x0e\x32*.harness.v1.DeliveryAcknowledgeErrorReason\">\n\x0c\x43onnectError\x12.\n\x06reason\x18\x01 \x01(\x0e\x32\x1e.harness.v1.ConnectErrorReason\"W\n\x10MessageTextError\x12\x33\n\toperation\x18\x01 \x01(\x0e\x32 .harness.v1.MessageTextOperation\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\"\n\x13IdempotencyConflict\x12\x0b\n\x03key\x18\x01 \x01(\t\"\xbc\x01\n\x0bSendFailure\x12+\n\nsend_error\x18\x01 \x01(\x0b\x32\x15.harness.v1.SendErrorH\x00\x12\x37\n\x10\x63ollective_error\x18\x02 \x01(\x0b\x32\x1b.harness.v1.CollectiveErrorH\x00\x12<\n\x13\x66irewall_send_error\x18\x03 \x01(\x0b\x32\x1d.harness.v1.FirewallSendErrorH\x00\x42\t\n\x07\x66\x61ilure*\xf4\x03\n\x0fSendErrorReason\x12!\n\x1dSEND_ERROR_REASON_UNSPECIFIED\x10\x00\x12%\n!SEND_ERROR_REASON_INVALID_ADDRESS\x10\x01\x12#\n\x1fSEND_ERROR_REASON_UNKNOWN_AGENT\x10\x02\x12(\n$SEND_ERROR_REASON_MEMBERSHIP_INVALID\x10\x03\x12%\n!SEND_ERROR_REASON_CONTENT_INVALID\x10\x04\x12$\n SEND_ERROR_REASON_NOT_REGISTERED\x10\x05\x12&\n\"SEND_ERROR_REASON_VERSION_MISMATCH\x10\x06\x12/\n+SEND_ERROR_REASON_CERTIFICATION_UNAVAILABLE\x10\x07\x12(\n$SEND_ERROR_REASON_PERSISTENCE_FAILED\x10\x08\x12)\n%SEND_ERROR_REASON_NETWORK_UNAVAILABLE\x10\t\x12&\n\"SEND_ERROR_REASON_DELIVERY_PENDING\x10\n\x12%\n!SEND_ERROR_REASON_OUTCOME_UNKNOWN\x10\x0b*\x9e\x01\n\x11\x41nswerFieldReason\x12#\n\x1f\x41NSWER_FIELD_REASON_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x41NSWER_FIELD_REASON_MISSING\x10\x01\x12\"\n\x1e\x41NSWER_FIELD_REASON_UNEXPECTED\x10\x02\x12\x1f\n\x1b\x41NSWER_FIELD_REASON_INVALID\x10\x03*\xe1\x01\n\x11ListenErrorReason\x12#\n\x1fLISTEN_ERROR_REASON_UNSPECIFIED\x10\x00\x12)\n%LISTEN_ERROR_REASON_ALREADY_LISTENING\x10\x01\x12+\n\'LISTEN_ERROR_REASON_INCOMPATIBLE_DAEMON\x10\x02\x12(\n$LISTEN_ERROR_REASON_TRANSPORT_FAILED\x10\x03\x12%\n!LISTEN_ERROR_REASON_DECODE_FAILED\x10\x04*\xb6\x02\n\x1e\x44\x65liveryAcknowledgeErrorReason\x12\x31\n-DELIVERY_ACKNOWLEDGE_ERROR_REASON_UNSPECIFIED\x10\x00\x12\x36\n2DELIVERY_ACKNOWLEDGE_ERROR_REASON_UNKNOWN_DELIVERY\x10\x01\x12\x37\n3DELIVERY_ACKNOWLEDGE_ERROR_REASON_DELIVERY_CONFLICT\x10\x02\x12\x38\n4DELIVERY_ACKNOWLEDGE_ERROR_REASON_PERSISTENCE_FAILED\x10\x03\x12\x36\n2DELIVERY_ACKNOWLEDGE_ERROR_REASON_TRANSPORT_FAILED\x10\x04*\xbb\x01\n\x12\x43onnectErrorReason\x12$\n CONNECT_ERROR_REASON_UNSPECIFIED\x10\x00\x12)\n%CONNECT_ERROR_REASON_TRANSPORT_FAILED\x10\x01\x12,\n(CONNECT_ERROR_REASON_INCOMPATIBLE_DAEMON\x10\x02\x12&\n\"CONNECT_ERROR_REASON_DECODE_FAILED\x10\x03*\xcf\x01\n\x14MessageTextOperation\x12&\n\"MESSAGE_TEXT_OPERATION_UNSPECIFIED\x10\x00\x12\"\n\x1eMESSAGE_TEXT_OPERATION_MESSAGE\x10\x01\x12!\n\x1dMESSAGE_TEXT_OPERATION_GATHER\x10\x02\x12%\n!MESSAGE_TEXT_OPERATION_ALL_GATHER\x10\x03\x12!\n\x1dMESSAGE_TEXT_OPERATION_ANSWER\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17harness/v1/errors.proto\x12\nharness.v1\x1a\x19harness/v1/guidance.proto\"X\n\tSendError\x12+\n\x06reason\x18\x01 \x01(\x0e\x32\x1b.harness.v1.SendErrorReason\x12\x13\n\x06\x64\x65tail\x18\x02 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_detail\"\x85\x08\n\x0f\x43ollectiveError\x12\n\n\x02id\x18\x01 \x01(\t\x12M\n\x13members_unreachable\x18\x02 \x01(\x0b\x32..harness.v1.CollectiveError.MembersUnreachableH\x00\x12\x43\n\x0eschema_invalid\x18\x03 \x01(\x0b\x32).harness.v1.CollectiveError.SchemaInvalidH\x00\x12\x43\n\x0e\x61nswer_invalid\x18\x04 \x01(\x0b\x32).harness.v1.CollectiveError.AnswerInvalidH\x00\x12?\n\x0crequest_none\x18\x05 \x01(\x0b\x32\'.harness.v1.CollectiveError.RequestNoneH\x00\x12I\n\x11request_ambiguous\x18\x06 \x01(\x0b\x32,.harness.v1.CollectiveError.RequestAmbiguousH\x00\x12G\n\x10request_answered\x18\x07 \x01(\x0b\x32+.harness.v1.CollectiveError.RequestAnsweredH\x00\x12\x45\n\x0frequest_expired\x18\x08 \x01(\x0b\x32*.harness.v1.CollectiveError.RequestExpiredH\x00\x1ap\n\x11UnreachableMember\x12\x0e\n\x06member\x18\x01 \x01(\t\x12+\n\x06reason\x18\x02 \x01(\x0e\x32\x1b.harness.v1.SendErrorReason\x12\x13\n\x06\x64\x65tail\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_detail\x1aT\n\x12MembersUnreachable\x12>\n\x07members\x18\x01 \x03(\x0b\x32-.harness.v1.CollectiveError.UnreachableMember\x1a\x1f\n\rSchemaInvalid\x12\x0e\n\x06\x64\x65tail\x18\x01 \x01(\t\x1ak\n\x0b\x41nswerField\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12-\n\x06reason\x18\x02 \x01(\x0e\x32\x1d.harness.v1.AnswerFieldReason\x12\x13\n\x06\x64\x65tail\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_detail\x1aH\n\rAnswerInvalid\x12\x37\n\x06\x66ields\x18\x01 \x03(\x0b\x32\'.harness.v1.CollectiveError.AnswerField\x1a\r\n\x0bRequestNone\x1a\x12\n\x10RequestAmbiguous\x1a\x11\n\x0fRequestAnswered\x1a\x10\n\x0eRequestExpiredB\t\n\x07\x66\x61ilure\"\xbf\x01\n\x11\x46irewallSendError\x12\x10\n\x08\x63heck_id\x18\x01 \x01(\t\x12,\n\x07refusal\x18\x02 \x01(\x0e\x32\x1b.harness.v1.FirewallRefusal\x12\x15\n\rmiddleware_id\x18\x03 \x01(\t\x12\x0f\n\x07rule_id\x18\x04 \x01(\t\x12-\n\x08guidance\x18\x05 \x01(\x0b\x32\x1b.harness.v1.CheckedGuidance\x12\x13\n\x0binstruction\x18\x06 \x01(\t\"<\n\x0bListenError\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.harness.v1.ListenErrorReason\"V\n\x18\x44\x65liveryAcknowledgeError\x12:\n\x06reason\x18\x01 \x01(\x0e\x32*.harness.v1.DeliveryAcknowledgeErrorReason\">\n\x0c\x43onnectError\x12.\n\x06reason\x18\x01 \x01(\x0e\x32\x1e.harness.v1.ConnectErrorReason\"W\n\x10MessageTextError\x12\x33\n\toperation\x18\x01 \x01(\x0e\x32 .harness.v1.MessageTextOperation\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"\"\n\x13IdempotencyConflict\x12\x0b\n\x03key\x18\x01 \x01(\t\"\xbc\x01\n\x0bSendFailure\x12+\n\nsend_error\x18\x01 \x01(\x0b\x32\x15.harness.v1.SendErrorH\x00\x12\x37\n\x10\x63ollective_error\x18\x02 \x01(\x0b\x32\x1b.harness.v1.CollectiveErrorH\x00\x12<\n\x13\x66irewall_send_error\x18\x03 \x01(\x0b\x32\x1d.harness.v1.FirewallSendErrorH\x00\x42\t\n\x07\x66\x61ilure*\xf4\x03\n\x0fSendErrorReason\x12!\n\x1dSEND_ERROR_REASON_UNSPECIFIED\x10\x00\x12%\n!SEND_ERROR_REASON_INVALID_ADDRESS\x10\x01\x12#\n\x1fSEND_ERROR_REASON_UNKNOWN_AGENT\x10\x02\x12(\n$SEND_ERROR_REASON_MEMBERSHIP_INVALID\x10\x03\x12%\n!SEND_ERROR_REASON_CONTENT_INVALID\x10\x04\x12$\n SEND_ERROR_REASON_NOT_REGISTERED\x10\x05\x12&\n\"SEND_ERROR_REASON_VERSION_MISMATCH\x10\x06\x12/\n+SEND_ERROR_REASON_CERTIFICATION_UNAVAILABLE\x10\x07\x12(\n$SEND_ERROR_REASON_PERSISTENCE_FAILED\x10\x08\x12)\n%SEND_ERROR_REASON_NETWORK_UNAVAILABLE\x10\t\x12&\n\"SEND_ERROR_REASON_DELIVERY_PENDING\x10\n\x12%\n!SEND_ERROR_REASON_OUTCOME_UNKNOWN\x10\x0b*\x9e\x01\n\x11\x41nswerFieldReason\x12#\n\x1f\x41NSWER_FIELD_REASON_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x41NSWER_FIELD_REASON_MISSING\x10\x01\x12\"\n\x1e\x41NSWER_FIELD_REASON_UNEXPECTED\x10\x02\x12\x1f\n\x1b\x41NSWER_FIELD_REASON_INVALID\x10\x03*\xe1\x01\n\x11ListenErrorReason\x12#\n\x1fLISTEN_ERROR_REASON_UNSPECIFIED\x10\x00\x12)\n%LISTEN_ERROR_REASON_ALREADY_LISTENING\x10\x01\x12+\n\'LISTEN_ERROR_REASON_INCOMPATIBLE_DAEMON\x10\x02\x12(\n$LISTEN_ERROR_REASON_TRANSPORT_FAILED\x10\x03\x12%\n!LISTEN_ERROR_REASON_DECODE_FAILED\x10\x04*\xb6\x02\n\x1e\x44\x65liveryAcknowledgeErrorReason\x12\x31\n-DELIVERY_ACKNOWLEDGE_ERROR_REASON_UNSPECIFIED\x10\x00\x12\x36\n2DELIVERY_ACKNOWLEDGE_ERROR_REASON_UNKNOWN_DELIVERY\x10\x01\x12\x37\n3DELIVERY_ACKNOWLEDGE_ERROR_REASON_DELIVERY_CONFLICT\x10\x02\x12\x38\n4DELIVERY_ACKNOWLEDGE_ERROR_REASON_PERSISTENCE_FAILED\x10\x03\x12\x36\n2DELIVERY_ACKNOWLEDGE_ERROR_REASON_TRANSPORT_FAILED\x10\x04*\xbb\x01\n\x12\x43onnectErrorReason\x12$\n CONNECT_ERROR_REASON_UNSPECIFIED\x10\x00\x12)\n%CONNECT_ERROR_REASON_TRANSPORT_FAILED\x10\x01\x12,\n(CONNECT_ERROR_REASON_INCOMPATIBLE_DAEMON\x10\x02\x12&\n\"CONNECT_ERROR_REASON_DECODE_FAILED\x10\x03*\xcf\x01\n\x14MessageTextOperation\x12&\n\"MESSAGE_TEXT_OPERATION_UNSPECIFIED\x10\x00\x12\"\n\x1eMESSAGE_TEXT_OPERATION_MESSAGE\x10\x01\x12!\n\x1dMESSAGE_TEXT_OPERATION_GATHER\x10\x02\x12%\n!MESSAGE_TEXT_OPERATION_ALL_GATHER\x10\x03\x12!\n\x1dMESSAGE_TEXT_OPERATION_ANSWER\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'harness_client._gen.harness.v1.errors_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SENDERRORREASON']._serialized_start=1892
-  _globals['_SENDERRORREASON']._serialized_end=2392
-  _globals['_ANSWERFIELDREASON']._serialized_start=2395
-  _globals['_ANSWERFIELDREASON']._serialized_end=2553
-  _globals['_LISTENERRORREASON']._serialized_start=2556
-  _globals['_LISTENERRORREASON']._serialized_end=2781
-  _globals['_DELIVERYACKNOWLEDGEERRORREASON']._serialized_start=2784
-  _globals['_DELIVERYACKNOWLEDGEERRORREASON']._serialized_end=3094
-  _globals['_CONNECTERRORREASON']._serialized_start=3097
-  _globals['_CONNECTERRORREASON']._serialized_end=3284
-  _globals['_MESSAGETEXTOPERATION']._serialized_start=3287
-  _globals['_MESSAGETEXTOPERATION']._serialized_end=3494
+  _globals['_SENDERRORREASON']._serialized_start=1913
+  _globals['_SENDERRORREASON']._serialized_end=2413
+  _globals['_ANSWERFIELDREASON']._serialized_start=2416
+  _globals['_ANSWERFIELDREASON']._serialized_end=2574
+  _globals['_LISTENERRORREASON']._serialized_start=2577
+  _globals['_LISTENERRORREASON']._serialized_end=2802
+  _globals['_DELIVERYACKNOWLEDGEERRORREASON']._serialized_start=2805
+  _globals['_DELIVERYACKNOWLEDGEERRORREASON']._serialized_end=3115
+  _globals['_CONNECTERRORREASON']._serialized_start=3118
+  _globals['_CONNECTERRORREASON']._serialized_end=3305
+  _globals['_MESSAGETEXTOPERATION']._serialized_start=3308
+  _globals['_MESSAGETEXTOPERATION']._serialized_end=3515
   _globals['_SENDERROR']._serialized_start=66
   _globals['_SENDERROR']._serialized_end=154
   _globals['_COLLECTIVEERROR']._serialized_start=157
@@ -67,17 +67,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COLLECTIVEERROR_REQUESTEXPIRED']._serialized_start=1159
   _globals['_COLLECTIVEERROR_REQUESTEXPIRED']._serialized_end=1175
   _globals['_FIREWALLSENDERROR']._serialized_start=1189
-  _globals['_FIREWALLSENDERROR']._serialized_end=1359
-  _globals['_LISTENERROR']._serialized_start=1361
-  _globals['_LISTENERROR']._serialized_end=1421
-  _globals['_DELIVERYACKNOWLEDGEERROR']._serialized_start=1423
-  _globals['_DELIVERYACKNOWLEDGEERROR']._serialized_end=1509
-  _globals['_CONNECTERROR']._serialized_start=1511
-  _globals['_CONNECTERROR']._serialized_end=1573
-  _globals['_MESSAGETEXTERROR']._serialized_start=1575
-  _globals['_MESSAGETEXTERROR']._serialized_end=1662
-  _globals['_IDEMPOTENCYCONFLICT']._serialized_start=1664
-  _globals['_IDEMPOTENCYCONFLICT']._serialized_end=1698
-  _globals['_SENDFAILURE']._serialized_start=1701
-  _globals['_SENDFAILURE']._serialized_end=1889
+  _globals['_FIREWALLSENDERROR']._serialized_end=1380
+  _globals['_LISTENERROR']._serialized_start=1382
+  _globals['_LISTENERROR']._serialized_end=1442
+  _globals['_DELIVERYACKNOWLEDGEERROR']._serialized_start=1444
+  _globals['_DELIVERYACKNOWLEDGEERROR']._serialized_end=1530
+  _globals['_CONNECTERROR']._serialized_start=1532
+  _globals['_CONNECTERROR']._serialized_end=1594
+  _globals['_MESSAGETEXTERROR']._serialized_start=1596
+  _globals['_MESSAGETEXTERROR']._serialized_end=1683
+  _globals['_IDEMPOTENCYCONFLICT']._serialized_start=1685
+  _globals['_IDEMPOTENCYCONFLICT']._serialized_end=1719
+  _globals['_SENDFAILURE']._serialized_start=1722
+  _globals['_SENDFAILURE']._serialized_end=1910
 # @@protoc_insertion_point(module_scope)

@@ -567,6 +567,7 @@ class FirewallSendError(_message.Message):
     MIDDLEWARE_ID_FIELD_NUMBER: _builtins.int
     RULE_ID_FIELD_NUMBER: _builtins.int
     GUIDANCE_FIELD_NUMBER: _builtins.int
+    INSTRUCTION_FIELD_NUMBER: _builtins.int
     check_id: _builtins.str
     """"checkId": the check that refused."""
     refusal: _guidance_pb2.FirewallRefusal.ValueType
@@ -575,6 +576,10 @@ class FirewallSendError(_message.Message):
     """"middlewareId": the middleware that refused."""
     rule_id: _builtins.str
     """"ruleId": the rule that refused."""
+    instruction: _builtins.str
+    """The refusing rule's text for the model: the error's message is `send refused by the
+    local firewall (<refusal>): <instruction>`.
+    """
     @_builtins.property
     def guidance(self) -> _guidance_pb2.CheckedGuidance:
         """"guidance": the refusing check's guidance."""
@@ -587,10 +592,11 @@ class FirewallSendError(_message.Message):
         middleware_id: _builtins.str = ...,
         rule_id: _builtins.str = ...,
         guidance: _guidance_pb2.CheckedGuidance | None = ...,
+        instruction: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["guidance", b"guidance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_id", b"check_id", "guidance", b"guidance", "middleware_id", b"middleware_id", "refusal", b"refusal", "rule_id", b"rule_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_id", b"check_id", "guidance", b"guidance", "instruction", b"instruction", "middleware_id", b"middleware_id", "refusal", b"refusal", "rule_id", b"rule_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
