@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TypeVar
 
 import harness_client
@@ -34,6 +37,24 @@ SCHEMA: dict[str, JsonValue] = {
     "properties": {"plan": {"type": "string"}},
     "required": ["plan"],
 }
+
+
+EXAMPLE = Path(__file__).parents[3] / "clients" / "examples" / "firewall_middleware.py"
+"""The example external middleware operators copy; the tests serve it in-process."""
+
+
+def load_example() -> ModuleType:
+    """The example middleware, imported from its file (it is a script, not a package)."""
+    name = "firewall_middleware_example"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def message_of(delivery: InboundDelivery) -> InboundMessage:

@@ -7,15 +7,12 @@ every failure (slow past the deadline, down, failing, malformed) into `Middlewar
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import ModuleType
 
 import grpc
 import pytest
@@ -47,8 +44,8 @@ from gateway.firewall.model import (
 from gateway.firewall.spec import Directions, ExternalSpec, OnError
 from gateway.rpc.firewall_client import WITHHELD_TEXT, CallerState, GrpcExternalCaller
 from tests.certs import write_pki
+from tests.integration.firewall.conftest import load_example
 
-EXAMPLE = Path(__file__).parents[3] / "clients" / "examples" / "firewall_middleware.py"
 CALL_TIMEOUT = 5.0
 """Seconds a call that should succeed may take (generous; they take milliseconds)."""
 DEADLINE_MS = 200
@@ -57,20 +54,6 @@ FAIL_BOUND = 3.0
 """Seconds within which a failing call must have failed (well under the slow server's delay)."""
 SLOW_DELAY = 5.0
 """Seconds the slow middleware waits before answering."""
-
-
-def load_example() -> ModuleType:
-    """The example middleware, imported from its file (it is a script, not a package)."""
-    name = "firewall_middleware_example"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 example = load_example()
