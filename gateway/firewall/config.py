@@ -54,6 +54,13 @@ from gateway.firewall.spec import (
 
 logger = logging.getLogger(__name__)
 
+MAX_NODES: Final = 100_000
+"""Most values the document may hold once YAML aliases are expanded: a file of a few lines
+can alias itself into billions of values (or into a cycle), and a policy has hundreds."""
+
+MAX_DEPTH: Final = 32
+"""Deepest nesting of mappings and lists; a policy nests six deep."""
+
 MAX_FILE_BYTES: Final = 1024 * 1024
 """Largest firewall file read, in bytes (1 MiB): far above any real policy, and a bound on
 what a mistaken path (a log, a binary) can make the gateway parse at startup."""
@@ -357,7 +364,10 @@ def parse_firewall(text: str, source: Path) -> FirewallSpec:
     if root is None:
         return FirewallSpec(source=source, content_logging=False, middlewares=())
     problems: list[_Problem] = []
-    plain = _plain(root, (), problems)
+    try:
+        plain = _plain(root, (), problems, _Budget())
+    except _TooLarge as error:
+        raise FirewallConfigError([f"{source}:1:1: {error}"]) from None
     checked: _FirewallFile | None = None
     try:
         checked = _FirewallFile.model_validate(plain)
@@ -394,19 +404,44 @@ def _load_yaml(text: str, source: Path) -> Any:
         raise FirewallConfigError([f"{source}:1:1: {error}"]) from None
 
 
-def _plain(node: Any, loc: _Loc, problems: list[_Problem]) -> Any:
+class _TooLarge(Exception):
+    """The document nests too deeply or expands past `MAX_NODES` values."""
+
+
+class _Budget:
+    """Values `_plain` may still produce."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_NODES
+
+    def take(self, loc: _Loc) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _TooLarge(
+                f"the document holds over {MAX_NODES:,} values once its aliases are expanded"
+            )
+        if len(loc) > MAX_DEPTH:
+            raise _TooLarge(
+                f"the document nests deeper than {MAX_DEPTH} levels (an alias of itself?)"
+            )
+
+
+def _plain(node: Any, loc: _Loc, problems: list[_Problem], budget: _Budget) -> Any:
     """The document as plain dicts, lists and scalars; a key that is not a string is
     reported into `problems` (at the key) and left out.
 
     ruamel's round-trip scalars subclass the builtins (`ScalarFloat`, `HexInt`, and an
     anchored boolean is a `ScalarBoolean`, an int); strict pydantic must see the real types,
     or an anchored `true` would pass as the integer 1."""
+    budget.take(loc)
     match node:
         case Mapping():
             plain: dict[str, Any] = {}
             for key, value in node.items():
                 if isinstance(key, str):
-                    plain[str(key)] = _plain(value, (*loc, str(key)), problems)
+                    plain[str(key)] = _plain(value, (*loc, str(key)), problems, budget)
                 else:
                     problems.append(
                         _Problem(
@@ -418,7 +453,9 @@ def _plain(node: Any, loc: _Loc, problems: list[_Problem]) -> Any:
                     )
             return plain
         case list():
-            return [_plain(item, (*loc, index), problems) for index, item in enumerate(node)]
+            return [
+                _plain(item, (*loc, index), problems, budget) for index, item in enumerate(node)
+            ]
         case bool() | ScalarBoolean():
             return bool(node)
         case str():

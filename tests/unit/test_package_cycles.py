@@ -93,6 +93,13 @@ def test_the_identity_leaf_imports_only_the_contract():
     assert set(edges["identity"]) <= {"contract"}, edges["identity"]
 
 
+def test_the_firewall_imports_only_the_contract():
+    # Its one network dependency, the external middleware's gRPC client, is a port that
+    # gateway/rpc/ implements and the composition root hands in.
+    edges = package_edges()
+    assert set(edges["firewall"]) <= {"contract"}, edges["firewall"]
+
+
 def test_the_engine_does_not_import_the_registry_it_is_verified_against():
     assert "registry" not in package_edges()["engine"]
 

@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.firewall.config import (
     MAX_FILE_BYTES,
@@ -816,3 +818,64 @@ def test_merge_keys_are_followed(tmp_path):
         TurnGuidanceSpec(id="a", agents=("acme-*",)),
         TurnGuidanceSpec(id="b", agents=("acme-*",)),
     )
+
+
+# --- garbage ---------------------------------------------------------------------------------
+
+_YAML_BITS = st.sampled_from(
+    [
+        "version: 1\n",
+        "middlewares:\n",
+        "  - id: a\n",
+        "    kind: rate-limit\n",
+        "    kind: content-pattern\n",
+        "    rules:\n",
+        "      - id: r\n",
+        "        pattern: '(a+)+$'\n",
+        "        action: refuse\n",
+        '    agents: ["*", 3]\n',
+        "    rate_per_minute: 1e309\n",
+        "    burst: .inf\n",
+        "&a [*a]\n",
+        "? [x]: y\n",
+        "!!python/object:os.system {}\n",
+        "%YAML 1.1\n---\n",
+        "---\n",
+        "- - - - -\n",
+        "{",
+        "]",
+        "\t",
+        "\x00",
+        "\ufeff",
+        "'\n",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_YAML_BITS, max_size=12), st.text(max_size=40))
+def test_garbage_is_a_firewall_config_error_or_a_spec_never_a_crash(bits, noise):
+    text = "".join(bits) + noise
+    try:
+        spec = parse_firewall(text, Path("fuzz.yaml"))
+    except FirewallConfigError as error:
+        assert error.problems
+        assert all(problem.startswith("fuzz.yaml") for problem in error.problems)
+    else:
+        assert isinstance(spec, FirewallSpec)
+
+
+def test_an_alias_of_itself_is_an_error_not_a_recursion():
+    with pytest.raises(FirewallConfigError) as raised:
+        parse_firewall("- &a [*a]\n", Path("loop.yaml"))
+    assert raised.value.problems[0].startswith("loop.yaml:1:1: the document nests deeper")
+
+
+def test_aliases_that_expand_past_the_bound_are_an_error():
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 8):
+        previous = f"*a{level - 1}"
+        lines.append(f"a{level}: &a{level} [{', '.join([previous] * 10)}]")
+    with pytest.raises(FirewallConfigError) as raised:
+        parse_firewall("\n".join(lines) + "\n", Path("laughs.yaml"))
+    assert "values once its aliases are expanded" in raised.value.problems[0]
