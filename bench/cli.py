@@ -4,7 +4,9 @@ Starts real `harness-gateway` processes (one daemon, or `--daemons 2` joined thr
 standalone Router and Registry), drives K conversations through them for a fixed time (direct
 pairs, or groups with `--group-size`; `--burst` sends in flight per sender), then drives a bare
 `grpc.aio` unary echo server (its own process) with as many calls in flight for as long, and
-prints ONE JSON line on stdout. Progress and any trouble go to stderr.
+prints ONE JSON line on stdout. Progress and any trouble go to stderr. `--firewall FILE` runs
+every daemon with that firewall file; `--firewall-cost FILE` instead compares gateway runs
+without and with it, alternating, and prints the comparison's line.
 See bench/README.md for what each field means.
 """
 
@@ -24,8 +26,11 @@ from typing import TYPE_CHECKING, Final
 from bench.plan import GROUP_MAX_MEMBERS, GROUP_MIN_MEMBERS, MAX_DAEMONS, PAIR_SIZE
 from bench.result import (
     BenchResult,
+    FirewallCostResult,
     Percentiles,
+    RoundValues,
     RunMode,
+    SideSummary,
     per_post_ms,
     rate,
     ratio,
@@ -57,8 +62,22 @@ MAX_IN_FLIGHT: Final = 4096
 as many echo callers."""
 MAX_SECONDS: Final = 3600.0
 """Longest timed window accepted, in seconds: an hour is past any useful run."""
+DEFAULT_ROUNDS: Final = 3
+"""Gateway runs per side of a `--firewall-cost` comparison."""
+MAX_ROUNDS: Final = 50
+"""Most rounds per side: 100 gateway runs of 10 s is already about 20 minutes."""
 EXIT_FAILED: Final = 1
 """Exit code when the run could not be measured (the gateway or the echo server failed)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FirewallComparison:
+    """`--firewall-cost`: gateway runs alternately without and with `file`, `rounds` each
+    (off, on, off, on, ...), so drift of the machine falls on both sides alike."""
+
+    file: Path
+    """Absolute, so that no daemon's working directory changes what it names."""
+    rounds: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +93,10 @@ class BenchConfig:
     """Agents per conversation, the sender included: 2 is a direct pair."""
     daemons: int
     gateway_bin: str
+    firewall: Path | None = None
+    """`--firewall`: every daemon's `--firewall-config` file (absolute); None: no firewall."""
+    firewall_cost: FirewallComparison | None = None
+    """`--firewall-cost`: measure the firewall's cost instead of a run against the echo."""
 
     @property
     def in_flight(self) -> int:
@@ -126,6 +149,15 @@ def _positive_seconds(text: str) -> float:
             f"must be above 0 and at most {MAX_SECONDS:g}, not {value:g}"
         )
     return value
+
+
+def _firewall_file(text: str) -> Path:
+    """An argparse type: a file that exists, made absolute. Only the daemons read it (the
+    bench is a client of the API): a bad file is a daemon that does not start."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no file at {text!r}")
+    return path.absolute()
 
 
 def _default_gateway_bin() -> str:
@@ -191,6 +223,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the harness-gateway executable (default: the one beside this Python)",
     )
+    firewall = parser.add_mutually_exclusive_group()
+    firewall.add_argument(
+        "--firewall",
+        type=_firewall_file,
+        default=None,
+        metavar="FILE",
+        help="run every daemon with this --firewall-config file (default: no firewall)",
+    )
+    firewall.add_argument(
+        "--firewall-cost",
+        type=_firewall_file,
+        default=None,
+        metavar="FILE",
+        help="instead of the run against the echo, run the gateway alternately without and "
+        "with this firewall file (--rounds times each) and print the firewall's cost per post",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_between(1, MAX_ROUNDS),
+        default=None,
+        help=f"gateway runs per side with --firewall-cost (default {DEFAULT_ROUNDS})",
+    )
     return parser
 
 
@@ -215,6 +269,16 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
             f"--pairs {pairs} x --burst {args.burst} is {pairs * args.burst} calls in flight, "
             f"over {MAX_IN_FLIGHT}"
         )
+    if args.rounds is not None and args.firewall_cost is None:
+        parser.error("--rounds counts the runs of --firewall-cost; name its file")
+    comparison = (
+        None
+        if args.firewall_cost is None
+        else FirewallComparison(
+            file=args.firewall_cost,
+            rounds=args.rounds if args.rounds is not None else DEFAULT_ROUNDS,
+        )
+    )
     return BenchConfig(
         pairs=pairs,
         seconds=seconds,
@@ -222,6 +286,8 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
         group_size=args.group_size,
         daemons=args.daemons,
         gateway_bin=args.gateway_bin or _default_gateway_bin(),
+        firewall=args.firewall,
+        firewall_cost=comparison,
     )
 
 
@@ -251,14 +317,34 @@ def _report_counts(title: str, counts: Mapping[str, int]) -> None:
         _say(f"{title}: {details}")
 
 
+async def measure(config: BenchConfig) -> BenchResult | FirewallCostResult:
+    """The run `config` asks for: against the echo, or the firewall's cost."""
+    if config.firewall_cost is not None:
+        return await run_firewall_cost(config, config.firewall_cost)
+    return await run(config)
+
+
 async def run(config: BenchConfig) -> BenchResult:
     """Both measurements, one after the other (never competing for the CPUs)."""
-    # Imported here: `--help` and the unit tests need neither grpc nor the client.
-    from bench.baseline import measure_echo
-    from bench.gateway_run import TIMED, measure_gateway, stamp_text
+    gateway = await _gateway_run(config, firewall=config.firewall, title="gateway run")
+    echo = await _echo_run(config)
+    return assemble(config, gateway, echo)
+
+
+def _firewall_words(firewall: Path | None) -> str:
+    return "no firewall" if firewall is None else f"firewall {firewall.name}"
+
+
+async def _gateway_run(config: BenchConfig, *, firewall: Path | None, title: str) -> GatewayOutcome:
+    """One gateway measurement, said on stderr under `title`: its load, its outcome, its
+    CPU and whatever went wrong."""
+    from bench.gateway_run import measure_gateway  # imported here, as in `_echo_run`
     from bench.plan import plan_groups
 
-    _say(f"gateway run: {describe_load(config)} for {config.seconds:g} s ({config.gateway_bin})")
+    _say(
+        f"{title}: {describe_load(config)} for {config.seconds:g} s, "
+        f"{_firewall_words(firewall)} ({config.gateway_bin})"
+    )
     started = time.perf_counter()
     gateway = await measure_gateway(
         gateway_bin=config.gateway_bin,
@@ -266,10 +352,11 @@ async def run(config: BenchConfig) -> BenchResult:
         daemons=config.daemons,
         burst=config.burst,
         seconds=config.seconds,
+        firewall=firewall,
     )
     exits = ", ".join(f"{report.name} exit code {report.exit_code}" for report in gateway.processes)
     _say(
-        f"gateway run done in {time.perf_counter() - started:.1f} s: {gateway.posts} posts "
+        f"{title} done in {time.perf_counter() - started:.1f} s: {gateway.posts} posts "
         f"in {gateway.elapsed:.2f} s, {exits}"
     )
     _say(_cpu_summary(gateway))
@@ -294,6 +381,14 @@ async def run(config: BenchConfig) -> BenchResult:
             "no harness_store_commit_batch_size on some daemon's --metrics-listen: "
             "store fields are null"
         )
+    return gateway
+
+
+async def _echo_run(config: BenchConfig) -> EchoOutcome:
+    """The baseline measurement, said on stderr."""
+    # Imported here: `--help` and the unit tests need neither grpc nor the client.
+    from bench.baseline import measure_echo
+    from bench.gateway_run import TIMED, stamp_text
 
     callers = f"{config.in_flight} concurrent unary echo callers"
     if config.burst > 1:
@@ -312,7 +407,7 @@ async def run(config: BenchConfig) -> BenchResult:
         _say(f"echo server logged {echo.server_problem_count} trouble line(s):")
         for line in echo.server_problems:
             print(f"  {line}", file=sys.stderr)
-    return assemble(config, gateway, echo)
+    return echo
 
 
 def _cpu_summary(gateway: GatewayOutcome) -> str:
@@ -341,6 +436,7 @@ def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) ->
         pairs=config.pairs,
         seconds=config.seconds,
         mode=config.mode,
+        firewall=None if config.firewall is None else config.firewall.name,
         certified_posts_per_second=posts_per_second,
         send_latency_ms=Percentiles.of_ns(gateway.send_latencies_ns),
         send_to_delivery_ms=Percentiles.of_ns(gateway.delivery_latencies_ns),
@@ -352,12 +448,85 @@ def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) ->
     )
 
 
+def cost_schedule(rounds: int) -> tuple[tuple[int, bool], ...]:
+    """`(round, with the firewall)` of each gateway run of a comparison, in run order:
+    without then with, round after round, so drift of the machine falls on both sides."""
+    return tuple((number, on) for number in range(1, rounds + 1) for on in (False, True))
+
+
+def round_values(gateway: GatewayOutcome) -> RoundValues:
+    """What a comparison keeps of one gateway run."""
+    return RoundValues(
+        certified_posts_per_second=rate(gateway.posts, gateway.elapsed),
+        gateway_cpu_ms_per_post=per_post_ms(gateway.gateway_cpu_seconds, gateway.posts),
+        failed_sends=sum(gateway.send_failures.values()),
+        undelivered=gateway.undelivered,
+    )
+
+
+def assemble_cost(
+    config: BenchConfig,
+    comparison: FirewallComparison,
+    without_firewall: Sequence[RoundValues],
+    with_firewall: Sequence[RoundValues],
+) -> FirewallCostResult:
+    """The `--firewall-cost` line's values from its rounds, each side in run order."""
+    return FirewallCostResult(
+        machine=this_machine(),
+        pairs=config.pairs,
+        seconds=config.seconds,
+        mode=config.mode,
+        firewall=comparison.file.name,
+        without_firewall=SideSummary(rounds=tuple(without_firewall)),
+        with_firewall=SideSummary(rounds=tuple(with_firewall)),
+    )
+
+
+def _describe_round(values: RoundValues) -> str:
+    posts = values.certified_posts_per_second
+    cpu = values.gateway_cpu_ms_per_post
+    text = (
+        f"{'unknown' if posts is None else f'{posts:.1f}'} certified posts/s, "
+        f"{'unknown' if cpu is None else f'{cpu:.2f}'} gateway CPU-ms per post"
+    )
+    if values.failed_sends:
+        text += f", {values.failed_sends} failed send(s)"
+    if values.undelivered:
+        text += f", {values.undelivered} undelivered"
+    return text
+
+
+async def run_firewall_cost(
+    config: BenchConfig, comparison: FirewallComparison
+) -> FirewallCostResult:
+    """The gateway measurement without and with `comparison.file`, alternating, each run
+    said on stderr; no echo baseline (the comparison is gateway against gateway)."""
+    sides: dict[bool, list[RoundValues]] = {False: [], True: []}
+    for number, on in cost_schedule(comparison.rounds):
+        firewall = comparison.file if on else None
+        title = f"round {number}/{comparison.rounds} {'with' if on else 'without'} firewall"
+        values = round_values(await _gateway_run(config, firewall=firewall, title=title))
+        _say(f"{title}: {_describe_round(values)}")
+        sides[on].append(values)
+    result = assemble_cost(config, comparison, sides[False], sides[True])
+    _say(
+        f"firewall cost of {comparison.file.name} (medians of {comparison.rounds} round(s) "
+        f"each): CPU per post {_signed(result.cpu_overhead_pct)}, "
+        f"throughput {_signed(result.throughput_change_pct)}"
+    )
+    return result
+
+
+def _signed(pct: float | None) -> str:
+    return "unknown" if pct is None else f"{pct:+.1f}%"
+
+
 class Interrupted(Exception):
     """SIGTERM or SIGINT stopped the run (its children were still stopped)."""
 
 
-async def _run_until_signalled(config: BenchConfig) -> BenchResult:
-    """`run`, cancelled by the first SIGTERM or SIGINT so that every `finally` (which stops
+async def _run_until_signalled(config: BenchConfig) -> BenchResult | FirewallCostResult:
+    """`measure`, cancelled by the first SIGTERM or SIGINT so that every `finally` (which stops
     the children) runs; later signals are ignored, the stop being bounded anyway."""
     task = asyncio.current_task()
     assert task is not None
@@ -372,7 +541,7 @@ async def _run_until_signalled(config: BenchConfig) -> BenchResult:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        return await run(config)
+        return await measure(config)
     except asyncio.CancelledError:
         if received:
             raise Interrupted(received[0].name) from None

@@ -7,7 +7,8 @@ joined to it and two `harness-gateway serve --router ... --registry ...` daemons
 sharing a generated `--peer-token-file` so peer authentication is part of what is measured,
 as it is in any deployment beyond loopback. Every process listens on 127.0.0.1:0 in the run's
 scratch directory; each daemon serves `/metrics` on a free port, the Router and the Registry
-serve none (they have no store commits to report).
+serve none (they have no store commits to report). With a firewall file every daemon runs
+it (`--firewall-config`): the firewall is a daemon's, the Router and the Registry have none.
 """
 
 from __future__ import annotations
@@ -103,10 +104,13 @@ class _Starter:
     the Router they talk to, the Router before its Registry) and remembers them for the
     failure notes."""
 
-    def __init__(self, stack: contextlib.AsyncExitStack, gateway_bin: str) -> None:
+    def __init__(
+        self, stack: contextlib.AsyncExitStack, gateway_bin: str, firewall: Path | None
+    ) -> None:
         self.started: list[ChildProcess] = []
         self._stack = stack
         self._gateway_bin = gateway_bin
+        self._firewall = [] if firewall is None else ["--firewall-config", str(firewall)]
 
     async def start(self, name: str, args: Sequence[str], is_ready: ReadyCheck) -> ChildProcess:
         child = await self._stack.enter_async_context(
@@ -117,7 +121,14 @@ class _Starter:
 
     async def daemon(self, name: str, data_dir: Path, extra: Sequence[str]) -> Daemon:
         metrics_address = f"127.0.0.1:{free_port()}"
-        args = ["serve", *_common_flags(metrics_address), "--data-dir", str(data_dir), *extra]
+        args = [
+            "serve",
+            *_common_flags(metrics_address),
+            "--data-dir",
+            str(data_dir),
+            *self._firewall,
+            *extra,
+        ]
         child = await self.start(name, args, _is_daemon_ready)
         # A daemon that names its bound metrics address is the authority on it.
         named = child.ready_line.get("metrics")
@@ -134,8 +145,11 @@ class _Starter:
 
 
 @contextlib.asynccontextmanager
-async def deploy(*, gateway_bin: str, daemons: int, scratch: Path) -> AsyncIterator[Deployment]:
-    """Start the gateway side for `daemons` daemons (1 or 2) under `scratch`, yield it once
+async def deploy(
+    *, gateway_bin: str, daemons: int, scratch: Path, firewall: Path | None = None
+) -> AsyncIterator[Deployment]:
+    """Start the gateway side for `daemons` daemons (1 or 2) under `scratch`, every daemon
+    with the firewall file `firewall` when one is named, yield it once
     every process printed its ready line, and stop every process on the way out. A failure,
     whether starting or in the block, carries each started process's trouble lines as notes
     (added once they stopped, so their exit codes are known)."""
@@ -144,7 +158,7 @@ async def deploy(*, gateway_bin: str, daemons: int, scratch: Path) -> AsyncItera
     starter: _Starter | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            starter = _Starter(stack, gateway_bin)
+            starter = _Starter(stack, gateway_bin, firewall)
             if daemons == 1:
                 single = await starter.daemon(SINGLE_NAME, scratch / "data", ())
                 deployment = Deployment(daemons=(single,), processes=(single.child,))

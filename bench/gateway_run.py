@@ -9,7 +9,9 @@ the whole run and acknowledge every delivery; after one warm-up message per conv
 `burst` sends in flight to its conversation (`burst` tasks, each one `Send` at a time) for
 the timed window. A message's text is JSON `{"t": <sender's perf_counter_ns>, "phase": ...}`,
 so every receiver measures send-to-delivery. Afterwards the receivers get a bounded time to
-see every certified post, and every process is always stopped.
+see every certified post, and every process is always stopped. A firewall file, when named,
+is every daemon's `--firewall-config`; a delivery's guidance is not read (the bench counts
+and times deliveries, it has no model to advise).
 """
 
 from __future__ import annotations
@@ -157,12 +159,21 @@ def _describe(error: HarnessClientError) -> str:
 
 
 async def measure_gateway(
-    *, gateway_bin: str, plans: Sequence[GroupPlan], daemons: int, burst: int, seconds: float
+    *,
+    gateway_bin: str,
+    plans: Sequence[GroupPlan],
+    daemons: int,
+    burst: int,
+    seconds: float,
+    firewall: Path | None = None,
 ) -> GatewayOutcome:
-    """Start the gateway side, drive the conversations of `plans` for `seconds` with `burst`
-    sends in flight per sender, stop every process, report."""
+    """Start the gateway side (every daemon with the firewall file `firewall`, if any),
+    drive the conversations of `plans` for `seconds` with `burst` sends in flight per
+    sender, stop every process, report."""
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as scratch:
-        async with deploy(gateway_bin=gateway_bin, daemons=daemons, scratch=Path(scratch)) as side:
+        async with deploy(
+            gateway_bin=gateway_bin, daemons=daemons, scratch=Path(scratch), firewall=firewall
+        ) as side:
             measured = await _drive(side, plans, burst, seconds)
         # Outside the block: every process stopped, so the exit codes are known.
         return _outcome(measured, side)

@@ -1,7 +1,9 @@
 """The one JSON line `python -m bench` prints, and the arithmetic behind its fields.
 
-Pure code (no I/O but reading the machine's description), so a unit test can check the
-line's shape on a fake result without starting a process.
+Two lines exist: a run's (`BenchResult`) and, with `--firewall-cost`, the comparison of
+gateway runs without and with a firewall file (`FirewallCostResult`). Pure code (no I/O but
+reading the machine's description), so a unit test can check each line's shape on a fake
+result without starting a process.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import math
 import os
 import platform
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +22,7 @@ RESULT_KEYS: tuple[str, ...] = (
     "pairs",
     "seconds",
     "mode",
+    "firewall",
     "certified_posts_per_second",
     "send_latency_ms",
     "send_to_delivery_ms",
@@ -136,6 +140,8 @@ class BenchResult:
     pairs: int
     seconds: float
     mode: RunMode
+    firewall: str | None
+    """The name of the `--firewall-config` file every daemon ran with; None: no firewall."""
     certified_posts_per_second: float | None
     send_latency_ms: Percentiles
     send_to_delivery_ms: Percentiles
@@ -152,6 +158,7 @@ class BenchResult:
             "pairs": self.pairs,
             "seconds": self.seconds,
             "mode": self.mode.to_json(),
+            "firewall": self.firewall,
             "certified_posts_per_second": self.certified_posts_per_second,
             "send_latency_ms": self.send_latency_ms.to_json(),
             "send_to_delivery_ms": self.send_to_delivery_ms.to_json(),
@@ -163,6 +170,143 @@ class BenchResult:
         }
 
 
-def result_line(result: BenchResult) -> str:
+def median(values: Sequence[float | None]) -> float | None:
+    """The median of `values` (the mean of the middle two for an even count), or None when
+    there are none or any is None: a median over the rounds that happened to be measured
+    would pass for all of them."""
+    if not values or any(value is None for value in values):
+        return None
+    return statistics.median(value for value in values if value is not None)
+
+
+def change_pct(after: float | None, before: float | None) -> float | None:
+    """`(after / before - 1) x 100` rounded to 0.1, or None when either is unknown or
+    `before` is not above 0."""
+    if after is None or before is None or before <= 0:
+        return None
+    return round((after / before - 1.0) * 100.0, 1)
+
+
+COST_KEYS: tuple[str, ...] = (
+    "machine",
+    "pairs",
+    "seconds",
+    "mode",
+    "firewall",
+    "rounds",
+    "without_firewall",
+    "with_firewall",
+    "cpu_overhead_pct",
+    "throughput_change_pct",
+)
+"""The top-level keys of the `--firewall-cost` line, in the order they are printed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundValues:
+    """What one gateway run of a comparison measured."""
+
+    certified_posts_per_second: float | None
+    gateway_cpu_ms_per_post: float | None
+    failed_sends: int
+    """Sends that did not return success (a firewall refusal among them)."""
+    undelivered: int
+    """Deliveries of certified posts not seen within the drain bound."""
+
+    def to_json(self) -> dict[str, Any]:
+        """`{certified_posts_per_second, gateway_cpu_ms_per_post, failed_sends, undelivered}`."""
+        return {
+            "certified_posts_per_second": self.certified_posts_per_second,
+            "gateway_cpu_ms_per_post": self.gateway_cpu_ms_per_post,
+            "failed_sends": self.failed_sends,
+            "undelivered": self.undelivered,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SideSummary:
+    """One side of a comparison (without, or with, the firewall): its rounds in run order
+    and their medians."""
+
+    rounds: tuple[RoundValues, ...]
+
+    @property
+    def certified_posts_per_second(self) -> float | None:
+        """The median over the rounds; None when any round lacks it."""
+        return median([values.certified_posts_per_second for values in self.rounds])
+
+    @property
+    def gateway_cpu_ms_per_post(self) -> float | None:
+        """The median over the rounds; None when any round lacks it."""
+        return median([values.gateway_cpu_ms_per_post for values in self.rounds])
+
+    def to_json(self) -> dict[str, Any]:
+        """`{certified_posts_per_second, gateway_cpu_ms_per_post, per_round: [...]}`, the
+        first two the medians."""
+        return {
+            "certified_posts_per_second": _rounded(self.certified_posts_per_second, 1),
+            "gateway_cpu_ms_per_post": _rounded(self.gateway_cpu_ms_per_post, 2),
+            "per_round": [values.to_json() for values in self.rounds],
+        }
+
+
+def _rounded(value: float | None, places: int) -> float | None:
+    # A median of two rounded values is exact to one more place; print it as its inputs.
+    return None if value is None else round(value, places)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FirewallCostResult:
+    """What `--firewall-cost` measured: gateway runs alternately without and with the file."""
+
+    machine: Machine
+    pairs: int
+    seconds: float
+    mode: RunMode
+    firewall: str
+    """The name of the firewall file the "with" rounds ran."""
+    without_firewall: SideSummary
+    with_firewall: SideSummary
+
+    @property
+    def rounds(self) -> int:
+        """Rounds per side."""
+        return len(self.with_firewall.rounds)
+
+    @property
+    def cpu_overhead_pct(self) -> float | None:
+        """How much more gateway CPU a post costs with the firewall, in percent of the cost
+        without (medians); negative when it measured cheaper."""
+        return change_pct(
+            self.with_firewall.gateway_cpu_ms_per_post,
+            self.without_firewall.gateway_cpu_ms_per_post,
+        )
+
+    @property
+    def throughput_change_pct(self) -> float | None:
+        """How certified posts per second changed with the firewall, in percent (medians);
+        negative when fewer."""
+        return change_pct(
+            self.with_firewall.certified_posts_per_second,
+            self.without_firewall.certified_posts_per_second,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The comparison object, keys in `COST_KEYS` order."""
+        return {
+            "machine": self.machine.to_json(),
+            "pairs": self.pairs,
+            "seconds": self.seconds,
+            "mode": self.mode.to_json(),
+            "firewall": self.firewall,
+            "rounds": self.rounds,
+            "without_firewall": self.without_firewall.to_json(),
+            "with_firewall": self.with_firewall.to_json(),
+            "cpu_overhead_pct": self.cpu_overhead_pct,
+            "throughput_change_pct": self.throughput_change_pct,
+        }
+
+
+def result_line(result: BenchResult | FirewallCostResult) -> str:
     """The result as one line of JSON (no trailing newline)."""
     return json.dumps(result.to_json(), separators=(", ", ": "), allow_nan=False)

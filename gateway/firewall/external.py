@@ -79,11 +79,13 @@ class External:
                 self.spec.on_error.value,
                 cause,
             )
-            return self._on_error(check, cause), True
+            return self._on_error(check), True
 
-    def _on_error(self, check: CheckInput, cause: str) -> Judgement:
+    def _on_error(self, check: CheckInput) -> Judgement:
+        # The cause (addresses, status details) is for the operator's log above, not for
+        # the model the text reaches.
         subjects = tuple(subject.id for subject in check.subjects)
-        text = f"the {self.spec.id} check could not run ({cause})"
+        text = f"the {self.spec.id} check could not run"
         if self.spec.on_error is OnError.ALLOW:
             return Allow(
                 instructions=(

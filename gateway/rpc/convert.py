@@ -262,7 +262,8 @@ _CONNECT_REASONS: Final = _members(
 _TEXT_OPERATIONS: Final = _members(
     MessageTextOperation, errors_pb2.MessageTextOperation, "MESSAGE_TEXT_OPERATION_"
 )
-_REFUSALS: Final = _members(FirewallRefusal, guidance_pb2.FirewallRefusal, "FIREWALL_REFUSAL_")
+REFUSALS: Final = _members(FirewallRefusal, guidance_pb2.FirewallRefusal, "FIREWALL_REFUSAL_")
+"""The closed refusals both ways (also for the external middleware's answers)."""
 _EXPECTATIONS: Final = _members(Expectation, guidance_pb2.Expectation, "EXPECTATION_")
 _OPS: Final = _members(CollectiveOp, types_pb2.CollectiveOp, "COLLECTIVE_OP_")
 _FAILURE_DELIVERIES: Final = _members(
@@ -705,14 +706,14 @@ def local_guidance_from_proto(guidance: guidance_pb2.LocalGuidance) -> LocalGuid
 def withheld_to_proto(withheld: Withheld) -> guidance_pb2.Withheld:
     """`{kind: "withheld", checkId, reason}`."""
     return guidance_pb2.Withheld(
-        check_id=withheld.check_id, reason=_REFUSALS.to_proto(withheld.reason)
+        check_id=withheld.check_id, reason=REFUSALS.to_proto(withheld.reason)
     )
 
 
 def withheld_from_proto(withheld: guidance_pb2.Withheld) -> Withheld:
     """Withheld text."""
     return Withheld(
-        check_id=withheld.check_id, reason=_REFUSALS.from_proto(withheld.reason, "reason")
+        check_id=withheld.check_id, reason=REFUSALS.from_proto(withheld.reason, "reason")
     )
 
 
@@ -1070,7 +1071,7 @@ def firewall_error_to_proto(error: FirewallSendError) -> errors_pb2.FirewallSend
     """A FirewallSendError (its instruction travels inside `guidance`)."""
     return errors_pb2.FirewallSendError(
         check_id=error.check_id,
-        refusal=_REFUSALS.to_proto(error.refusal),
+        refusal=REFUSALS.to_proto(error.refusal),
         middleware_id=error.middleware_id,
         rule_id=error.rule_id,
         guidance=checked_guidance_to_proto(error.guidance),
@@ -1082,7 +1083,7 @@ def firewall_error_from_proto(error: errors_pb2.FirewallSendError) -> FirewallSe
     """A FirewallSendError (its `instruction` is the refusing rule's text)."""
     return FirewallSendError(
         check_id=error.check_id,
-        refusal=_REFUSALS.from_proto(error.refusal, "refusal"),
+        refusal=REFUSALS.from_proto(error.refusal, "refusal"),
         middleware_id=error.middleware_id,
         rule_id=error.rule_id,
         instruction=error.instruction,

@@ -43,7 +43,7 @@ from gateway.firewall.model import (
     Withhold,
 )
 from gateway.firewall.spec import ExternalSpec
-from gateway.rpc.convert import _REFUSALS, InvalidRequest, checked_guidance_from_proto
+from gateway.rpc.convert import REFUSALS, InvalidRequest, checked_guidance_from_proto
 from gateway.rpc.tls import TlsConfigError, load_ca_bundle
 
 logger = logging.getLogger(__name__)
@@ -62,9 +62,10 @@ server wrote them; the rest goes nowhere)."""
 DEADLINE_GRACE: Final = 0.05
 """Seconds past the call's own gRPC deadline after which a backstop timer gives up on it, so
 a check stays bounded by its deadline even if the gRPC deadline were not honoured."""
-WITHHELD_TEXT: Final = "withheld by the local firewall ({reason})"
-"""`Withhold.instruction` for a withhold from an external middleware: the protobuf
-`Withhold` carries no text of its own, and this is the text a marked message shows."""
+WITHHELD_TEXT: Final = "the operator's middleware judged it unfit to act on"
+"""`Withhold.instruction` for a withhold from an external middleware (the protobuf
+`Withhold` carries no text of its own); a marked message shows `withheld by the local
+firewall (<reason>): ` and this."""
 
 _DIRECTIONS: Final = {
     Direction.SEND: firewall_middleware_pb2.CHECK_DIRECTION_SEND,
@@ -241,7 +242,7 @@ def judgement_from_proto(
             subject_ids=tuple(dict.fromkeys(withhold.subject_ids)),
             reason=reason,
             rule_id=withhold.rule_id,
-            instruction=WITHHELD_TEXT.format(reason=reason),
+            instruction=WITHHELD_TEXT,
             instructions=_instructions(withhold.instructions, subject_ids, middleware_id),
         )
     if verdict is None:
@@ -251,7 +252,7 @@ def judgement_from_proto(
 
 def _refusal(number: guidance_pb2.FirewallRefusal.ValueType, where: str) -> FirewallRefusal:
     try:
-        return _REFUSALS.from_proto(number, where)
+        return REFUSALS.from_proto(number, where)
     except InvalidRequest as error:
         raise _Malformed(error.detail) from None
 

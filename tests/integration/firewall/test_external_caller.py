@@ -165,7 +165,7 @@ async def test_a_delivered_answer_containing_the_withhold_word_is_withheld_and_t
     assert judgement.subject_ids == ("agent:bob",)
     assert judgement.reason is FirewallRefusal.CONTENT_BLOCKED
     assert judgement.rule_id == "keyword"
-    assert judgement.instruction == WITHHELD_TEXT.format(reason="content-blocked")
+    assert judgement.instruction == WITHHELD_TEXT
     assert judgement.drop is False
     # The classifier's note on carol's answer survives, about a subject that remains.
     assert [type(i) for i in judgement.instructions] == [UncertainInstruction]

@@ -9,12 +9,17 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
+from pathlib import Path
 from typing import cast
 
 import pytest
 from harness_client import (
+    CheckedGuidance,
     DirectMessage,
     Endpoint,
+    Expectation,
+    ExpectationInstruction,
     GroupMessage,
     InboundDelivery,
     MulticastItem,
@@ -26,6 +31,7 @@ from bench.gateway_run import (
     TIMED,
     WARMUP,
     Conversation,
+    GatewayOutcome,
     Receiver,
     missing_deliveries,
     note_delivery,
@@ -35,11 +41,15 @@ from bench.gateway_run import (
 from bench.metrics import CommitCounters, commit_rates, parse_commit_counters, sum_counters
 from bench.processes import OutputLog, cpu_between, is_trouble, process_cpu_seconds, total_cpu
 from bench.result import (
+    COST_KEYS,
     RESULT_KEYS,
     BenchResult,
     Machine,
     Percentiles,
+    RoundValues,
     RunMode,
+    change_pct,
+    median,
     per_post_ms,
     percentile,
     rate,
@@ -47,6 +57,15 @@ from bench.result import (
     result_line,
 )
 from gateway.contract import addresses
+from gateway.contract.values import DirectMessage as ContractDirect
+from gateway.contract.values import GroupMessage as ContractGroup
+from gateway.contract.values import MulticastItem as ContractMulticast
+from gateway.contract.values import TextPart as ContractTextPart
+from gateway.firewall import subjects
+from gateway.firewall.config import load_firewall
+from gateway.firewall.model import ExternalCaller, MiddlewareKind
+from gateway.firewall.pipeline import Firewall
+from gateway.firewall.spec import ContentPatternSpec, Directions, ExternalSpec, kind_of
 
 
 def fake_result(**overrides: object) -> BenchResult:
@@ -55,6 +74,7 @@ def fake_result(**overrides: object) -> BenchResult:
         "pairs": 8,
         "seconds": 10.0,
         "mode": RunMode(burst=4, group_size=3, daemons=2),
+        "firewall": "five.yaml",
         "certified_posts_per_second": 123.4,
         "send_latency_ms": Percentiles(p50=12.5, p99=40.25),
         "send_to_delivery_ms": Percentiles(p50=15.0, p99=55.0),
@@ -160,6 +180,9 @@ def test_help_names_every_flag(capsys):
         "--daemons",
         "--quick",
         "--gateway-bin",
+        "--firewall",
+        "--firewall-cost",
+        "--rounds",
     ):
         assert flag in out
 
@@ -190,6 +213,7 @@ def test_the_result_line_is_one_json_object_with_the_issue_fields():
     assert value["pairs"] == 8
     assert value["seconds"] == 10.0
     assert value["mode"] == {"burst": 4, "group_size": 3, "daemons": 2}
+    assert value["firewall"] == "five.yaml"
     assert value["gateway_cpu_ms_per_post"] == 17.5
     assert value["certified_posts_per_second"] == 123.4
     assert value["send_latency_ms"] == {"p50": 12.5, "p99": 40.25}
@@ -207,9 +231,11 @@ def test_what_was_not_measured_prints_as_null_never_as_a_number():
             mean_commit_batch_size=None,
             gateway_cpu_ms_per_post=None,
             send_to_delivery_ms=Percentiles.of_ns([]),
+            firewall=None,
         )
     )
     value = json.loads(line)
+    assert value["firewall"] is None
     assert value["store_commits_per_second"] is None
     assert value["mean_commit_batch_size"] is None
     assert value["gateway_cpu_ms_per_post"] is None
@@ -456,3 +482,283 @@ def test_warm_up_and_foreign_deliveries_are_not_timed():
     note_delivery(receiver, _delivery(_group("hello")), 0)
     note_delivery(receiver, _delivery(_group(json.dumps({"t": 1, "phase": "later"}))), 0)
     assert (receiver.received, receiver.strangers) == (0, 2)
+
+
+def test_a_delivery_carrying_firewall_guidance_counts_as_any_other():
+    (receiver,) = _conversation(1).receivers
+    guidance = CheckedGuidance(
+        check_id="chk_x",
+        subjects=(),
+        instructions=(
+            ExpectationInstruction(
+                middleware_id="turns",
+                rule_id="direct-message",
+                expectation=Expectation.PERMITTED,
+                subjects=("p",),
+                instruction="a direct message to you; you may reply",
+            ),
+        ),
+    )
+    timed = _direct(json.dumps({"t": 1_000, "phase": TIMED}))
+    delivery = InboundDelivery(token="t", item=MulticastItem(message=timed), guidance=guidance)
+    note_delivery(receiver, delivery, 4_000)
+    assert (receiver.received, receiver.strangers, receiver.delivery_latencies_ns) == (
+        1,
+        0,
+        [3_000],
+    )
+
+
+# --- the firewall flags ----------------------------------------------------------------
+
+
+def test_no_flag_runs_without_a_firewall():
+    config = cli.parse_config([])
+    assert config.firewall is None
+    assert config.firewall_cost is None
+
+
+def test_firewall_names_a_file_every_daemon_runs(tmp_path, monkeypatch):
+    (tmp_path / "rules.yaml").write_text("version: 1\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    config = cli.parse_config(["--firewall", "rules.yaml"])
+    # Absolute: the daemons must find it whatever their working directory.
+    assert config.firewall == tmp_path / "rules.yaml"
+    assert config.firewall is not None
+    assert config.firewall.is_absolute()
+    assert config.firewall_cost is None
+
+
+def test_firewall_cost_runs_three_rounds_unless_told(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\n", encoding="utf-8")
+    config = cli.parse_config(["--firewall-cost", str(rules), "--quick"])
+    assert config.firewall_cost == cli.FirewallComparison(file=rules, rounds=cli.DEFAULT_ROUNDS)
+    assert config.firewall is None  # the comparison chooses per round
+    assert (config.pairs, config.seconds) == (2, 2.0)
+    counted = cli.parse_config(["--firewall-cost", str(rules), "--rounds", "5"])
+    assert counted.firewall_cost == cli.FirewallComparison(file=rules, rounds=5)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--firewall", "{missing}"],
+        ["--firewall-cost", "{missing}"],
+        ["--firewall", "{dir}"],
+        ["--firewall", "{rules}", "--firewall-cost", "{rules}"],
+        ["--rounds", "3"],  # counts nothing without --firewall-cost
+        ["--firewall", "{rules}", "--rounds", "2"],
+        ["--firewall-cost", "{rules}", "--rounds", "0"],
+        ["--firewall-cost", "{rules}", "--rounds", str(cli.MAX_ROUNDS + 1)],
+        ["--firewall-cost", "{rules}", "--rounds", "some"],
+    ],
+)
+def test_invalid_firewall_flags_are_a_usage_error(argv, tmp_path, capsys):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\n", encoding="utf-8")
+    paths = {"missing": tmp_path / "absent.yaml", "dir": tmp_path, "rules": rules}
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_config([arg.format(**paths) for arg in argv])
+    assert exit_info.value.code == 2
+    assert "usage: python -m bench" in capsys.readouterr().err
+
+
+def test_the_comparison_alternates_without_and_with_round_after_round():
+    assert cli.cost_schedule(1) == ((1, False), (1, True))
+    assert cli.cost_schedule(3) == (
+        (1, False),
+        (1, True),
+        (2, False),
+        (2, True),
+        (3, False),
+        (3, True),
+    )
+
+
+# --- the firewall's cost ---------------------------------------------------------------
+
+
+def test_medians_take_the_middle_and_are_null_when_any_round_is():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert median([7.5]) == 7.5
+    assert median([]) is None
+    assert median([1.0, None, 3.0]) is None
+
+
+def test_percent_changes_are_after_over_before_less_one():
+    assert change_pct(2.2, 2.0) == 10.0
+    assert change_pct(1.8, 2.0) == -10.0
+    assert change_pct(2.0, 2.0) == 0.0
+    assert change_pct(2.31, 2.1) == 10.0
+    assert change_pct(None, 2.0) is None
+    assert change_pct(2.0, None) is None
+    assert change_pct(2.0, 0.0) is None
+
+
+def _round(posts: float | None, cpu: float | None, failed: int = 0) -> RoundValues:
+    return RoundValues(
+        certified_posts_per_second=posts,
+        gateway_cpu_ms_per_post=cpu,
+        failed_sends=failed,
+        undelivered=0,
+    )
+
+
+def _cost_config(tmp_path) -> cli.BenchConfig:
+    rules = tmp_path / "five.yaml"
+    rules.write_text("version: 1\n", encoding="utf-8")
+    return cli.parse_config(["--firewall-cost", str(rules), "--rounds", "3", "--pairs", "4"])
+
+
+def test_the_cost_line_compares_the_medians_of_each_side(tmp_path):
+    config = _cost_config(tmp_path)
+    assert config.firewall_cost is not None
+    without = [_round(500.0, 2.00), _round(540.0, 1.90), _round(480.0, 2.10)]
+    with_firewall = [_round(470.0, 2.20), _round(450.0, 2.30, failed=1), _round(490.0, 2.09)]
+    result = cli.assemble_cost(config, config.firewall_cost, without, with_firewall)
+    value = json.loads(result_line(result))
+    assert tuple(value) == COST_KEYS
+    assert (value["pairs"], value["seconds"], value["rounds"]) == (4, 10.0, 3)
+    assert value["mode"] == {"burst": 1, "group_size": 2, "daemons": 1}
+    assert value["firewall"] == "five.yaml"
+    assert set(value["machine"]) == {"cpu_count", "platform", "python"}
+    assert value["without_firewall"]["certified_posts_per_second"] == 500.0
+    assert value["without_firewall"]["gateway_cpu_ms_per_post"] == 2.0
+    assert value["with_firewall"]["certified_posts_per_second"] == 470.0
+    assert value["with_firewall"]["gateway_cpu_ms_per_post"] == 2.2
+    # Every round is on the line, in run order.
+    assert value["with_firewall"]["per_round"] == [
+        {
+            "certified_posts_per_second": 470.0,
+            "gateway_cpu_ms_per_post": 2.2,
+            "failed_sends": 0,
+            "undelivered": 0,
+        },
+        {
+            "certified_posts_per_second": 450.0,
+            "gateway_cpu_ms_per_post": 2.3,
+            "failed_sends": 1,
+            "undelivered": 0,
+        },
+        {
+            "certified_posts_per_second": 490.0,
+            "gateway_cpu_ms_per_post": 2.09,
+            "failed_sends": 0,
+            "undelivered": 0,
+        },
+    ]
+    assert value["cpu_overhead_pct"] == 10.0  # 2.2 / 2.0 - 1
+    assert value["throughput_change_pct"] == -6.0  # 470 / 500 - 1
+
+
+def test_the_cost_is_null_when_a_round_has_no_cpu_reading(tmp_path):
+    config = _cost_config(tmp_path)
+    assert config.firewall_cost is not None
+    result = cli.assemble_cost(
+        config,
+        config.firewall_cost,
+        [_round(500.0, 2.0), _round(520.0, None)],
+        [_round(480.0, 2.2), _round(470.0, 2.3)],
+    )
+    value = result.to_json()
+    assert value["without_firewall"]["gateway_cpu_ms_per_post"] is None
+    assert value["cpu_overhead_pct"] is None
+    assert value["throughput_change_pct"] == -6.9  # medians 475 / 510
+    # An even count's median is the middle two's mean, printed as its inputs are.
+    assert value["with_firewall"]["gateway_cpu_ms_per_post"] == 2.25
+
+
+def _outcome(*, posts: int, elapsed: float, cpu: float | None) -> GatewayOutcome:
+    return GatewayOutcome(
+        posts=posts,
+        elapsed=elapsed,
+        send_latencies_ns=[],
+        delivery_latencies_ns=[],
+        commits_per_second=None,
+        mean_commit_batch_size=None,
+        undelivered=3,
+        send_failures={"FirewallSendError:rate-limited": 2, "SendError:timeout": 1},
+        ack_failures={},
+        receiver_errors=(),
+        strangers=0,
+        processes=(),
+        measured_over=elapsed,
+        gateway_cpu_seconds=cpu,
+        bench_cpu_seconds=0.5,
+    )
+
+
+def test_a_round_keeps_throughput_cpu_per_post_and_what_failed():
+    assert cli.round_values(_outcome(posts=2236, elapsed=5.02, cpu=5.37)) == RoundValues(
+        certified_posts_per_second=445.4,
+        gateway_cpu_ms_per_post=2.4,
+        failed_sends=3,
+        undelivered=3,
+    )
+    unknown = cli.round_values(_outcome(posts=0, elapsed=5.0, cpu=None))
+    assert (unknown.certified_posts_per_second, unknown.gateway_cpu_ms_per_post) == (0.0, None)
+
+
+# --- the five-rule firewall file -------------------------------------------------------
+
+FIVE_RULES = Path(cli.__file__).parent / "firewall-five-rules.yaml"
+
+
+def _no_external(spec: ExternalSpec) -> ExternalCaller:
+    raise AssertionError(f"the bench's firewall file calls out to {spec.target}")
+
+
+def test_the_five_rule_file_loads_with_one_middleware_of_each_builtin_kind():
+    spec = load_firewall(FIVE_RULES)
+    assert len(spec.middlewares) == 5
+    assert {kind_of(middleware) for middleware in spec.middlewares} == {
+        MiddlewareKind.RECIPIENT_POLICY,
+        MiddlewareKind.RATE_LIMIT,
+        MiddlewareKind.CONTENT_PATTERN,
+        MiddlewareKind.TURN_GUIDANCE,
+    }
+    directions = [m.direction for m in spec.middlewares if isinstance(m, ContentPatternSpec)]
+    assert directions == [Directions.BOTH, Directions.IN]
+
+
+@pytest.mark.parametrize(("group_size", "daemons"), [(2, 1), (4, 1), (3, 2)])
+async def test_the_five_rule_file_passes_every_bench_message(group_size, daemons):
+    firewall = Firewall(load_firewall(FIVE_RULES), caller_factory=_no_external)
+    seen_by_middleware: Counter[str] = Counter()
+    for conversation in plan.plan_groups(2, group_size=group_size, daemons=daemons):
+        receivers = [receiver.name for receiver in conversation.receivers]
+        sender = conversation.sender.name
+        for text in (stamp_text(WARMUP), stamp_text(TIMED)):
+            # Sending: no refusal, and no instruction (no rule flags the bench's text).
+            sent = await firewall.check_send(sender, subjects.outgoing(sender, receivers, text))
+            assert sent.instructions == ()
+            content = (ContractTextPart(text=text),)
+            message: ContractDirect | ContractGroup
+            if len(receivers) == 1:
+                message = ContractDirect(
+                    post_id="pst_x",
+                    address=f"agent:{sender}",
+                    sender=f"agent:{sender}",
+                    content=content,
+                )
+            else:
+                message = ContractGroup(
+                    post_id="pst_x",
+                    address=conversation.address,
+                    sender=f"agent:{sender}",
+                    members=tuple(f"agent:{name}" for name in sorted([sender, *receivers])),
+                    content=content,
+                )
+            item = ContractMulticast(message=message)
+            for receiver in receivers:
+                verdict = await firewall.check_delivery(
+                    receiver, subjects.of_item(receiver, item, requester=None)
+                )
+                # Delivered whole: nothing dropped, withheld or marked; only turn advice.
+                assert not verdict.drop
+                assert verdict.withheld == {}
+                for instruction in verdict.guidance.instructions:
+                    seen_by_middleware[instruction.middleware_id] += 1
+    assert set(seen_by_middleware) == {"turns"}
