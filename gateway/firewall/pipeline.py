@@ -19,7 +19,9 @@ text only when content logging is on.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -56,6 +58,14 @@ logger = logging.getLogger(__name__)
 
 Stage: TypeAlias = Middleware | External
 
+SELECTION_CACHE: Final = 8192
+"""(agent, direction) pairs whose selected middlewares a policy remembers; a gateway hosts
+fewer agents than half this, and the cache is emptied, not grown, past it."""
+
+CHECK_ID_PREFIX, CHECK_ID_BYTES = RandomId.CHECK.value
+CHECK_ID_POOL: Final = 256
+"""Check ids minted from one read of random bytes."""
+
 FAILED_RULE: Final = "failed"
 """The rule id of a built-in middleware that raised (a defect: it fails closed)."""
 
@@ -89,6 +99,39 @@ class _Policy:
     def __init__(self, spec: FirewallSpec, stages: tuple[Stage, ...]) -> None:
         self.spec = spec
         self.stages = stages
+        self._selected: dict[tuple[str, Direction], tuple[Stage, ...]] = {}
+
+    def selected(self, agent: str, direction: Direction) -> tuple[Stage, ...]:
+        """The middlewares that check `agent` in `direction`, in order; matched once per
+        agent and direction, not on every check."""
+        key = (agent, direction)
+        stages = self._selected.get(key)
+        if stages is None:
+            if len(self._selected) >= SELECTION_CACHE:
+                self._selected.clear()
+            stages = tuple(stage for stage in self.stages if stage.selects(agent, direction))
+            self._selected[key] = stages
+        return stages
+
+
+class _CheckIds:
+    """`chk_` + unpadded base64url of 16 random bytes, from a pool of random bytes.
+
+    One `os.urandom` call per `CHECK_ID_POOL` ids rather than per check: a system call
+    releases the GIL, and taking it back costs up to a switch interval while another thread
+    runs Python."""
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._offset = 0
+
+    def mint(self) -> str:
+        if self._offset >= len(self._pool):
+            self._pool = os.urandom(CHECK_ID_BYTES * CHECK_ID_POOL)
+            self._offset = 0
+        chunk = self._pool[self._offset : self._offset + CHECK_ID_BYTES]
+        self._offset += CHECK_ID_BYTES
+        return CHECK_ID_PREFIX + base64.urlsafe_b64encode(chunk).rstrip(b"=").decode("ascii")
 
 
 class Firewall:
@@ -107,6 +150,7 @@ class Firewall:
         self._observer = observer or FirewallObserver()
         self._clock = clock
         self._log_content_setting = log_content
+        self._check_ids = _CheckIds()
         self._policy = self._build(spec, previous=None)
 
     # --- policy ------------------------------------------------------------------------
@@ -265,7 +309,7 @@ class Firewall:
 
     def _input(self, direction: Direction, agent: str, subjects: tuple[Subject, ...]) -> CheckInput:
         return CheckInput(
-            check_id=RandomId.CHECK.mint(),
+            check_id=self._check_ids.mint(),
             direction=direction,
             agent=agent,
             subjects=subjects,

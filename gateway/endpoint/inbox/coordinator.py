@@ -12,6 +12,7 @@ The item is durable before it is streamed. It owns the agent's one stream slot: 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,10 @@ from gateway.endpoint.inbox.stream import MessageStream
 from gateway.endpoint.inbox.window import DeliveryWindow
 from gateway.store.port import Store
 from gateway.store.records import PutInboxItem, Write
+
+PREPARED_ITEMS: Final = 1024
+"""Prepared, uncommitted items an inbox remembers for its firewall check (entries); a
+classification page prepares at most 256, and a commit takes its own."""
 
 UNSEQUENCED: Final = 0
 """The sequence of a prepared item until `commit` gives it its own (sequences start at 1)."""
@@ -64,6 +69,9 @@ class AgentInbox:
         self._clock = clock
         self._signal = InboxSignal()
         self._offers = OfferTracker(observer)
+        self._prepared: collections.OrderedDict[str, InboundItem] = collections.OrderedDict()
+        """Items prepared and not yet committed, by token, for the firewall's check (the
+        newest `PREPARED_ITEMS`; an item missing here is decoded from its write)."""
         self.screen: InboxScreen | None = None
         """The firewall's inbound check, set by the agent's runtime when one is configured."""
         self._acks = AckApplier(agent_id=agent_id, store=store, observer=observer)
@@ -94,6 +102,11 @@ class AgentInbox:
             guidance=None,
             created_at=self._clock(),
         )
+        if self.screen is not None and self.screen.active:
+            # The check reads the item itself rather than decoding its bytes again.
+            self._prepared[token] = item
+            if len(self._prepared) > PREPARED_ITEMS:
+                self._prepared.popitem(last=False)
         return token, write
 
     async def commit(self, writes: Sequence[Write]) -> frozenset[str]:
@@ -102,7 +115,7 @@ class AgentInbox:
         items the firewall dropped (their deliveries are consumed instead)."""
         dropped: frozenset[str] = frozenset()
         if self.screen is not None and self.screen.active:
-            screened = await self.screen.screen(writes)
+            screened = await self.screen.screen(writes, prepared=self._prepared.pop)
             writes, dropped = screened.writes, screened.dropped
         # No await from here until the store has queued the transaction: sequences follow
         # commit order.

@@ -72,8 +72,14 @@ class InboxScreen:
         """False while the policy is empty: items are stored without guidance."""
         return self._firewall.active
 
-    async def screen(self, writes: Sequence[Write]) -> Screened:
-        """Check every unchecked inbox item among `writes`."""
+    async def screen(
+        self,
+        writes: Sequence[Write],
+        *,
+        prepared: Callable[[str, None], InboundItem | None] = lambda token, default: None,
+    ) -> Screened:
+        """Check every unchecked inbox item among `writes`; `prepared(token, None)` hands
+        over the item a write was prepared from (None: decode the write's bytes)."""
         indexed = [
             (index, write)
             for index, write in enumerate(writes)
@@ -81,7 +87,9 @@ class InboxScreen:
         ]
         if not indexed:
             return Screened(writes=list(writes))
-        outcomes = await self._all([self._item(write) for _, write in indexed])
+        outcomes = await self._all(
+            [self._item(write, prepared(write.token, None)) for _, write in indexed]
+        )
         result = list(writes)
         dropped: set[str] = set()
         for (index, write), outcome in zip(indexed, outcomes, strict=True):
@@ -93,13 +101,14 @@ class InboxScreen:
             result = [_consumed(write, dropped) for write in result if not _dropped(write, dropped)]
         return Screened(writes=result, dropped=frozenset(dropped))
 
-    async def _item(self, write: PutInboxItem) -> PutInboxItem | None:
+    async def _item(self, write: PutInboxItem, item: InboundItem | None) -> PutInboxItem | None:
         """The write with its guidance (and withheld text), or None to drop it."""
-        try:
-            item = item_from_json(parse_canonical_json(write.item))
-        except (CodecError, JsonValueError):
-            logger.exception("an inbox item to check does not decode; stored unchecked")
-            return write
+        if item is None:
+            try:
+                item = item_from_json(parse_canonical_json(write.item))
+            except (CodecError, JsonValueError):
+                logger.exception("an inbox item to check does not decode; stored unchecked")
+                return write
         match item:
             case MulticastItem() | CollectiveRequestItem():
                 verdict = await self._firewall.check_delivery(

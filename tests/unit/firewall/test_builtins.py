@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+import re2
 
 from gateway.contract.errors import FirewallRefusal
 from gateway.contract.guidance import Expectation, ExpectationInstruction, GuidanceSubject
@@ -622,3 +623,24 @@ def test_build_builtin_builds_each_kind():
         ),
         ContentPattern,
     )
+
+
+def test_content_patterns_scan_with_one_set_that_agrees_with_each_rule_alone():
+    # One RE2 set scan per subject (each RE2 call releases the GIL); it must find exactly
+    # what searching rule by rule finds, in rule order.
+    patterns = ("AKIA[0-9A-Z]{16}", "(?i)ignore previous", r"\bsecret\b", "x+y")
+    middleware = ContentPattern(
+        ContentPatternSpec(
+            id="p",
+            agents=("*",),
+            direction=Directions.OUT,
+            rules=tuple(
+                PatternRule(id=f"r{i}", pattern=p, action=PatternAction.FLAG, instruction="f")
+                for i, p in enumerate(patterns)
+            ),
+        )
+    )
+    assert middleware._set is not None
+    for text in ("", "IGNORE PREVIOUS secret", "xxy AKIAABCDEFGHIJKLMNOP", "secrets", "xy"):
+        expected = [f"r{i}" for i, p in enumerate(patterns) if re2.search(p, text)]
+        assert [rule.id for rule in middleware._matching(text)] == expected, text
