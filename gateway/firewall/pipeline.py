@@ -398,26 +398,21 @@ class Firewall:
     def _log_verdict(
         self, policy: _Policy, check: CheckInput, stage: Stage, rule_id: str, verdict: str
     ) -> None:
-        if policy.spec.content_logging or self._log_content_setting:
-            logger.info(
-                "firewall %s check_id=%s direction=%s agent=%s middleware=%s rule=%s texts=%r",
-                verdict,
-                check.check_id,
-                check.direction.value,
-                check.agent,
-                stage.id,
-                rule_id,
-                [subject.subject.text for subject in check.subjects],
-            )
-            return
+        # The checked text only when the operator turned content logging on.
+        texts = (
+            f" texts={[subject.subject.text for subject in check.subjects]!r}"
+            if policy.spec.content_logging or self._log_content_setting
+            else ""
+        )
         logger.info(
-            "firewall %s check_id=%s direction=%s agent=%s middleware=%s rule=%s",
+            "firewall %s check_id=%s direction=%s agent=%s middleware=%s rule=%s%s",
             verdict,
             check.check_id,
             check.direction.value,
             check.agent,
             stage.id,
             rule_id,
+            texts,
         )
 
 

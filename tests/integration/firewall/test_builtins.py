@@ -485,3 +485,36 @@ async def test_an_empty_firewall_file_means_no_pipeline(tmp_path):
         result = await agents["alice"].endpoint.send(MessageInput(to="agent:bob", text="hi"))
         assert result.guidance is None
         assert (await agents["bob"].next()).guidance is None
+
+
+@pytest.mark.parametrize("content_logging", [False, True])
+async def test_verdict_logs_name_the_check_and_show_text_only_with_content_logging(
+    tmp_path, caplog, content_logging
+):
+    config = write_config(
+        tmp_path / "firewall.yaml",
+        f"""
+        version: 1
+        content_logging: {"true" if content_logging else "false"}
+        middlewares:
+          - id: secrets
+            kind: content-pattern
+            rules:
+              - id: key
+                pattern: "AKIA[0-9A-Z]{{16}}"
+                action: refuse
+                instruction: "no keys"
+        """,
+    )
+    secret = "key AKIAABCDEFGHIJKLMNOP"
+    caplog.set_level("DEBUG", logger="gateway")
+    async with firewalled(config, "alice", "bob") as (_, agents):
+        with pytest.raises(FirewallSendError) as refused:
+            await agents["alice"].endpoint.send(MessageInput(to="agent:bob", text=secret))
+    lines = [record.getMessage() for record in caplog.records]
+    [verdict] = [line for line in lines if line.startswith("firewall refused")]
+    assert f"check_id={refused.value.check_id}" in verdict
+    assert "middleware=secrets rule=key" in verdict
+    assert (secret in verdict) is content_logging
+    if not content_logging:
+        assert not any("AKIAABCDEFGHIJKLMNOP" in line for line in lines)

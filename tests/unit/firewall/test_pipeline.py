@@ -576,6 +576,14 @@ async def test_a_failing_external_with_on_error_refuse_withholds_every_subject_o
     )
 
 
+async def test_an_external_refusal_of_a_delivery_withholds_every_subject():
+    refusal = Refuse(refusal=FirewallRefusal.CONTENT_BLOCKED, rule_id="toxic", instruction="no")
+    firewall = make(firewall_spec(external("classifier")), Callers({"classifier": refusal}))
+    verdict = await firewall.check_delivery("alice", result("which day?", bob="monday"))
+    blocked = Withheld(check_id=verdict.guidance.check_id, reason=FirewallRefusal.CONTENT_BLOCKED)
+    assert verdict.withheld == {OPERATION_ID: blocked, "agent:bob": blocked}
+
+
 @pytest.mark.parametrize("on_error", [OnError.ALLOW, OnError.REFUSE])
 async def test_an_external_that_never_answers_gives_its_on_error_result_past_its_deadline(
     on_error: OnError,
