@@ -335,7 +335,7 @@ class Firewall:
     async def _judge(self, policy: _Policy, check: CheckInput) -> list[tuple[Stage, Judgement]]:
         """Every selected middleware's judgement, in configured order, up to the first
         refusal of a send."""
-        selected = [stage for stage in policy.stages if stage.selects(check.agent, check.direction)]
+        selected = policy.selected(check.agent, check.direction)
         judgements: list[Judgement | None] = [None] * len(selected)
         end = len(selected)
         for index, stage in enumerate(selected):
