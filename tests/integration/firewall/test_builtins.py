@@ -518,3 +518,30 @@ async def test_verdict_logs_name_the_check_and_show_text_only_with_content_loggi
     assert (secret in verdict) is content_logging
     if not content_logging:
         assert not any("AKIAABCDEFGHIJKLMNOP" in line for line in lines)
+
+
+async def test_a_keyed_send_the_firewall_refused_replays_the_same_refusal(tmp_path):
+    config = write_config(
+        tmp_path / "firewall.yaml",
+        """
+        version: 1
+        middlewares:
+          - id: tenants
+            kind: recipient-policy
+            rules:
+              - id: no-bob
+                to: ["bob"]
+                action: deny
+                instruction: "not bob"
+        """,
+    )
+    async with firewalled(config, "alice", "bob") as (_, agents):
+        alice = agents["alice"].endpoint
+        send = MessageInput(to="agent:bob", text="hi")
+        with pytest.raises(FirewallSendError) as first:
+            await alice.send(send, idempotency_key="k-1")
+        with pytest.raises(FirewallSendError) as again:
+            await alice.send(send, idempotency_key="k-1")
+        assert again.value.check_id == first.value.check_id
+        assert again.value.guidance == first.value.guidance
+        assert again.value.instruction == "not bob"
