@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -168,7 +169,14 @@ def _with(
     return dataclasses.replace(
         write,
         item=canonical_json(item_to_json(item)) if changed else write.item,
-        guidance=canonical_json(local_guidance_to_json(guidance)),
+        # Item bytes stay canonical (an item's bytes are its identity in a replay); the
+        # guidance is read back field by field, so plain compact JSON does.
+        guidance=json.dumps(
+            local_guidance_to_json(guidance),
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
+        ).encode("utf-8"),
     )
 
 
