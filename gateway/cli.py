@@ -314,10 +314,10 @@ async def _run_until_stopped(
         loop.add_signal_handler(signum, on_signal)
     reloads: set[asyncio.Task[object]] = set()
     if on_hangup is not None:
-        reload = on_hangup
+        hangup = on_hangup  # bound here, so the closure's type is not Optional
 
         def on_hup() -> None:
-            task = loop.create_task(reload(), name="reload")
+            task = loop.create_task(hangup(), name="reload")
             reloads.add(task)
             task.add_done_callback(reloads.discard)
 

@@ -10,6 +10,7 @@ Nothing here raises except `matches_format` for a format name it does not know.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Final
 
@@ -169,3 +170,10 @@ def _is_calendar_day(year: int, month: int, day: int) -> bool:
         return False
     days = 29 if month == 2 and is_leap_year(year) else _DAYS_IN_MONTH[month - 1]
     return 1 <= day <= days
+
+
+def utc_millis_text(epoch_ms: int) -> str:
+    """`2025-01-02T03:04:05.678Z`: RFC 3339 in UTC with milliseconds, the form of every time
+    the gateway writes for people and models (an export line's time, a firewall's until)."""
+    at = dt.datetime.fromtimestamp(epoch_ms // 1000, dt.UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"

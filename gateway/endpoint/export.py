@@ -11,12 +11,13 @@ process; sending and delivery go on.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import os
+import time
 from pathlib import Path
 
 from gateway.contract.codec import item_to_json, send_input_to_json
+from gateway.contract.formats import utc_millis_text
 from gateway.contract.jsonvalue import JsonValue, canonical_json
 from gateway.contract.values import InboundItem, SendInput
 
@@ -24,8 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 def _at() -> str:
-    now = dt.datetime.now(dt.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return utc_millis_text(time.time_ns() // 1_000_000)
 
 
 class HistoryExport:

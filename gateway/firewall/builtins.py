@@ -14,7 +14,6 @@ buckets to the new one of the same id, so a SIGHUP does not refill every bucket.
 
 from __future__ import annotations
 
-import datetime as dt
 import fnmatch
 import functools
 import logging
@@ -27,6 +26,7 @@ import re2
 
 from gateway.contract.addresses import AGENT_PREFIX
 from gateway.contract.errors import FirewallRefusal
+from gateway.contract.formats import utc_millis_text
 from gateway.contract.guidance import Expectation, ExpectationInstruction, Instruction
 from gateway.firewall.model import (
     Allow,
@@ -110,12 +110,6 @@ class _Globs:
 def _name(address: str) -> str:
     """The name of an `agent:<name>` address (anything else is matched as it stands)."""
     return address[len(AGENT_PREFIX) :] if address.startswith(AGENT_PREFIX) else address
-
-
-def _rfc3339(epoch_ms: int) -> str:
-    """`2025-01-02T03:04:05.678Z`: RFC 3339 in UTC with milliseconds."""
-    at = dt.datetime.fromtimestamp(epoch_ms // 1000, dt.UTC)
-    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
 def _directions(directions: Directions) -> frozenset[Direction]:
@@ -336,7 +330,7 @@ class RateLimit:
         until_ms = math.ceil((now + (1.0 - bucket.tokens) / self._refill) * 1000)
         return (
             f"this agent sends faster than {self._rate_per_minute:g} messages a minute; "
-            f"wait until {_rfc3339(until_ms)} before sending again"
+            f"wait until {utc_millis_text(until_ms)} before sending again"
         )
 
     def _sweep(self, now: float) -> None:
@@ -564,7 +558,7 @@ class TurnGuidance:
                 text = (
                     "answer this question"
                     if subject.deadline_at is None
-                    else f"answer this question before {_rfc3339(subject.deadline_at)}"
+                    else f"answer this question before {utc_millis_text(subject.deadline_at)}"
                 )
                 return self._instruction(REQUEST_RULE_ID, Expectation.REQUIRED, subject, text)
             case SubjectRole.DIRECT:

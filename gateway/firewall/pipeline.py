@@ -100,6 +100,11 @@ class _Policy:
         self.spec = spec
         self.stages = stages
         self._selected: dict[tuple[str, Direction], tuple[Stage, ...]] = {}
+        self.waits_on_deliveries = any(
+            isinstance(stage, External) and Direction.DELIVERY in stage.directions
+            for stage in stages
+        )
+        """True when an external middleware checks deliveries (known once per policy)."""
 
     def selected(self, agent: str, direction: Direction) -> tuple[Stage, ...]:
         """The middlewares that check `agent` in `direction`, in order; matched once per
@@ -165,10 +170,7 @@ class Firewall:
     def waits_on_deliveries(self) -> bool:
         """True when an external middleware checks deliveries: an item's checks then wait
         on the network and run concurrently."""
-        return any(
-            isinstance(stage, External) and Direction.DELIVERY in stage.directions
-            for stage in self._policy.stages
-        )
+        return self._policy.waits_on_deliveries
 
     @property
     def spec(self) -> FirewallSpec:

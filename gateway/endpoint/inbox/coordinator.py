@@ -115,13 +115,14 @@ class AgentInbox:
         items the firewall dropped (their deliveries are consumed instead)."""
         dropped: frozenset[str] = frozenset()
         if self.screen is not None and self.screen.active:
-            screened = await self.screen.screen(writes, prepared=self._prepared.pop)
+            screened = await self.screen.screen(writes, prepared=self._prepared)
             writes, dropped = screened.writes, screened.dropped
         # No await from here until the store has queued the transaction: sequences follow
         # commit order.
         sequenced: list[Write] = []
         for write in writes:
             if isinstance(write, PutInboxItem):
+                self._prepared.pop(write.token, None)
                 write = dataclasses.replace(write, seq=self._next_seq)
                 self._next_seq += 1
             sequenced.append(write)

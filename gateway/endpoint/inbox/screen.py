@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from gateway.contract.codec import CodecError, item_from_json, item_to_json, local_guidance_to_json
@@ -77,10 +77,10 @@ class InboxScreen:
         self,
         writes: Sequence[Write],
         *,
-        prepared: Callable[[str, None], InboundItem | None] = lambda token, default: None,
+        prepared: Mapping[str, InboundItem] | None = None,
     ) -> Screened:
-        """Check every unchecked inbox item among `writes`; `prepared(token, None)` hands
-        over the item a write was prepared from (None: decode the write's bytes)."""
+        """Check every unchecked inbox item among `writes`; `prepared` holds the items the
+        writes were prepared from, by token (one missing there is decoded from its bytes)."""
         indexed = [
             (index, write)
             for index, write in enumerate(writes)
@@ -89,7 +89,10 @@ class InboxScreen:
         if not indexed:
             return Screened(writes=list(writes))
         outcomes = await self._all(
-            [self._item(write, prepared(write.token, None)) for _, write in indexed]
+            [
+                self._item(write, None if prepared is None else prepared.get(write.token))
+                for _, write in indexed
+            ]
         )
         result = list(writes)
         dropped: set[str] = set()
