@@ -3,17 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SOURCES := gateway clients/python/src clients/examples tests proto/generate.py bench
+SOURCES := gateway clients/python/src clients/python/contract/src clients/examples tests proto/generate.py bench
 
 .PHONY: install serve test test-fast check lint typecheck generate check-generated bench clean
 
 install: $(STAMP)
 
 # Reinstalls only when the dependency declarations change.
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml clients/python/contract/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e clients/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e clients/python/contract -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
 serve: $(STAMP)
@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/buf format --exit-code --diff proto
 
 typecheck: $(STAMP)
-	$(BIN)/mypy gateway clients/python/src clients/examples tests
+	$(BIN)/mypy gateway clients/python/src clients/python/contract/src clients/examples tests
 
 generate: $(STAMP)
 	$(BIN)/python proto/generate.py

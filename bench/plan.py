@@ -2,7 +2,7 @@
 
 Pure code, so a unit test checks the layout without starting a process. The bench is a client
 of the API and does not import the gateway: the group size bounds and the `group:` syntax
-below restate the contract (gateway/contract/addresses.py), and a unit test pins them to it.
+below restate the contract (clients/python/contract/src/harness_contract/addresses.py), and a unit test pins them to it.
 """
 
 from __future__ import annotations

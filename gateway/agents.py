@@ -18,9 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_contract.addresses import agent_address, is_agent_name
+from harness_contract.ids import RandomId, token_digest
+
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.contract.addresses import agent_address, is_agent_name
-from gateway.contract.ids import RandomId, token_digest
 from gateway.endpoint.api import (
     AuthFailure,
     ManagementError,

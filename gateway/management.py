@@ -8,13 +8,14 @@ rotating or revoking tokens belong to the `AgentDirectory`.
 
 from __future__ import annotations
 
+from harness_contract.addresses import agent_address, canonicalize, group_address
+from harness_contract.errors import SendError
+from harness_contract.kinds import PostKind
+from harness_contract.values import CollectiveOp
+
 from gateway import __version__
 from gateway.agents import AgentDirectory
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.contract.addresses import agent_address, canonicalize, group_address
-from gateway.contract.errors import SendError
-from gateway.contract.kinds import PostKind
-from gateway.contract.values import CollectiveOp
 from gateway.endpoint.api import (
     AgentStatus,
     ConversationSummary,

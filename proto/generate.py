@@ -2,13 +2,12 @@
 
 `python proto/generate.py` runs the pinned grpcio-tools protoc (with mypy-protobuf's
 plugins for the `.pyi` stubs) into a temporary directory, rewrites the generated imports
-from `harness.v1` to the package each copy lives in, and writes two trees that differ only
-in that prefix:
+from `harness.v1` to the package the code lives in, and writes one tree:
+`clients/python/contract/src/harness_contract/_gen/harness/v1/` (imported as
+`harness_contract._gen.harness.v1`), shipped by the `harness-contract` distribution that the
+gateway and the Python client both depend on.
 
-- `gateway/_gen/harness/v1/` (imported as `gateway._gen.harness.v1`), and
-- `clients/python/src/harness_client/_gen/harness/v1/` (`harness_client._gen.harness.v1`).
-
-Files in those trees that generation no longer produces are deleted. The output is
+Files in that tree that generation no longer produces are deleted. The output is
 deterministic (no timestamps, sorted inputs), so the committed trees must equal a fresh
 generation byte for byte: `python proto/generate.py --check` generates into a temporary
 directory and exits 1, listing every missing, differing and extra file, when they do not.
@@ -55,13 +54,18 @@ class Target:
 
 
 TARGETS: Final = (
-    Target(package="gateway._gen", directory=REPO_ROOT / "gateway" / "_gen"),
     Target(
-        package="harness_client._gen",
-        directory=REPO_ROOT / "clients" / "python" / "src" / "harness_client" / "_gen",
+        package="harness_contract._gen",
+        directory=REPO_ROOT
+        / "clients"
+        / "python"
+        / "contract"
+        / "src"
+        / "harness_contract"
+        / "_gen",
     ),
 )
-"""Every tree generation writes; each holds the same modules under its own package."""
+"""The tree generation writes (one, since the gateway and the client share it)."""
 
 IGNORED_NAMES: Final = frozenset({"__pycache__"})
 """Directory names in a target that generation neither writes, deletes nor compares."""

@@ -22,7 +22,7 @@ This server answers with a keyword policy an operator can copy and replace:
 `delay` and `fail` make it slow or failing, to see what the gateway's deadline and
 `on_error` do. Run it with `python clients/examples/firewall_middleware.py --help`.
 
-It uses the generated code shipped inside the Python client (`harness_client._gen`). That
+It uses the generated code shipped inside the Python client (`harness_contract._gen`). That
 package is private to the client, so an operator's own server would rather generate its
 code from `proto/harness/v1/firewall_middleware.proto`; the messages are the same.
 """
@@ -37,7 +37,7 @@ import signal
 from typing import Final
 
 import grpc
-from harness_client._gen.harness.v1 import (
+from harness_contract._gen.harness.v1 import (
     firewall_middleware_pb2,
     firewall_middleware_pb2_grpc,
     guidance_pb2,

@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from harness_contract.addresses import agent_address
+from harness_contract.errors import HarnessError, SendError
+from harness_contract.kinds import ConsumedKind, DeliveryItem
+from harness_contract.values import Content, InboundItem
+
 from gateway.clock import Clock
-from gateway.contract.addresses import agent_address
-from gateway.contract.errors import HarnessError, SendError
-from gateway.contract.kinds import ConsumedKind, DeliveryItem
-from gateway.contract.values import Content, InboundItem
 from gateway.engine import protocol as p
 from gateway.engine.network import PostHandle
 from gateway.store.records import PutInboxItem, Write

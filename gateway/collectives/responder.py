@@ -13,6 +13,35 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Final
 
+from harness_contract.addresses import agent_address, canonicalize
+from harness_contract.codec import CodecError, response_to_json
+from harness_contract.collective_part import ClosePart, RequestPart, ResponsePart
+from harness_contract.content import answer_content
+from harness_contract.errors import (
+    AnswerInvalid,
+    CollectiveError,
+    FirewallSendError,
+    RequestAmbiguous,
+    RequestAnswered,
+    RequestExpired,
+    RequestNone,
+    SendError,
+    SendErrorReason,
+)
+from harness_contract.forms import check_answer
+from harness_contract.ids import collective_id, mint_collective
+from harness_contract.jsonvalue import canonical_json
+from harness_contract.kinds import ConsumedKind, DeliveryItem
+from harness_contract.values import (
+    Accept,
+    CollectiveOp,
+    CollectiveRequestItem,
+    CollectiveResponse,
+    CollectiveResultItem,
+    MemberResult,
+    NoAnswer,
+)
+
 from gateway.collectives.port import (
     COLLECTIVE_SEND_WAIT,
     DEADLINE_MAX_SECONDS,
@@ -26,34 +55,6 @@ from gateway.collectives.state import (
     Request,
     RequestState,
     judge,
-)
-from gateway.contract.addresses import agent_address, canonicalize
-from gateway.contract.codec import CodecError, response_to_json
-from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePart
-from gateway.contract.content import answer_content
-from gateway.contract.errors import (
-    AnswerInvalid,
-    CollectiveError,
-    FirewallSendError,
-    RequestAmbiguous,
-    RequestAnswered,
-    RequestExpired,
-    RequestNone,
-    SendError,
-    SendErrorReason,
-)
-from gateway.contract.forms import check_answer
-from gateway.contract.ids import collective_id, mint_collective
-from gateway.contract.jsonvalue import canonical_json
-from gateway.contract.kinds import ConsumedKind, DeliveryItem
-from gateway.contract.values import (
-    Accept,
-    CollectiveOp,
-    CollectiveRequestItem,
-    CollectiveResponse,
-    CollectiveResultItem,
-    MemberResult,
-    NoAnswer,
 )
 from gateway.store.records import DeleteReceivedRequest, PutReceivedRequest, Write
 

@@ -23,6 +23,40 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Final
 
+from harness_contract.addresses import (
+    DirectConversation,
+    GroupConversation,
+    agent_address,
+    canonicalize,
+)
+from harness_contract.codec import CodecError
+from harness_contract.collective_part import ResponsePart
+from harness_contract.content import close_content, request_content
+from harness_contract.errors import (
+    CollectiveError,
+    FirewallSendError,
+    MembersUnreachable,
+    SendError,
+    SendErrorReason,
+    UnreachableMember,
+)
+from harness_contract.forms import FormSchemaError, admit_schema
+from harness_contract.ids import mint_collective
+from harness_contract.kinds import CollectiveEnd, ConsumedKind, DeliveryItem, MemberOutcomeKind
+from harness_contract.values import (
+    Answered,
+    CollectiveOp,
+    CollectiveResultItem,
+    Content,
+    Declined,
+    Invalid,
+    MemberOutcome,
+    MemberResult,
+    NoAnswer,
+    OperationFailedItem,
+    RequestedSchema,
+)
+
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.collectives.port import (
     COLLECTIVE_SEND_WAIT,
@@ -38,39 +72,6 @@ from gateway.collectives.state import (
     Operation,
     OperationState,
     judge,
-)
-from gateway.contract.addresses import (
-    DirectConversation,
-    GroupConversation,
-    agent_address,
-    canonicalize,
-)
-from gateway.contract.codec import CodecError
-from gateway.contract.collective_part import ResponsePart
-from gateway.contract.content import close_content, request_content
-from gateway.contract.errors import (
-    CollectiveError,
-    FirewallSendError,
-    MembersUnreachable,
-    SendError,
-    SendErrorReason,
-    UnreachableMember,
-)
-from gateway.contract.forms import FormSchemaError, admit_schema
-from gateway.contract.ids import mint_collective
-from gateway.contract.kinds import CollectiveEnd, ConsumedKind, DeliveryItem, MemberOutcomeKind
-from gateway.contract.values import (
-    Answered,
-    CollectiveOp,
-    CollectiveResultItem,
-    Content,
-    Declined,
-    Invalid,
-    MemberOutcome,
-    MemberResult,
-    NoAnswer,
-    OperationFailedItem,
-    RequestedSchema,
 )
 from gateway.engine import protocol as p
 from gateway.engine.network import PostHandle

@@ -15,18 +15,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.contract.codec import (
+from harness_contract.codec import (
     CodecError,
     answer_content_from_json,
     answer_content_to_json,
     outcome_from_json,
     outcome_to_json,
 )
-from gateway.contract.errors import answer_issues_text
-from gateway.contract.forms import check_answer
-from gateway.contract.jsonvalue import JsonValue, canonical_json, parse_canonical_json
-from gateway.contract.kinds import CollectiveEnd
-from gateway.contract.values import (
+from harness_contract.errors import answer_issues_text
+from harness_contract.forms import check_answer
+from harness_contract.jsonvalue import JsonValue, canonical_json, parse_canonical_json
+from harness_contract.kinds import CollectiveEnd
+from harness_contract.values import (
     AnswerContent,
     Answered,
     CollectiveOp,

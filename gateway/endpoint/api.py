@@ -1,7 +1,7 @@
 """What the gRPC layer calls: the gateway core's surface, in our own types.
 
 `gateway/rpc/` turns protobuf into these values and back, and translates the closed errors
-of `gateway.contract.errors` into statuses; everything below it implements these
+of `harness_contract.errors` into statuses; everything below it implements these
 Protocols. Keeping the surface here lets the RPC layer be tested against a fake core.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
-from gateway.contract.errors import HarnessError
-from gateway.contract.values import (
+from harness_contract.errors import HarnessError
+from harness_contract.values import (
     Content,
     FailureDelivery,
     SendInput,
@@ -142,8 +142,9 @@ class Endpoint(Protocol):
         `IdempotencyConflictError`."""
         ...
 
-    def open_stream(self, *, takeover: bool) -> MessageStream:
-        """Open the agent's one `Messages` stream; raises `ListenError`."""
+    async def open_stream(self, *, takeover: bool) -> MessageStream:
+        """Open the agent's one `Messages` stream (`AgentInbox.open_stream`: without
+        `takeover` it may wait briefly for an open one to end); raises `ListenError`."""
         ...
 
     async def acknowledge(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:

@@ -16,10 +16,10 @@ import os
 import time
 from pathlib import Path
 
-from gateway.contract.codec import item_to_json, send_input_to_json
-from gateway.contract.formats import utc_millis_text
-from gateway.contract.jsonvalue import JsonValue, canonical_json
-from gateway.contract.values import InboundItem, SendInput
+from harness_contract.codec import item_to_json, send_input_to_json
+from harness_contract.formats import utc_millis_text
+from harness_contract.jsonvalue import JsonValue, canonical_json
+from harness_contract.values import InboundItem, SendInput
 
 logger = logging.getLogger(__name__)
 

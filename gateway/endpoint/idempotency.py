@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from gateway.contract.codec import (
+from harness_contract.codec import (
     CodecError,
     error_from_json,
     error_to_json,
@@ -26,15 +26,16 @@ from gateway.contract.codec import (
     send_result_from_json,
     send_result_to_json,
 )
-from gateway.contract.errors import (
+from harness_contract.errors import (
     HarnessError,
     IdempotencyConflictError,
     InvalidIdempotencyKeyError,
     SendError,
     SendErrorReason,
 )
-from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
-from gateway.contract.values import FailureDelivery, SendInput, SendResult
+from harness_contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
+from harness_contract.values import FailureDelivery, SendInput, SendResult
+
 from gateway.endpoint.api import (
     SendAbsent,
     SendIndeterminate,

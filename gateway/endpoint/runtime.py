@@ -22,12 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.collectives.port import Classified, CollectiveRefusal
-from gateway.collectives.runtime import Collectives
-from gateway.contract.addresses import agent_address, canonicalize, name_of, unknown_agent_error
-from gateway.contract.codec import CodecError, message_from_json
-from gateway.contract.collective_part import (
+from harness_contract.addresses import agent_address, canonicalize, name_of, unknown_agent_error
+from harness_contract.codec import CodecError, message_from_json
+from harness_contract.collective_part import (
     ClosePart,
     Duplicate,
     Malformed,
@@ -36,18 +33,18 @@ from gateway.contract.collective_part import (
     ResponsePart,
     read_collective,
 )
-from gateway.contract.content import multicast_content, text_of
-from gateway.contract.errors import HarnessError, SendError, SendErrorReason
-from gateway.contract.guidance import CheckedGuidance
-from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
-from gateway.contract.kinds import (
+from harness_contract.content import multicast_content, text_of
+from harness_contract.errors import HarnessError, SendError, SendErrorReason
+from harness_contract.guidance import CheckedGuidance
+from harness_contract.jsonvalue import JsonValueError, parse_canonical_json
+from harness_contract.kinds import (
     CollectiveEnd,
     ConsumedKind,
     DeliveryItem,
     MemberOutcomeKind,
     SendOp,
 )
-from gateway.contract.values import (
+from harness_contract.values import (
     AskOperation,
     CollectiveOp,
     Content,
@@ -64,6 +61,10 @@ from gateway.contract.values import (
     SendInput,
     SendResult,
 )
+
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.collectives.port import Classified, CollectiveRefusal
+from gateway.collectives.runtime import Collectives
 from gateway.endpoint.api import SendState
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.idempotency import KeyResolution, SendLedger
@@ -381,9 +382,9 @@ class AgentRuntime:
 
     # --- Endpoint ----------------------------------------------------------------------------
 
-    def open_stream(self, *, takeover: bool) -> MessageStream:
+    async def open_stream(self, *, takeover: bool) -> MessageStream:
         """Open the agent's one stream (raises `ListenError`)."""
-        return self.inbox.open_stream(takeover=takeover)
+        return await self.inbox.open_stream(takeover=takeover)
 
     async def acknowledge(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:
         """Retire deliveries, one result per token."""

@@ -30,14 +30,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Protocol, Self, TypeVar, assert_never
 
-from gateway.contract.addresses import agent_address, group_address
-from gateway.contract.codec import message_to_json
-from gateway.contract.collective_part import ClosePart, RequestPart, ResponsePart, read_collective
-from gateway.contract.content import content_to_json
-from gateway.contract.ids import RandomId, agent_id_order_key
-from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
-from gateway.contract.kinds import PostKind, PostOp
-from gateway.contract.values import Content, DirectMessage, GroupMessage, InboundMessage
+from harness_contract.addresses import agent_address, group_address
+from harness_contract.codec import message_to_json
+from harness_contract.collective_part import ClosePart, RequestPart, ResponsePart, read_collective
+from harness_contract.content import content_to_json
+from harness_contract.ids import RandomId, agent_id_order_key
+from harness_contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
+from harness_contract.kinds import PostKind, PostOp
+from harness_contract.values import Content, DirectMessage, GroupMessage, InboundMessage
+
 from gateway.engine import protocol as p
 from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.store.records import (

@@ -34,11 +34,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gateway.contract.codec import message_to_json
-from gateway.contract.ids import RandomId, agent_id_order_key
-from gateway.contract.jsonvalue import canonical_json
-from gateway.contract.kinds import PostKind
-from gateway.contract.values import Content
+from harness_contract.codec import message_to_json
+from harness_contract.ids import RandomId, agent_id_order_key
+from harness_contract.jsonvalue import canonical_json
+from harness_contract.kinds import PostKind
+from harness_contract.values import Content
+
 from gateway.engine import protocol as p
 from gateway.engine.certifier import (
     BindRefused,

@@ -24,9 +24,10 @@ import logging
 from collections.abc import Sequence
 from typing import Final
 
-from gateway.contract.codec import message_to_json
-from gateway.contract.ids import RandomId, agent_id_order_key
-from gateway.contract.jsonvalue import canonical_json
+from harness_contract.codec import message_to_json
+from harness_contract.ids import RandomId, agent_id_order_key
+from harness_contract.jsonvalue import canonical_json
+
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, ConversationPosition, project
 from gateway.engine.local import LocalOrder

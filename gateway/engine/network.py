@@ -27,9 +27,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from harness_contract.errors import SendError, SendErrorReason
+from harness_contract.values import Content
+
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.contract.errors import SendError, SendErrorReason
-from gateway.contract.values import Content
 from gateway.engine import protocol as p
 from gateway.engine.certifier import (
     BindRefused,

@@ -40,17 +40,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self, TypeAlias, TypeVar, assert_never
 
-from gateway.contract.content import content_from_json, content_to_json
-from gateway.contract.errors import SendError
-from gateway.contract.ids import (
+from harness_contract.content import content_from_json, content_to_json
+from harness_contract.errors import SendError
+from harness_contract.ids import (
     HashId,
     RandomId,
     agent_id_order_key,
     b64,
     unb64,
 )
-from gateway.contract.jsonvalue import JsonValue
-from gateway.contract.values import Content
+from harness_contract.jsonvalue import JsonValue
+from harness_contract.values import Content
 
 # Cards and the object rules live in the leaf `gateway.identity`, which the Registry shares;
 # the names the engine's callers use with the rest of this vocabulary are re-exported.

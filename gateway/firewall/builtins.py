@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from typing import Final, Protocol, TypeAlias, assert_never, cast
 
 import re2
+from harness_contract.addresses import AGENT_PREFIX
+from harness_contract.errors import FirewallRefusal
+from harness_contract.formats import utc_millis_text
+from harness_contract.guidance import Expectation, ExpectationInstruction, Instruction
 
-from gateway.contract.addresses import AGENT_PREFIX
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.formats import utc_millis_text
-from gateway.contract.guidance import Expectation, ExpectationInstruction, Instruction
 from gateway.firewall.model import (
     Allow,
     CheckInput,

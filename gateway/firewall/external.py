@@ -13,8 +13,9 @@ import fnmatch
 import logging
 from typing import Final
 
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.guidance import Expectation, ExpectationInstruction
+from harness_contract.errors import FirewallRefusal
+from harness_contract.guidance import Expectation, ExpectationInstruction
+
 from gateway.firewall.model import (
     Allow,
     CheckInput,

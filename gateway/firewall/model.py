@@ -17,8 +17,8 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.guidance import GuidanceSubject, Instruction
+from harness_contract.errors import FirewallRefusal
+from harness_contract.guidance import GuidanceSubject, Instruction
 
 
 class Direction(enum.StrEnum):

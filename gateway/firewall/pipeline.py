@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 
-from gateway.contract.errors import FirewallRefusal, FirewallSendError
-from gateway.contract.guidance import (
+from harness_contract.errors import FirewallRefusal, FirewallSendError
+from harness_contract.guidance import (
     CheckedGuidance,
     Expectation,
     ExpectationInstruction,
@@ -36,7 +36,8 @@ from gateway.contract.guidance import (
     Instruction,
     Withheld,
 )
-from gateway.contract.ids import RandomId
+from harness_contract.ids import RandomId
+
 from gateway.firewall.builtins import build_builtin
 from gateway.firewall.external import External
 from gateway.firewall.model import (

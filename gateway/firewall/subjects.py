@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from gateway.contract.addresses import GROUP_PREFIX, agent_address
-from gateway.contract.content import text_of
-from gateway.contract.guidance import GuidanceSubject
-from gateway.contract.jsonvalue import canonical_json
-from gateway.contract.values import (
+from harness_contract.addresses import GROUP_PREFIX, agent_address
+from harness_contract.content import text_of
+from harness_contract.guidance import GuidanceSubject
+from harness_contract.jsonvalue import canonical_json
+from harness_contract.values import (
     Answered,
     CollectiveOp,
     CollectiveRequestItem,
@@ -27,6 +27,7 @@ from gateway.contract.values import (
     MulticastItem,
     OperationFailedItem,
 )
+
 from gateway.firewall.model import Subject, SubjectRole
 
 OUT: Final = "out"

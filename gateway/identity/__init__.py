@@ -2,5 +2,5 @@
 
 `keys` is Ed25519 over domain-separated canonical objects, `objects` the strict decoding rules
 every protocol object follows, `cards` the Registry's signed agent cards. Nothing here imports
-another gateway package but `gateway.contract`.
+another gateway package but `harness_contract`.
 """

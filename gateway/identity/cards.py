@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
 
-from gateway.contract.addresses import is_agent_name
-from gateway.contract.ids import RandomId
-from gateway.contract.jsonvalue import JsonValue
+from harness_contract.addresses import is_agent_name
+from harness_contract.ids import RandomId
+from harness_contract.jsonvalue import JsonValue
+
 from gateway.identity.keys import SigningKey, VerifyCache, is_public_key_text, verify
 from gateway.identity.objects import (
     VERSION,

@@ -1,6 +1,6 @@
 """Ed25519 signing and verification over domain-separated canonical objects (engine.md §0).
 
-`SIG(key, a, v)` signs `harness/v1/<a>` NUL `JCS(v)` (`gateway.contract.ids.domain_bytes`);
+`SIG(key, a, v)` signs `harness/v1/<a>` NUL `JCS(v)` (`harness_contract.ids.domain_bytes`);
 signatures travel as unpadded base64url of their 64 bytes (86 characters) and public keys as
 unpadded base64url of their 32 raw bytes (43 characters). Ed25519 is deterministic: signing an
 unchanged object twice gives identical text.
@@ -24,9 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-from gateway.contract.ids import b64, domain_bytes, unb64
-from gateway.contract.jsonvalue import JsonValue, JsonValueError
+from harness_contract.ids import b64, domain_bytes, unb64
+from harness_contract.jsonvalue import JsonValue, JsonValueError
 
 SEED_SIZE: Final = 32
 """Bytes in an Ed25519 private seed."""

@@ -16,13 +16,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol, Self, TypeVar
 
-from gateway.contract.ids import HashId, RandomId, agent_id_order_key
-from gateway.contract.jsonvalue import (
+from harness_contract.ids import HashId, RandomId, agent_id_order_key
+from harness_contract.jsonvalue import (
     JsonValue,
     JsonValueError,
     canonical_json,
     parse_canonical_json,
 )
+
 from gateway.identity.keys import is_signature_text
 
 VERSION: Final = "harness/1"

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from gateway.contract.kinds import PostKind
-from gateway.contract.values import CollectiveOp
+from harness_contract.kinds import PostKind
+from harness_contract.values import CollectiveOp
+
 from gateway.observability.metrics import Listener, Metrics
 
 logger = logging.getLogger(__name__)

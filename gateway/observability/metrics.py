@@ -4,7 +4,7 @@
 tests can build several) holding:
 
 - the `harness_*` family of operations.md §2.3, each label set built from a closed `StrEnum`:
-  the components' own vocabularies (`PostOp`, `DeliveryItem`, ... of `gateway.contract.kinds`,
+  the components' own vocabularies (`PostOp`, `DeliveryItem`, ... of `harness_contract.kinds`,
   `StreamEndReason`, `RouterAttachment`, `AuthFailure`, `KeyResolution`, ...) or, for
   metric-only labels (`Listener`, `StoreBackend`, the firewall's), an enum of this module;
 - the `grpc_server_*` family of §2.2, fed by `gateway/rpc/metrics_interceptor.py`, over the
@@ -45,6 +45,26 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, TypeVar
 
+from harness_contract.errors import (
+    CollectiveError,
+    FirewallRefusal,
+    FirewallSendError,
+    HarnessError,
+    IdempotencyConflictError,
+    InvalidIdempotencyKeyError,
+    SendError,
+    StatusCode,
+)
+from harness_contract.kinds import (
+    CollectiveEnd,
+    ConsumedKind,
+    DeliveryItem,
+    MemberOutcomeKind,
+    PostKind,
+    PostOp,
+    SendOp,
+)
+from harness_contract.values import CollectiveOp
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -56,26 +76,6 @@ from prometheus_client import (
     generate_latest,
 )
 
-from gateway.contract.errors import (
-    CollectiveError,
-    FirewallRefusal,
-    FirewallSendError,
-    HarnessError,
-    IdempotencyConflictError,
-    InvalidIdempotencyKeyError,
-    SendError,
-    StatusCode,
-)
-from gateway.contract.kinds import (
-    CollectiveEnd,
-    ConsumedKind,
-    DeliveryItem,
-    MemberOutcomeKind,
-    PostKind,
-    PostOp,
-    SendOp,
-)
-from gateway.contract.values import CollectiveOp
 from gateway.endpoint.api import AuthFailure
 from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen

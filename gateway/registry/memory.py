@@ -6,8 +6,9 @@ import bisect
 import datetime as dt
 from collections.abc import Callable
 
-from gateway.contract.addresses import is_agent_name
-from gateway.contract.ids import RandomId, agent_id_order_key
+from harness_contract.addresses import is_agent_name
+from harness_contract.ids import RandomId, agent_id_order_key
+
 from gateway.identity.cards import SignedAgentCard
 from gateway.identity.keys import SigningKey
 from gateway.registry._cards import mint_card, utc_now

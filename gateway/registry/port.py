@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias
 
-from gateway.contract.addresses import is_agent_name
-from gateway.contract.ids import RandomId
+from harness_contract.addresses import is_agent_name
+from harness_contract.ids import RandomId
+
 from gateway.identity.cards import SignedAgentCard
 from gateway.identity.keys import is_public_key_text
 

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, Self, TypeVar
 
+from harness_contract.addresses import is_agent_name
+from harness_contract.ids import RandomId, agent_id_order_key
+
 from gateway.closing import AsyncClosing
-from gateway.contract.addresses import is_agent_name
-from gateway.contract.ids import RandomId, agent_id_order_key
 from gateway.identity.cards import SignedAgentCard
 from gateway.identity.keys import SEED_SIZE, SigningKey
 from gateway.identity.objects import VERSION, ProtocolError, decode, encode

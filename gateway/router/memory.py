@@ -20,8 +20,9 @@ from collections.abc import AsyncGenerator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import assert_never
 
+from harness_contract.ids import RandomId
+
 from gateway.closing import AsyncClosing
-from gateway.contract.ids import RandomId
 from gateway.router.port import (
     POLL_HOLD,
     SIGNED_ENVELOPE_MAX_BYTES,

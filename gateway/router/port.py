@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final, Protocol, TypeAlias
 
-from gateway.contract.ids import DOMAIN_PREFIX, HashId, RandomId, agent_id_order_key, b64
+from harness_contract.ids import DOMAIN_PREFIX, HashId, RandomId, agent_id_order_key, b64
 
 ENVELOPE_BODY_MAX_BYTES: Final = 262_144
 """Largest decoded `body` of an Envelope, in bytes (engine.md §4 Send step 2).

@@ -2,15 +2,17 @@
 
 Agents call `HarnessEndpointService` with their own token, operators call
 `ManagementService` with the admin token; a token of the other role is PERMISSION_DENIED
-(`wrong-role`), a missing, malformed, unknown or revoked one UNAUTHENTICATED. The token is
-never logged, never put in an error, and never kept past the call.
+(`wrong-role`), a missing, malformed, unknown or revoked one UNAUTHENTICATED with a
+`harness.v1.AuthenticationError` detail of that reason (`authentication_reason`). The token
+is never logged, never put in an error, and never kept past the call.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import grpc
+from harness_contract.errors import AuthenticationErrorReason
 
 from gateway.endpoint.api import AuthFailure, Endpoint, GatewayCore
 
@@ -28,6 +30,24 @@ class AuthRefused(Exception):
         super().__init__(detail)
         self.failure = failure
         self.detail = detail
+
+
+def authentication_reason(failure: AuthFailure) -> AuthenticationErrorReason | None:
+    """The `AuthenticationError` reason of a refused token; None for `wrong-role`, which is
+    PERMISSION_DENIED (the token is valid, for the other API)."""
+    match failure:
+        case AuthFailure.MISSING:
+            return AuthenticationErrorReason.MISSING
+        case AuthFailure.MALFORMED:
+            return AuthenticationErrorReason.MALFORMED
+        case AuthFailure.UNKNOWN:
+            return AuthenticationErrorReason.UNKNOWN
+        case AuthFailure.REVOKED:
+            return AuthenticationErrorReason.REVOKED
+        case AuthFailure.WRONG_ROLE:
+            return None
+        case _:
+            assert_never(failure)
 
 
 def bearer_token(context: grpc.aio.ServicerContext[Any, Any]) -> str:

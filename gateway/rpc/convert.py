@@ -27,18 +27,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Generic, Protocol, TypeAlias, TypeVar, assert_never
 
 from google.protobuf import struct_pb2
-
-from gateway._gen.harness.v1 import (
+from harness_contract._gen.harness.v1 import (
     endpoint_pb2,
     errors_pb2,
     guidance_pb2,
     management_pb2,
     types_pb2,
 )
-from gateway.contract.errors import (
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
+    AuthenticationErrorReason,
     CollectiveError,
     CollectiveFailure,
     ConnectError,
@@ -64,7 +64,7 @@ from gateway.contract.errors import (
     StatusCode,
     UnreachableMember,
 )
-from gateway.contract.guidance import (
+from harness_contract.guidance import (
     CheckedGuidance,
     CollectiveGuidance,
     Expectation,
@@ -77,8 +77,8 @@ from gateway.contract.guidance import (
     UncertainInstruction,
     Withheld,
 )
-from gateway.contract.jsonvalue import JsonValue
-from gateway.contract.values import (
+from harness_contract.jsonvalue import JsonValue
+from harness_contract.values import (
     Accept,
     AnswerContent,
     Answered,
@@ -114,6 +114,7 @@ from gateway.contract.values import (
     SendResult,
     TextPart,
 )
+
 from gateway.endpoint.api import (
     AcknowledgeResult,
     AgentStatus,
@@ -261,6 +262,11 @@ _CONNECT_REASONS: Final = _members(
 )
 _TEXT_OPERATIONS: Final = _members(
     MessageTextOperation, errors_pb2.MessageTextOperation, "MESSAGE_TEXT_OPERATION_"
+)
+_AUTHENTICATION_REASONS: Final = _members(
+    AuthenticationErrorReason,
+    errors_pb2.AuthenticationErrorReason,
+    "AUTHENTICATION_ERROR_REASON_",
 )
 REFUSALS: Final = _members(FirewallRefusal, guidance_pb2.FirewallRefusal, "FIREWALL_REFUSAL_")
 """The closed refusals both ways (also for the external middleware's answers)."""
@@ -1164,6 +1170,24 @@ def message_text_error_to_proto(error: MessageTextError) -> errors_pb2.MessageTe
 def message_text_error_from_proto(error: errors_pb2.MessageTextError) -> MessageTextError:
     """A MessageTextError."""
     return MessageTextError(_TEXT_OPERATIONS.from_proto(error.operation, "operation"), error.detail)
+
+
+def parse_result_to_proto(
+    result: SendInput | MessageTextError,
+) -> endpoint_pb2.ParseMessageTextResponse:
+    """The contract's `Either<SendInput, MessageTextError>`: the send, or why the text fails."""
+    match result:
+        case MessageTextError():
+            return endpoint_pb2.ParseMessageTextResponse(error=message_text_error_to_proto(result))
+        case _:
+            return endpoint_pb2.ParseMessageTextResponse(input=send_input_to_proto(result))
+
+
+def authentication_error_to_proto(
+    reason: AuthenticationErrorReason,
+) -> errors_pb2.AuthenticationError:
+    """The detail of an UNAUTHENTICATED status (a gateway extension; never the token)."""
+    return errors_pb2.AuthenticationError(reason=_AUTHENTICATION_REASONS.to_proto(reason))
 
 
 def idempotency_conflict_to_proto(

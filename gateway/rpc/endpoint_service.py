@@ -3,6 +3,22 @@
 Each method checks that the gateway is SERVING, authenticates the agent token, converts
 the request (`gateway.rpc.convert`), calls the agent's `Endpoint`, and converts the answer.
 Failures are statuses, translated once by the `unary_rpc`/`stream_rpc` wrappers.
+
+`Messages` and the agent's one stream slot (the rule is `AgentInbox.open_stream`'s; the
+proto and every client state it the same way):
+
+- A stream that gets the slot sends initial metadata `harness-stream: open` before any
+  delivery. A refused one sends none and ends FAILED_PRECONDITION `already-listening`.
+- `takeover: true` ends the agent's open stream at once (that call ends FAILED_PRECONDITION
+  `already-listening`, and its client must not reconnect) and takes the slot.
+- Without `takeover`, an open stream is given `HANDOVER_WAIT` (1 s, in
+  `gateway.endpoint.inbox.coordinator`) to end: an agent that cancels its stream and
+  reopens it at once gets the new stream, whatever it sent meanwhile and whatever the order
+  in which the old call's cancellation and the new call reach the gateway. A stream still open after the wait is a live listener: `already-listening`.
+- A client reconnecting after its stream failed in transit (its old call may still be
+  half-open here, unknown to the gateway until keepalive notices) reconnects with
+  `takeover` only if its previous call received `harness-stream: open`: then the slot was
+  its own, and it never takes over another process's listener by accident.
 """
 
 from __future__ import annotations
@@ -12,8 +28,9 @@ import math
 from collections.abc import AsyncGenerator
 from typing import Final
 
-from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
-from gateway.contract.message_text import parse_message_text
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_contract.message_text import parse_message_text
+
 from gateway.endpoint.api import (
     ACKNOWLEDGE_MAX_TOKENS,
     Endpoint,
@@ -34,7 +51,9 @@ STREAM_OPEN_METADATA: Final = (("harness-stream", "open"),)
 
 It tells a client that this stream, not just the channel, is open: a client that saw it
 reconnects with `takeover` (its own stream may be half-open on the server), one that did
-not keeps the caller's choice, so it never takes over another listener by accident."""
+not keeps the caller's choice, so it never takes over another listener by accident. A
+client that cancels its own stream and reopens it needs neither: the handover gives it the
+slot (module docstring)."""
 
 
 def check_serving(core: GatewayCore) -> None:
@@ -88,8 +107,12 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     ) -> AsyncGenerator[endpoint_pb2.MessagesResponse, None]:
         endpoint = await self._endpoint(context, "Messages")
         # ListenError (already-listening) propagates to the wrapper: FAILED_PRECONDITION.
-        stream = endpoint.open_stream(takeover=request.takeover)
+        # Without takeover this may wait up to HANDOVER_WAIT for the agent's open stream to
+        # end (a cancellation still in flight); a cancelled call stops waiting at once.
+        stream = await endpoint.open_stream(takeover=request.takeover)
         try:
+            # Shutdown may have ended the streams while this one waited for the slot.
+            check_serving(self._core)
             await context.send_initial_metadata(STREAM_OPEN_METADATA)
             logger.info("stream attached takeover=%s", request.takeover)
             # StreamEnded (shutdown, revoked) and ListenError (taken over) propagate to
@@ -122,12 +145,13 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
         self, request: endpoint_pb2.ParseMessageTextRequest, context: Context
     ) -> endpoint_pb2.ParseMessageTextResponse:
         await self._endpoint(context, "ParseMessageText")
-        # A MessageTextError is a status (INVALID_ARGUMENT with the MessageTextError in its
-        # details), as operations.md §3's table says for every contract failure, never the
-        # response's `error` branch: clients then read every failure one way
-        # (`decode_status`), and the `error` branch stays unused by this gateway.
-        send_input = parse_message_text(request.to, request.text)
-        return endpoint_pb2.ParseMessageTextResponse(input=convert.send_input_to_proto(send_input))
+        # The contract's answer is `Either<SendInput, MessageTextError>`: a text that fails
+        # to parse is the call's answer (the response's `error` arm), not a failed call.
+        try:
+            result: SendInput | MessageTextError = parse_message_text(request.to, request.text)
+        except MessageTextError as error:
+            result = error
+        return convert.parse_result_to_proto(result)
 
     @unary_rpc
     async def ReadSend(  # noqa: N802 - the gRPC method name

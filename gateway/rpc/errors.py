@@ -19,7 +19,7 @@ turns ours into gRPC's):
 | delivery-pending (the post will still be sent: never resend) | DEADLINE_EXCEEDED |
 | outcome-unknown (the post may have been sent) | UNKNOWN |
 | `FirewallSendError`; a token of the wrong role | PERMISSION_DENIED |
-| missing, unknown or revoked token | UNAUTHENTICATED |
+| missing, malformed, unknown or revoked token (with an `AuthenticationError` detail) | UNAUTHENTICATED |
 
 Beyond the contract: a malformed request (`InvalidRequest`), an invalid idempotency key
 (`INVALID_IDEMPOTENCY_KEY`), a body that does not decode as the method's request message
@@ -41,8 +41,8 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from harness_contract.errors import HarnessError, StatusCode
 
-from gateway.contract.errors import HarnessError, StatusCode
 from gateway.endpoint.api import (
     AuthFailure,
     GatewayState,
@@ -53,7 +53,7 @@ from gateway.endpoint.api import (
     StreamEndReason,
 )
 from gateway.rpc import convert
-from gateway.rpc.auth import AuthRefused
+from gateway.rpc.auth import AuthRefused, authentication_reason
 from gateway.rpc.convert import InvalidRequest
 
 logger = logging.getLogger(__name__)
@@ -159,7 +159,8 @@ def _not_serving(state: GatewayState) -> status_pb2.Status:
 
 
 def _auth(failure: AuthFailure, detail: str) -> status_pb2.Status:
-    if failure is AuthFailure.WRONG_ROLE:
+    reason = authentication_reason(failure)
+    if reason is None:
         return _status(
             grpc.StatusCode.PERMISSION_DENIED,
             f"permission denied: {detail}",
@@ -169,6 +170,7 @@ def _auth(failure: AuthFailure, detail: str) -> status_pb2.Status:
         grpc.StatusCode.UNAUTHENTICATED,
         f"authentication failed: {detail}",
         _reason_text(failure.value),
+        detail=convert.authentication_error_to_proto(reason),
     )
 
 

@@ -24,15 +24,15 @@ from collections.abc import Iterable, Sequence
 from typing import Final, assert_never
 
 import grpc
-
-from gateway._gen.harness.v1 import (
+from harness_contract._gen.harness.v1 import (
     firewall_middleware_pb2,
     firewall_middleware_pb2_grpc,
     guidance_pb2,
 )
-from gateway.contract.addresses import agent_address
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.guidance import ExpectationInstruction, Instruction, UncertainInstruction
+from harness_contract.addresses import agent_address
+from harness_contract.errors import FirewallRefusal
+from harness_contract.guidance import ExpectationInstruction, Instruction, UncertainInstruction
+
 from gateway.firewall.model import (
     Allow,
     CheckInput,

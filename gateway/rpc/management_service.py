@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from gateway._gen.harness.v1 import management_pb2, management_pb2_grpc
+from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
+
 from gateway.endpoint.api import GatewayCore
 from gateway.rpc import convert
 from gateway.rpc.auth import authenticate_admin

@@ -9,11 +9,12 @@ Both sides of every peer call live here, so the two can never drift apart:
   differs, as a version mismatch (engine.md §3: exact string comparison, nothing
   negotiated).
 - **Peer token, always.** Clients send `authorization: Bearer <peer token>` and servers
-  refuse any other token, or none, UNAUTHENTICATED — loopback included, since loopback is
-  no trust boundary on a shared host. A process serving these services without
-  `--peer-token-file` creates `<data-dir>/peer-token` (0600) on first start
-  (`ensure_peer_token`); joining processes pass that file as `--peer-token-file`. mTLS
-  (`--tls-client-ca`) is checked by the transport in addition, never instead.
+  refuse any other token, or none, UNAUTHENTICATED (`ErrorInfo` `PEER_UNAUTHENTICATED`, and
+  a `harness.v1.AuthenticationError` detail: missing, malformed or unknown) — loopback
+  included, since loopback is no trust boundary on a shared host. A process serving these
+  services without `--peer-token-file` creates `<data-dir>/peer-token` (0600) on first
+  start (`ensure_peer_token`); joining processes pass that file as `--peer-token-file`.
+  mTLS (`--tls-client-ca`) is checked by the transport in addition, never instead.
 - **Targets and channels.** `HOST:PORT`, `grpc://HOST:PORT` (plaintext) or
   `grpcs://HOST:PORT` (TLS, verified against `--peer-tls-ca` or the system's roots, with
   `--peer-tls-cert` as the client certificate where the peer requires mTLS); keepalive
@@ -33,8 +34,10 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from harness_contract.errors import AuthenticationErrorReason
 
 from gateway.engine.protocol import VERSION
+from gateway.rpc import convert
 from gateway.rpc.auth import AUTHORIZATION_KEY, BEARER_SCHEME
 from gateway.rpc.errors import ERROR_DOMAIN, Context
 from gateway.rpc.keepalive import KeepalivePolicy
@@ -126,10 +129,13 @@ def _pack(message: Any) -> any_pb2.Any:
     return packed
 
 
-def error_status(code: int, message: str, reason: str) -> grpc.Status:
-    """A status of `code` (a `google.rpc.Code`) whose details hold an `ErrorInfo` (domain
-    `harness.v1`) of `reason`, ready for `context.abort_with_status`."""
+def error_status(code: int, message: str, reason: str, *, detail: Any = None) -> grpc.Status:
+    """A status of `code` (a `google.rpc.Code`) whose details hold `detail` (a harness.v1
+    error message, when given) and an `ErrorInfo` (domain `harness.v1`) of `reason`, ready
+    for `context.abort_with_status`."""
     status = status_pb2.Status(code=code, message=message)
+    if detail is not None:
+        status.details.append(_pack(detail))
     status.details.append(_pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN)))
     converted: grpc.Status = rpc_status.to_status(status)
     return converted
@@ -167,12 +173,14 @@ class PeerGuard:
         """Return when the call may proceed; otherwise abort it (UNAUTHENTICATED, then
         FAILED_PRECONDITION `VERSION_MISMATCH`)."""
         metadata = context.invocation_metadata()
-        if not self._token_matches(metadata):
+        refusal = self._refusal(metadata)
+        if refusal is not None:
             await context.abort_with_status(
                 error_status(
                     code_pb2.UNAUTHENTICATED,
                     "authentication failed: the call has no valid peer token",
                     PEER_UNAUTHENTICATED,
+                    detail=convert.authentication_error_to_proto(refusal),
                 )
             )
         versions = _metadata_values(metadata, VERSION_KEY)
@@ -181,14 +189,19 @@ class PeerGuard:
             await context.abort_with_status(version_mismatch_status(got))
         await context.send_initial_metadata(((VERSION_KEY, HARNESS_VERSION),))
 
-    def _token_matches(self, metadata: Any) -> bool:
+    def _refusal(self, metadata: Any) -> AuthenticationErrorReason | None:
+        """Why the call's token is refused, or None when it is the peer token."""
         values = _metadata_values(metadata, AUTHORIZATION_KEY)
+        if not values:
+            return AuthenticationErrorReason.MISSING
         if len(values) != 1 or not isinstance(values[0], str):
-            return False
+            return AuthenticationErrorReason.MALFORMED
         scheme, _, token = values[0].partition(" ")
         if scheme.lower() != BEARER_SCHEME:
-            return False
-        return hmac.compare_digest(token.encode("utf-8"), self._token)
+            return AuthenticationErrorReason.MALFORMED
+        if hmac.compare_digest(token.encode("utf-8"), self._token):
+            return None
+        return AuthenticationErrorReason.UNKNOWN
 
 
 def call_metadata(peer_token: str) -> tuple[tuple[str, str], ...]:

@@ -20,10 +20,10 @@ import logging
 from typing import Any, Final, Self
 
 import grpc
+from harness_contract._gen.harness.v1 import registry_pb2, registry_pb2_grpc
+from harness_contract.addresses import is_agent_name
+from harness_contract.ids import RandomId, b64, unb64
 
-from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
-from gateway.contract.addresses import is_agent_name
-from gateway.contract.ids import RandomId, b64, unb64
 from gateway.engine import protocol as p
 from gateway.identity.keys import PUBLIC_KEY_SIZE, is_public_key_text
 from gateway.registry import (

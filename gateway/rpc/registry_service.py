@@ -17,9 +17,9 @@ import logging
 from typing import Final, NoReturn, assert_never
 
 from google.rpc import code_pb2
+from harness_contract._gen.harness.v1 import registry_pb2, registry_pb2_grpc
+from harness_contract.ids import b64, unb64
 
-from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
-from gateway.contract.ids import b64, unb64
 from gateway.engine import protocol as p
 from gateway.identity.keys import PUBLIC_KEY_SIZE
 from gateway.registry import (

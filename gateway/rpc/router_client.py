@@ -28,8 +28,8 @@ from typing import Final, Self
 
 import grpc
 from google.protobuf import duration_pb2
+from harness_contract._gen.harness.v1 import router_pb2, router_pb2_grpc
 
-from gateway._gen.harness.v1 import router_pb2, router_pb2_grpc
 from gateway.router import (
     POLL_HOLD,
     Accepted,

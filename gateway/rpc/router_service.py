@@ -20,8 +20,8 @@ from typing import Final, NoReturn, TypeVar, assert_never
 
 import grpc
 from google.rpc import code_pb2
+from harness_contract._gen.harness.v1 import router_pb2, router_pb2_grpc
 
-from gateway._gen.harness.v1 import router_pb2, router_pb2_grpc
 from gateway.registry import RegistryError
 from gateway.router import (
     POLL_HOLD,

@@ -29,8 +29,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, management_pb2_grpc
 
-from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, management_pb2_grpc
 from gateway.endpoint.api import GatewayCore
 from gateway.rpc import tls
 from gateway.rpc.decoding import guard_requests

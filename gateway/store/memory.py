@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
-from gateway.contract.ids import RandomId
+from harness_contract.ids import RandomId
+
 from gateway.store.errors import ConstraintViolation, StoreClosed
 from gateway.store.records import (
     AcknowledgeItem,

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from harness_contract.ids import RandomId
+
 from gateway.closing import AsyncClosing
-from gateway.contract.ids import RandomId
 from gateway.store import tables
 from gateway.store.errors import ConstraintViolation, StoreCorrupt
 from gateway.store.observer import StoreObserver

@@ -17,8 +17,8 @@ from harness_client import (
     MessageInput,
     MulticastItem,
 )
+from harness_contract.ids import RandomId
 
-from gateway.contract.ids import RandomId
 from gateway.testing import DaemonFailed, RunningDaemon, run_daemon
 from tests.e2e import support
 

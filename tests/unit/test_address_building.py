@@ -1,4 +1,4 @@
-"""Addresses are built by `gateway.contract.addresses`, never by gluing strings together.
+"""Addresses are built by `harness_contract.addresses`, never by gluing strings together.
 
 `agent_address()` and `group_address()` hold the canonical form (the prefix, the sorted member
 list); a hand-built `"group:" + ",".join(...)` once skipped the sort. This scans the gateway

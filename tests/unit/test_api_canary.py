@@ -24,10 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import harness_contract._gen.harness.v1 as generated
 import pytest
 from google.protobuf import descriptor_pb2, text_format
-
-import gateway._gen.harness.v1 as generated
 
 GOLDEN = Path(__file__).parent / "golden" / "harness_v1_api.txt"
 UPDATE_VARIABLE = "HARNESS_UPDATE_GOLDEN"
@@ -473,7 +472,7 @@ def test_contract_optionals_track_presence():
 
 
 def test_an_omitted_collective_and_an_explicit_multicast_stay_distinct_on_the_wire():
-    from gateway._gen.harness.v1 import types_pb2
+    from harness_contract._gen.harness.v1 import types_pb2
 
     omitted = types_pb2.SendInput(message=types_pb2.SendInput.Message(to="agent:bob", text="hi"))
     explicit = types_pb2.SendInput(

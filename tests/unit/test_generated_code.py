@@ -2,7 +2,7 @@
 
 Generated code changes only through `make generate`, so a reviewer reads the proto's diff
 and never hand edits; these tests are the drift check `make check-generated` runs, plus the checker's own
-behaviour and an import of both committed trees.
+behaviour and an import of the committed tree.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GENERATE_SCRIPT = REPO_ROOT / "proto" / "generate.py"
-GENERATED_PACKAGES = ("gateway._gen.harness.v1", "harness_client._gen.harness.v1")
+GENERATED_PACKAGES = ("harness_contract._gen.harness.v1",)
 
 
 @pytest.fixture(scope="module")
@@ -63,19 +63,26 @@ def test_generation_is_deterministic(generate_script, generation):
     assert generate_script.generate() == generation
 
 
-def test_generation_writes_one_tree_per_package_differing_only_in_the_import_prefix(generation):
-    gateway_tree, client_tree = (
-        generation[str(REPO_ROOT / "gateway" / "_gen")],
-        generation[str(REPO_ROOT / "clients" / "python" / "src" / "harness_client" / "_gen")],
+def test_generation_writes_one_tree_in_the_shared_contract_distribution(generation):
+    # One copy, imported by the gateway's rpc layer and by the Python client alike.
+    (tree_root,) = generation
+    assert tree_root == str(
+        REPO_ROOT / "clients" / "python" / "contract" / "src" / "harness_contract" / "_gen"
     )
-    assert sorted(gateway_tree) == sorted(client_tree)
-    assert "harness/v1/endpoint_pb2.py" in gateway_tree
-    assert "harness/v1/endpoint_pb2.pyi" in gateway_tree
-    assert "harness/v1/endpoint_pb2_grpc.py" in gateway_tree
-    assert "harness/v1/endpoint_pb2_grpc.pyi" in gateway_tree
-    assert "harness/v1/__init__.py" in gateway_tree
-    for name, content in gateway_tree.items():
-        assert content.replace(b"gateway._gen.", b"harness_client._gen.") == client_tree[name], name
+    tree = generation[tree_root]
+    for name in (
+        "harness/v1/endpoint_pb2.py",
+        "harness/v1/endpoint_pb2.pyi",
+        "harness/v1/endpoint_pb2_grpc.py",
+        "harness/v1/endpoint_pb2_grpc.pyi",
+        "harness/v1/__init__.py",
+    ):
+        assert name in tree
+    assert all(
+        b"harness_contract._gen.harness.v1" in tree[name]
+        for name in tree
+        if name.endswith("_pb2.py")
+    )
 
 
 def test_no_generated_module_imports_the_bare_harness_v1_package(generation):

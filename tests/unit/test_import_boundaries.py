@@ -5,10 +5,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import harness_contract
+
 import gateway
 
 PACKAGE_ROOT = Path(gateway.__file__).parent
-BANNED_ROOTS = ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "gateway._gen")
+BANNED_ROOTS = ("grpc", "grpc_health", "grpc_reflection", "grpc_status", "harness_contract._gen")
 ALLOWED = ("rpc", "_gen")
 ALLOWED_FILES = ("testing.py",)
 
@@ -98,15 +100,36 @@ def test_the_endpoint_check_sees_every_spelling_of_an_import_past_the_api(tmp_pa
     ]
 
 
+CONTRACT_ROOT = Path(harness_contract.__file__).parent
+WIRE_PACKAGES = frozenset({"_gen", "wire"})
+"""The contract's protobuf side: the generated code and the one mapping onto it."""
+
+
 def test_the_contract_core_does_no_io_and_imports_only_the_core_and_the_standard_library():
     allowed_third_party = {"rfc8785"}
-    for path in sorted((PACKAGE_ROOT / "contract").rglob("*.py")):
+    checked = 0
+    for path in sorted(CONTRACT_ROOT.rglob("*.py")):
+        if path.relative_to(CONTRACT_ROOT).parts[0] in WIRE_PACKAGES:
+            continue
+        checked += 1
         for module in imported_modules(path):
             root = module.split(".")[0]
-            if root in {"gateway"}:
-                assert module.startswith("gateway.contract"), f"{path.name} imports {module}"
+            if root == "harness_contract":
+                assert not module.startswith(("harness_contract._gen", "harness_contract.wire")), (
+                    f"{path.name} imports {module}"
+                )
             elif root not in allowed_third_party:
                 assert root in _stdlib(), f"{path.name} imports {module}"
+    assert checked >= 10
+
+
+def test_the_contract_distribution_imports_neither_the_gateway_nor_the_client():
+    # It installs on its own: the client depends on it without the gateway.
+    for path in sorted(CONTRACT_ROOT.rglob("*.py")):
+        for module in imported_modules(path):
+            assert module.split(".")[0] not in {"gateway", "harness_client"}, (
+                f"{path.relative_to(CONTRACT_ROOT)} imports {module}"
+            )
 
 
 def _stdlib() -> frozenset[str]:

@@ -4,9 +4,9 @@ and a gauge reading that holds every label value."""
 from __future__ import annotations
 
 import pytest
+from harness_contract.kinds import PostKind
+from harness_contract.values import CollectiveOp
 
-from gateway.contract.kinds import PostKind
-from gateway.contract.values import CollectiveOp
 from gateway.endpoint.api import ManagementError, ManagementErrorReason
 from gateway.observability.metrics import (
     Listener,

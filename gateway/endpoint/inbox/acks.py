@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from gateway.contract.errors import DeliveryAcknowledgeErrorReason
-from gateway.contract.jsonvalue import JsonValueError, parse_canonical_json
-from gateway.contract.kinds import DeliveryItem
+from harness_contract.errors import DeliveryAcknowledgeErrorReason
+from harness_contract.jsonvalue import JsonValueError, parse_canonical_json
+from harness_contract.kinds import DeliveryItem
+
 from gateway.endpoint.inbox.observer import AckResult, InboxObserver
 from gateway.store.errors import StoreError
 from gateway.store.port import Store

@@ -8,21 +8,39 @@ The item is durable before it is streamed. It owns the agent's one stream slot: 
 `already-listening` unless it takes over, which ends the old one. Each stream gets its own
 `DeliveryWindow` and `InboxReader` and shares the inbox's `InboxSignal` and `OfferTracker`;
 `AckApplier` retires items and the inbox frees their slots in the open stream's window.
+
+The stream slot rule (`open_stream`), which every client may rely on:
+
+- No stream open: the new stream gets the slot at once.
+- `takeover`: the open stream ends at once (its call fails `already-listening`) and the new
+  one gets the slot.
+- Otherwise the new stream waits, at most `HANDOVER_WAIT` seconds, for the open stream to
+  end, and gets the slot the moment it does; if it is still open then, the new stream fails
+  `already-listening`. This is the handover: an agent that cancels its stream and reopens it
+  at once races its own cancellation, since a client may put the new call on the wire
+  before the old call's RST_STREAM (grpc-js does) and the gateway learns of a cancellation
+  only from that frame. The handover needs no metadata and no `takeover`, so a client in any
+  language gets its stream back; a second stream that stays live is still refused, only
+  `HANDOVER_WAIT` later. If the gateway ends the open stream meanwhile (shutdown,
+  revocation), the waiting stream fails the same way (`StreamEnded`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from gateway.contract.codec import item_to_json
-from gateway.contract.errors import ListenError, ListenErrorReason
-from gateway.contract.ids import RandomId
-from gateway.contract.jsonvalue import canonical_json
-from gateway.contract.values import InboundItem
+from harness_contract.codec import item_to_json
+from harness_contract.errors import ListenError, ListenErrorReason
+from harness_contract.ids import RandomId
+from harness_contract.jsonvalue import canonical_json
+from harness_contract.values import InboundItem
+
 from gateway.endpoint.inbox.acks import AckApplier, AcknowledgeResult
 from gateway.endpoint.inbox.observer import (
     NULL_INBOX_OBSERVER,
@@ -34,10 +52,24 @@ from gateway.endpoint.inbox.offers import OfferTracker
 from gateway.endpoint.inbox.reader import InboxReader
 from gateway.endpoint.inbox.screen import InboxScreen
 from gateway.endpoint.inbox.signal import InboxSignal
-from gateway.endpoint.inbox.stream import MessageStream
+from gateway.endpoint.inbox.stream import MessageStream, StreamEnded
 from gateway.endpoint.inbox.window import DeliveryWindow
 from gateway.store.port import Store
 from gateway.store.records import PutInboxItem, Write
+
+logger = logging.getLogger(__name__)
+
+HANDOVER_WAIT: Final = 1.0
+"""Seconds a stream opened without `takeover` waits for the agent's open stream to end
+before it fails `already-listening`.
+
+The wait covers the gap between a client's cancelling its stream and the gateway's reading
+that cancellation: the client's own scheduling (grpc-js sends the old call's RST_STREAM about
+a millisecond after the new call's HEADERS) and, for a new stream on another connection, the
+difference between two paths. Ending sooner than this bound is the normal case, and the wait
+returns the moment the old stream ends; a second stream that really is live is refused this
+much later than it would be without the wait, which is cheap. A stream whose client vanished
+without a cancellation (a dead connection) is not helped: that is what `takeover` is for."""
 
 PREPARED_ITEMS: Final = 1024
 """Prepared, uncommitted items an inbox remembers for its firewall check (entries); a
@@ -59,14 +91,17 @@ class AgentInbox:
         window: int,
         observer: InboxObserver = NULL_INBOX_OBSERVER,
         clock: Callable[[], float] = time.time,
+        handover_wait: float = HANDOVER_WAIT,
     ) -> None:
-        """`clock` gives the seconds since the epoch stamped on each item (`created_at`)."""
+        """`clock` gives the seconds since the epoch stamped on each item (`created_at`);
+        `handover_wait` is `HANDOVER_WAIT` except in tests of the refusal itself."""
         self.agent_id = agent_id
         self.observer = observer
         self._store = store
         self._next_seq = next_seq
         self._window = window
         self._clock = clock
+        self._handover_wait = handover_wait
         self._signal = InboxSignal()
         self._offers = OfferTracker(observer)
         self._prepared: collections.OrderedDict[str, InboundItem] = collections.OrderedDict()
@@ -147,18 +182,21 @@ class AgentInbox:
 
     # --- streams -----------------------------------------------------------------------
 
-    def open_stream(self, *, takeover: bool) -> MessageStream:
-        """Open the agent's one stream; `takeover` ends an existing one first.
+    async def open_stream(self, *, takeover: bool) -> MessageStream:
+        """Open the agent's one stream, by the slot rule in the module docstring.
 
-        Raises `ListenError` `already-listening` when a stream is open and `takeover` is
-        false."""
+        `takeover` ends an open stream at once. Without it, an open stream is given
+        `HANDOVER_WAIT` seconds to end (the agent's own cancelled stream, whose cancellation
+        is still in flight); raises `ListenError` `already-listening` if it has not, and
+        `StreamEnded` if the gateway ended it (shutdown, revocation) meanwhile."""
         result = StreamOpen.OK
         if self._stream is not None:
-            if not takeover:
-                self.observer.on_stream_open(StreamOpen.ALREADY_LISTENING)
-                raise ListenError(ListenErrorReason.ALREADY_LISTENING)
-            self._stream.end(StreamEndReason.TAKEN_OVER)
-            result = StreamOpen.TAKEOVER
+            if takeover:
+                self._stream.end(StreamEndReason.TAKEN_OVER)
+                result = StreamOpen.TAKEOVER
+            else:
+                await self._await_handover()
+        # No await from the check above to here: the slot is free and this stream takes it.
         stream = MessageStream(
             window=DeliveryWindow(self._window),
             reader=InboxReader(store=self._store, agent_id=self.agent_id),
@@ -170,6 +208,24 @@ class AgentInbox:
         self._stream = stream
         self.observer.on_stream_open(result)
         return stream
+
+    async def _await_handover(self) -> None:
+        """Return once no stream is open, within `handover_wait` seconds, or refuse."""
+        try:
+            async with asyncio.timeout(self._handover_wait):
+                while (current := self._stream) is not None:
+                    match await current.wait_ended():
+                        case StreamEndReason.SHUTDOWN | StreamEndReason.REVOKED as reason:
+                            # What ended the old stream refuses the new one too.
+                            raise StreamEnded(reason)
+                        case _:
+                            # Closed by its client, or taken over (then the successor holds
+                            # the slot and the loop waits for it in turn).
+                            pass
+        except TimeoutError:
+            self.observer.on_stream_open(StreamOpen.ALREADY_LISTENING)
+            raise ListenError(ListenErrorReason.ALREADY_LISTENING) from None
+        logger.debug("stream handed over: the open stream ended while the new one waited")
 
     @property
     def window_full(self) -> bool:

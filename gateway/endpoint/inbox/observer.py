@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.contract.errors import DeliveryAcknowledgeErrorReason
-from gateway.contract.kinds import DeliveryItem
+from harness_contract.errors import DeliveryAcknowledgeErrorReason
+from harness_contract.kinds import DeliveryItem
 
 
 class StreamEndReason(enum.StrEnum):

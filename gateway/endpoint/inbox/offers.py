@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.contract.kinds import DeliveryItem
-from gateway.contract.values import (
+from harness_contract.kinds import DeliveryItem
+from harness_contract.values import (
     CollectiveRequestItem,
     CollectiveResultItem,
     InboundItem,
     MulticastItem,
     OperationFailedItem,
 )
+
 from gateway.endpoint.inbox.observer import InboxObserver
 
 

@@ -13,14 +13,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final, cast
 
-from gateway.contract.codec import CodecError, item_from_json, local_guidance_from_json
-from gateway.contract.jsonvalue import (
+from harness_contract.codec import CodecError, item_from_json, local_guidance_from_json
+from harness_contract.jsonvalue import (
     JsonValue,
     JsonValueError,
     load_untrusted_json,
     parse_canonical_json,
 )
-from gateway.contract.values import Delivery
+from harness_contract.values import Delivery
+
 from gateway.store.port import Store
 from gateway.store.records import InboxRow
 

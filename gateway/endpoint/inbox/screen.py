@@ -26,16 +26,17 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
-from gateway.contract.codec import CodecError, item_from_json, item_to_json, local_guidance_to_json
-from gateway.contract.guidance import CollectiveGuidance, LocalGuidance, MemberGuidance
-from gateway.contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
-from gateway.contract.values import (
+from harness_contract.codec import CodecError, item_from_json, item_to_json, local_guidance_to_json
+from harness_contract.guidance import CollectiveGuidance, LocalGuidance, MemberGuidance
+from harness_contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
+from harness_contract.values import (
     CollectiveRequestItem,
     CollectiveResultItem,
     InboundItem,
     MemberResult,
     MulticastItem,
 )
+
 from gateway.firewall import DeliveryVerdict, Firewall
 from gateway.firewall.subjects import of_item
 from gateway.store.records import DeliveryState, PutInboxItem, SetDeliveryState, Write

@@ -5,7 +5,8 @@ for a slot in its `DeliveryWindow`, has its `InboxReader` read the next page pas
 waits on the inbox's `InboxSignal` when the store has nothing more, tells the `OfferTracker`
 before it yields, and holds the token in the window until an acknowledgment releases it. It
 never yields a token twice. Ending it (client gone, takeover, revocation, shutdown) wakes any
-wait and makes the next step raise.
+wait and makes the next step raise, and wakes a new stream of the agent waiting for this one
+to end (`wait_ended`, the coordinator's handover).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gateway.contract.errors import ListenError, ListenErrorReason
-from gateway.contract.values import Delivery
+from harness_contract.errors import ListenError, ListenErrorReason
+from harness_contract.values import Delivery
+
 from gateway.endpoint.inbox.observer import InboxObserver, StreamEndReason
 from gateway.endpoint.inbox.offers import OfferTracker
 from gateway.endpoint.inbox.reader import DeliverRequest, InboxReader
@@ -68,6 +70,15 @@ class MessageStream:
     def close(self) -> None:
         """The client went away: release the agent's stream slot."""
         self.end(StreamEndReason.CLIENT_CLOSED)
+
+    async def wait_ended(self) -> StreamEndReason:
+        """Wait until the stream ends (at once if it has) and return why.
+
+        The agent's stream slot is released by then: `end` detaches the stream before
+        any waiter runs."""
+        await self._end_event.wait()
+        assert self._ended is not None
+        return self._ended
 
     def __aiter__(self) -> MessageStream:
         return self

@@ -12,11 +12,11 @@ from typing import Any
 import harness_client
 import pytest
 from harness_client import CollectiveRequestItem, MessageInput, MulticastItem
+from harness_contract.content import check_content, collective_part
+from harness_contract.ids import collective_id, mint_collective
+from harness_contract.jsonvalue import JsonValue
+from harness_contract.values import DataPart, TextPart
 
-from gateway.contract.content import check_content, collective_part
-from gateway.contract.ids import collective_id, mint_collective
-from gateway.contract.jsonvalue import JsonValue
-from gateway.contract.values import DataPart, TextPart
 from gateway.testing import RunningGateway, run_gateway
 
 pytestmark = pytest.mark.timeout(120)

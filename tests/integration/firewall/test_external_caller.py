@@ -16,20 +16,20 @@ from pathlib import Path
 
 import grpc
 import pytest
-
-from gateway._gen.harness.v1 import (
+from harness_contract._gen.harness.v1 import (
     firewall_middleware_pb2,
     firewall_middleware_pb2_grpc,
     guidance_pb2,
 )
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.guidance import (
+from harness_contract.errors import FirewallRefusal
+from harness_contract.guidance import (
     Expectation,
     ExpectationInstruction,
     GuidanceSubject,
     Uncertain,
     UncertainInstruction,
 )
+
 from gateway.firewall.model import (
     Allow,
     CheckInput,

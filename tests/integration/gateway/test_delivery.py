@@ -24,9 +24,9 @@ from harness_client import (
     MulticastItem,
     PermissionDeniedError,
 )
-from harness_client._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, types_pb2
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, types_pb2
+from harness_contract.ids import RandomId
 
-from gateway.contract.ids import RandomId
 from gateway.testing import RunningGateway, run_gateway
 from tests.support import eventually
 

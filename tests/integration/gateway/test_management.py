@@ -11,7 +11,7 @@ import harness_client
 import pytest
 from harness_client import ManagementError, MessageInput
 from harness_client._errors import read_status
-from harness_client._gen.harness.v1 import management_pb2, management_pb2_grpc
+from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
 
 from gateway.testing import run_gateway
 from tests.support import eventually

@@ -11,15 +11,15 @@ import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway.contract.addresses import is_agent_name
-from gateway.contract.errors import (
+from harness_contract.addresses import is_agent_name
+from harness_contract.errors import (
     HarnessError,
     IdempotencyConflictError,
     SendError,
     SendErrorReason,
 )
-from gateway.contract.ids import RandomId
-from gateway.contract.values import (
+from harness_contract.ids import RandomId
+from harness_contract.values import (
     Content,
     DirectMessage,
     FailureDelivery,
@@ -30,6 +30,7 @@ from gateway.contract.values import (
     SendResult,
     TextPart,
 )
+
 from gateway.endpoint.api import (
     AgentStatus,
     AuthFailure,
@@ -129,8 +130,8 @@ class FakeEndpoint:
         )
         return SendResult()
 
-    def open_stream(self, *, takeover: bool) -> MessageStream:
-        return self.inbox.open_stream(takeover=takeover)
+    async def open_stream(self, *, takeover: bool) -> MessageStream:
+        return await self.inbox.open_stream(takeover=takeover)
 
     async def acknowledge(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:
         return await self.inbox.acknowledge(tokens)

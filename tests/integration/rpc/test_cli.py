@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 from harness_client import cli
+from harness_contract.errors import CollectiveError, RequestNone
 
-from gateway.contract.errors import CollectiveError, RequestNone
 from tests.integration.rpc.conftest import Served, until
 from tests.integration.rpc.fake_core import text_item
 
@@ -298,7 +298,8 @@ async def test_ack_reads_tokens_from_stdin(harness, served, monkeypatch):
 
 
 async def test_conversations_and_history(harness, served):
-    from gateway.contract.values import TextPart
+    from harness_contract.values import TextPart
+
     from gateway.endpoint.api import ConversationSummary, HistoryRecord
 
     await served.register("alice")
@@ -349,7 +350,7 @@ async def test_conversations_and_history(harness, served):
 
 
 async def test_gather_sends_the_question_with_its_deadline_and_form(harness, served, tmp_path):
-    from gateway.contract.values import AskOperation, CollectiveOp, MessageInput, SendResult
+    from harness_contract.values import AskOperation, CollectiveOp, MessageInput, SendResult
 
     alice = await served.register("alice")
     served.core.scripted["agent:bob"] = SendResult(operation_id="col_x")
@@ -381,7 +382,7 @@ async def test_gather_sends_the_question_with_its_deadline_and_form(harness, ser
 
 
 async def test_answer_accepts_with_form_fields_or_declines(harness, served):
-    from gateway.contract.values import Accept, Decline, ResponseInput, SendResult
+    from harness_contract.values import Accept, Decline, ResponseInput, SendResult
 
     alice = await served.register("alice")
     served.core.scripted["agent:bob"] = SendResult(operation_id="col_x")

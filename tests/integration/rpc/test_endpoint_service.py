@@ -20,15 +20,15 @@ from harness_client import (
     PermissionDeniedError,
     UnavailableError,
 )
-from harness_client._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
-
-from gateway.contract.errors import (
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_contract.errors import (
     CollectiveError,
     RequestNone,
     SendError,
     SendErrorReason,
 )
-from gateway.contract.values import FailureDelivery, MessageInput, SendResult
+from harness_contract.values import FailureDelivery, MessageInput, SendResult
+
 from gateway.endpoint.api import GatewayState
 from gateway.endpoint.inbox import StreamEndReason
 from tests.integration.rpc.conftest import Served, until

@@ -13,8 +13,8 @@ from harness_client import (
     ManagementError,
     PermissionDeniedError,
 )
+from harness_contract.values import TextPart
 
-from gateway.contract.values import TextPart
 from gateway.endpoint.api import ConversationSummary, HistoryRecord
 from tests.integration.rpc.conftest import Served
 

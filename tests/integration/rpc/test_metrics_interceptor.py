@@ -14,8 +14,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 
-from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 from gateway.observability.metrics import Metrics, Mode
 from gateway.observability.metrics_server import MetricsServer, MetricsServerState
 from gateway.rpc import build_server

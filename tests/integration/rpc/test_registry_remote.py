@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 import pytest
+from harness_contract._gen.harness.v1 import registry_pb2, registry_pb2_grpc
+from harness_contract.ids import RandomId
 
-from gateway._gen.harness.v1 import registry_pb2, registry_pb2_grpc
-from gateway.contract.ids import RandomId
 from gateway.engine import protocol as p
 from gateway.identity.cards import AgentCard, sign_card
 from gateway.identity.keys import SigningKey

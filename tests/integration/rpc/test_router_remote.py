@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from harness_contract._gen.harness.v1 import router_pb2, router_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 
-from gateway._gen.harness.v1 import router_pb2, router_pb2_grpc
 from gateway.router import (
     POLL_HOLD,
     Batch,

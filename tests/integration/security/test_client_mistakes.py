@@ -18,8 +18,8 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness_client import MessageInput
+from harness_contract._gen.harness.v1 import endpoint_pb2
 
-from gateway._gen.harness.v1 import endpoint_pb2
 from gateway.testing import RunningGateway, run_gateway
 
 SEND = "/harness.v1.HarnessEndpointService/Send"

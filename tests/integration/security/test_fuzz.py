@@ -45,10 +45,10 @@ from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from harness_client import MessageInput, TextPart
+from harness_contract._gen.harness.v1 import endpoint_pb2, management_pb2, registry_pb2, router_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway._gen.harness.v1 import endpoint_pb2, management_pb2, registry_pb2, router_pb2
 from gateway.rpc.peer import HARNESS_VERSION, VERSION_KEY
 from gateway.settings import Settings
 from gateway.testing import RunningGateway, run_gateway

@@ -17,8 +17,8 @@ import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.message_factory import GetMessageClass
 from harness_client import MessageInput, TextPart
+from harness_contract._gen.harness.v1 import registry_pb2, router_pb2
 
-from gateway._gen.harness.v1 import registry_pb2, router_pb2
 from gateway.rpc.peer import HARNESS_VERSION, PEER_TOKEN_FILE, VERSION_KEY
 from gateway.settings import Settings
 from gateway.testing import RunningGateway, run_gateway

@@ -16,8 +16,8 @@ import grpc
 import harness_client
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 
-from gateway._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 from gateway.app import Gateway
 from gateway.endpoint.api import GatewayState
 from gateway.rpc.server import build_peer_server

@@ -25,6 +25,11 @@ from harness_client import (
     MulticastItem,
     TextPart,
 )
+from harness_contract import addresses
+from harness_contract.values import DirectMessage as ContractDirect
+from harness_contract.values import GroupMessage as ContractGroup
+from harness_contract.values import MulticastItem as ContractMulticast
+from harness_contract.values import TextPart as ContractTextPart
 
 from bench import cli, plan
 from bench.gateway_run import (
@@ -56,11 +61,6 @@ from bench.result import (
     ratio,
     result_line,
 )
-from gateway.contract import addresses
-from gateway.contract.values import DirectMessage as ContractDirect
-from gateway.contract.values import GroupMessage as ContractGroup
-from gateway.contract.values import MulticastItem as ContractMulticast
-from gateway.contract.values import TextPart as ContractTextPart
 from gateway.firewall import subjects
 from gateway.firewall.config import load_firewall
 from gateway.firewall.model import ExternalCaller, MiddlewareKind

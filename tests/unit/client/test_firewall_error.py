@@ -8,10 +8,10 @@ from typing import Any, TypeVar
 
 from harness_client import FirewallRefusal, FirewallSendError
 from harness_client import _convert as client_convert
-from harness_client._gen.harness.v1 import errors_pb2, guidance_pb2
+from harness_contract import errors as gateway_errors
+from harness_contract._gen.harness.v1 import errors_pb2, guidance_pb2
+from harness_contract.guidance import CheckedGuidance
 
-from gateway.contract import errors as gateway_errors
-from gateway.contract.guidance import CheckedGuidance
 from gateway.rpc import convert
 
 T = TypeVar("T")

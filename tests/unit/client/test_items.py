@@ -8,15 +8,15 @@ from typing import Any, TypeVar
 import pytest
 from harness_client import CollectiveRequestItem, InboundDelivery, MulticastItem, TextPart
 from harness_client import _convert as client_convert
-from harness_client._gen.harness.v1 import guidance_pb2, types_pb2
-
-from gateway._gen.harness.v1 import types_pb2 as gateway_types
-from gateway.contract.codec import (
+from harness_contract._gen.harness.v1 import guidance_pb2, types_pb2
+from harness_contract._gen.harness.v1 import types_pb2 as gateway_types
+from harness_contract.codec import (
     item_to_json,
     local_guidance_to_json,
     send_input_to_json,
     send_result_to_json,
 )
+
 from gateway.rpc import convert
 from tests.unit.rpc.samples import (
     CHECKED,

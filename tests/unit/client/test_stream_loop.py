@@ -6,10 +6,10 @@ from typing import Any
 import grpc
 import pytest
 from harness_client import ListenError, ListenErrorReason, MulticastItem, TextPart
-from harness_client._gen.harness.v1 import endpoint_pb2, types_pb2
 from harness_client._items import DirectMessage, InboundDelivery
 from harness_client._retry import Backoff
 from harness_client._stream import STREAM_OPEN_METADATA, _ReplayFilter, _StreamLoop
+from harness_contract._gen.harness.v1 import endpoint_pb2, types_pb2
 
 
 def test_the_replay_filter_passes_a_token_once():

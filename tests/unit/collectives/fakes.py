@@ -7,13 +7,14 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from harness_contract.addresses import unknown_agent_error
+from harness_contract.errors import FirewallSendError, SendError, SendErrorReason
+from harness_contract.ids import HashId, RandomId
+from harness_contract.jsonvalue import JsonValue
+from harness_contract.values import Content, InboundItem
+
 from gateway.clock import FakeClock
 from gateway.collectives.runtime import Collectives
-from gateway.contract.addresses import unknown_agent_error
-from gateway.contract.errors import FirewallSendError, SendError, SendErrorReason
-from gateway.contract.ids import HashId, RandomId
-from gateway.contract.jsonvalue import JsonValue
-from gateway.contract.values import Content, InboundItem
 from gateway.engine import protocol as p
 from gateway.engine.network import PostHandle
 from gateway.identity.keys import SigningKey

@@ -7,18 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from gateway.collectives.port import CollectiveRefusal
-from gateway.collectives.runtime import Collectives
-from gateway.collectives.state import Request, RequestState
-from gateway.contract.addresses import group_address
-from gateway.contract.collective_part import (
+from harness_contract.addresses import group_address
+from harness_contract.collective_part import (
     ClosePart,
     RequestPart,
     ResponsePart,
     read_collective,
 )
-from gateway.contract.errors import (
+from harness_contract.errors import (
     AnswerInvalid,
     CollectiveError,
     CollectiveFailure,
@@ -29,8 +25,8 @@ from gateway.contract.errors import (
     SendError,
     SendErrorReason,
 )
-from gateway.contract.ids import HashId, RandomId, mint_collective
-from gateway.contract.values import (
+from harness_contract.ids import HashId, RandomId, mint_collective
+from harness_contract.values import (
     Accept,
     Answered,
     CollectiveOp,
@@ -40,6 +36,10 @@ from gateway.contract.values import (
     MemberResult,
     NoAnswer,
 )
+
+from gateway.collectives.port import CollectiveRefusal
+from gateway.collectives.runtime import Collectives
+from gateway.collectives.state import Request, RequestState
 from gateway.engine import protocol as p
 from gateway.store.records import DeleteReceivedRequest, PutReceivedRequest
 from tests.support import eventually

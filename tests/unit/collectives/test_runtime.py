@@ -7,20 +7,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from gateway.collectives.port import CollectiveRefusal
-from gateway.collectives.runtime import Collectives
-from gateway.contract.addresses import group_address
-from gateway.contract.collective_part import ClosePart, ResponsePart, read_collective
-from gateway.contract.errors import (
+from harness_contract.addresses import group_address
+from harness_contract.collective_part import ClosePart, ResponsePart, read_collective
+from harness_contract.errors import (
     CollectiveError,
     MembersUnreachable,
     SendError,
     SendErrorReason,
     UnreachableMember,
 )
-from gateway.contract.ids import HashId
-from gateway.contract.values import (
+from harness_contract.ids import HashId
+from harness_contract.values import (
     Answered,
     CollectiveOp,
     CollectiveResultItem,
@@ -30,6 +27,9 @@ from gateway.contract.values import (
     NoAnswer,
     OperationFailedItem,
 )
+
+from gateway.collectives.port import CollectiveRefusal
+from gateway.collectives.runtime import Collectives
 from tests.support import eventually
 from tests.unit.collectives.fakes import SCHEMA, Agent, agent, cards_of
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from harness_contract.codec import CodecError
+from harness_contract.ids import HashId
+from harness_contract.kinds import CollectiveEnd
+from harness_contract.values import Answered, CollectiveOp, Declined, Invalid
 
 from gateway.collectives.state import (
     Operation,
@@ -12,10 +16,6 @@ from gateway.collectives.state import (
     RequestState,
     judge,
 )
-from gateway.contract.codec import CodecError
-from gateway.contract.ids import HashId
-from gateway.contract.kinds import CollectiveEnd
-from gateway.contract.values import Answered, CollectiveOp, Declined, Invalid
 from tests.unit.collectives.fakes import SCHEMA
 
 

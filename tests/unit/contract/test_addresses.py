@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from gateway.contract.addresses import (
+from harness_contract.addresses import (
     DirectConversation,
     GroupConversation,
     canonicalize,
@@ -10,7 +9,7 @@ from gateway.contract.addresses import (
     is_address_syntax,
     is_agent_name,
 )
-from gateway.contract.errors import SendError, SendErrorReason
+from harness_contract.errors import SendError, SendErrorReason
 
 INVALID = SendErrorReason.INVALID_ADDRESS
 MEMBERSHIP = SendErrorReason.MEMBERSHIP_INVALID

@@ -3,10 +3,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gateway.contract.codec import (
+from harness_contract.codec import (
     CodecError,
     error_from_json,
     error_to_json,
@@ -19,8 +16,8 @@ from gateway.contract.codec import (
     send_result_from_json,
     send_result_to_json,
 )
-from gateway.contract.content import multicast_content
-from gateway.contract.errors import (
+from harness_contract.content import multicast_content
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
@@ -35,7 +32,7 @@ from gateway.contract.errors import (
     SendErrorReason,
     UnreachableMember,
 )
-from gateway.contract.guidance import (
+from harness_contract.guidance import (
     CheckedGuidance,
     CollectiveGuidance,
     Expectation,
@@ -46,8 +43,8 @@ from gateway.contract.guidance import (
     UncertainInstruction,
     Withheld,
 )
-from gateway.contract.jsonvalue import JsonValue, canonical_json
-from gateway.contract.values import (
+from harness_contract.jsonvalue import JsonValue, canonical_json
+from harness_contract.values import (
     Accept,
     Answered,
     AskOperation,
@@ -70,6 +67,8 @@ from gateway.contract.values import (
     SendInput,
     SendResult,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SCHEMA: dict[str, JsonValue] = {
     "type": "object",

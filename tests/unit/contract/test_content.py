@@ -3,8 +3,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from gateway.contract.content import (
+from harness_contract.content import (
     CONTENT_MAX_BYTES,
     answer_content,
     check_content,
@@ -16,9 +15,9 @@ from gateway.contract.content import (
     request_content,
     text_of,
 )
-from gateway.contract.errors import SendError, SendErrorReason
-from gateway.contract.jsonvalue import canonical_json
-from gateway.contract.values import CollectiveOp, DataPart, TextPart
+from harness_contract.errors import SendError, SendErrorReason
+from harness_contract.jsonvalue import canonical_json
+from harness_contract.values import CollectiveOp, DataPart, TextPart
 
 MULTICAST_HI = (
     b'[{"text":"hi","type":"text"},{"type":"data","value":'

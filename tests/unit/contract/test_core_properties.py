@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import contextlib
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gateway.contract.addresses import canonicalize, is_address_syntax
-from gateway.contract.content import check_content, content_from_json, content_to_json
-from gateway.contract.errors import SendError
-from gateway.contract.jsonvalue import (
+from harness_contract.addresses import canonicalize, is_address_syntax
+from harness_contract.content import check_content, content_from_json, content_to_json
+from harness_contract.errors import SendError
+from harness_contract.jsonvalue import (
     JsonValueError,
     canonical_json,
     normalize_json,
     parse_canonical_json,
     parse_json,
 )
-from gateway.contract.values import DataPart, TextPart
+from harness_contract.values import DataPart, TextPart
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 any_text = st.text(st.characters(codec=None), max_size=200)
 names = st.from_regex(r"[a-z0-9]{3,8}", fullmatch=True)

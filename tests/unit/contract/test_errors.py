@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from gateway.contract.errors import (
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
@@ -30,7 +29,7 @@ from gateway.contract.errors import (
     StatusCode,
     UnreachableMember,
 )
-from gateway.contract.guidance import CheckedGuidance
+from harness_contract.guidance import CheckedGuidance
 
 CONTRACT_SEND_REASONS = {
     "invalid-address",

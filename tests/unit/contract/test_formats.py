@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from gateway.contract.formats import FORMATS, is_leap_year, matches_format
+from harness_contract.formats import FORMATS, is_leap_year, matches_format
 
 ECMASCRIPT_WHITESPACE = (
     "\u0009\u000a\u000b\u000c\u000d\u0020\u00a0\u1680"

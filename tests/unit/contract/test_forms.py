@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from gateway.contract.errors import (
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
@@ -14,7 +13,7 @@ from gateway.contract.errors import (
     SchemaInvalid,
     answer_issues_text,
 )
-from gateway.contract.forms import (
+from harness_contract.forms import (
     FormSchemaError,
     admit_schema,
     answer_value,
@@ -22,7 +21,7 @@ from gateway.contract.forms import (
     check_answer,
     validate_answer_content,
 )
-from gateway.contract.jsonvalue import canonical_text, normalize_json
+from harness_contract.jsonvalue import canonical_text, normalize_json
 
 TITLED_SINGLE_SELECT = (
     'a titled single-select is {"type":"string","oneOf":[{"const":"a","title":"A"}]}'

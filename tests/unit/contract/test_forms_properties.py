@@ -5,18 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from gateway.contract.errors import AnswerFieldIssue, AnswerFieldReason
-from gateway.contract.forms import (
+from harness_contract.errors import AnswerFieldIssue, AnswerFieldReason
+from harness_contract.forms import (
     FormSchemaError,
     admit_schema,
     canonical_key_order,
     check_answer,
     validate_answer_content,
 )
-from gateway.contract.jsonvalue import canonical_json, is_well_formed_text, normalize_json
+from harness_contract.jsonvalue import canonical_json, is_well_formed_text, normalize_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 PROPERTY_SETTINGS = settings(
     max_examples=200,

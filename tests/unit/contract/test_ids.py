@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from gateway.contract.ids import (
+from harness_contract.ids import (
     HashId,
     RandomId,
     agent_id_order_key,

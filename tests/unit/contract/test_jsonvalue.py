@@ -5,10 +5,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gateway.contract.jsonvalue import (
+from harness_contract.jsonvalue import (
     PARSE_MAX_DEPTH,
     JsonValue,
     JsonValueError,
@@ -21,6 +18,8 @@ from gateway.contract.jsonvalue import (
     parse_json,
     reference_canonical_json,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,15 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from gateway.contract.errors import MessageTextError, MessageTextOperation
-from gateway.contract.jsonvalue import normalize_json
-from gateway.contract.message_text import (
+from harness_contract.errors import MessageTextError, MessageTextOperation
+from harness_contract.jsonvalue import normalize_json
+from harness_contract.message_text import (
     ACTUAL_MAX_CHARS,
     DEADLINE_MAX_SECONDS,
     MESSAGE_TEXT_MAX_DEPTH,
     parse_message_text,
 )
-from gateway.contract.values import (
+from harness_contract.values import (
     Accept,
     AskOperation,
     CollectiveOp,

@@ -6,18 +6,15 @@ import json
 import math
 from dataclasses import dataclass
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gateway.contract.errors import MessageTextError, MessageTextOperation
-from gateway.contract.jsonvalue import canonical_text, is_well_formed_text, normalize_json
-from gateway.contract.message_text import (
+from harness_contract.errors import MessageTextError, MessageTextOperation
+from harness_contract.jsonvalue import canonical_text, is_well_formed_text, normalize_json
+from harness_contract.message_text import (
     ACTUAL_MAX_CHARS,
     DEADLINE_MAX_SECONDS,
     MESSAGE_TEXT_MAX_DEPTH,
     parse_message_text,
 )
-from gateway.contract.values import (
+from harness_contract.values import (
     Accept,
     AskOperation,
     CollectiveOp,
@@ -25,6 +22,8 @@ from gateway.contract.values import (
     RequestedSchema,
     ResponseInput,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TO = "group:alice,bob,carol"
 S = '{"type":"object","properties":{"slot":{"type":"string","enum":["mon","tue"]}},"required":["slot"]}'

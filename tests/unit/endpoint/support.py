@@ -8,10 +8,11 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from harness_contract.codec import item_from_json
+from harness_contract.jsonvalue import parse_canonical_json
+from harness_contract.values import InboundItem
+
 from gateway.clock import FakeClock
-from gateway.contract.codec import item_from_json
-from gateway.contract.jsonvalue import parse_canonical_json
-from gateway.contract.values import InboundItem
 from gateway.endpoint.inbox import AgentInbox
 from gateway.endpoint.runtime import AgentParts, AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine.certifier import Certifier, Identity

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from gateway.contract.errors import (
+from harness_contract.errors import (
     IdempotencyConflictError,
     InvalidIdempotencyKeyError,
     SendError,
     SendErrorReason,
 )
-from gateway.contract.values import FailureDelivery, MessageInput, SendResult
+from harness_contract.values import FailureDelivery, MessageInput, SendResult
+
 from gateway.endpoint.api import SendAbsent, SendIndeterminate, SendPending, SendReturned
 from gateway.endpoint.idempotency import KeyResolution, SendLedger, binding
 from gateway.store.memory import MemoryStore

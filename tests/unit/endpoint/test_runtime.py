@@ -7,15 +7,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-
-from gateway.contract.content import text_of
-from gateway.contract.errors import (
+from harness_contract.content import text_of
+from harness_contract.errors import (
     CollectiveError,
     MembersUnreachable,
     SendError,
     SendErrorReason,
 )
-from gateway.contract.values import (
+from harness_contract.values import (
     Accept,
     Answered,
     AskOperation,
@@ -29,6 +28,7 @@ from gateway.contract.values import (
     ResponseInput,
     SendResult,
 )
+
 from gateway.endpoint.runtime import AgentRuntime, SendTimeouts
 from gateway.store.errors import CommitAmbiguous, ConstraintViolation
 from gateway.store.records import DeliveryState, PutDelivery

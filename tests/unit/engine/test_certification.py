@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from harness_contract.codec import message_from_json
+from harness_contract.content import multicast_content
+from harness_contract.jsonvalue import parse_canonical_json
 
-from gateway.contract.codec import message_from_json
-from gateway.contract.content import multicast_content
-from gateway.contract.jsonvalue import parse_canonical_json
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment

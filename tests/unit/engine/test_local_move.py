@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from gateway.contract.content import multicast_content
-from gateway.contract.ids import RandomId
+from harness_contract.content import multicast_content
+from harness_contract.ids import RandomId
+
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
 from gateway.engine.local import LocalOrder

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
+from harness_contract.content import multicast_content
 
-from gateway.contract.content import multicast_content
 from gateway.engine.certifier import BindRefused
 from gateway.store.errors import ConstraintViolation
 from gateway.store.memory import MemoryStore

@@ -8,12 +8,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from harness_contract.content import multicast_content
+from harness_contract.ids import HashId, RandomId, b64
+from harness_contract.jsonvalue import canonical_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.contract.content import multicast_content
-from gateway.contract.ids import HashId, RandomId, b64
-from gateway.contract.jsonvalue import canonical_json
 from gateway.engine.protocol import (
     MAX_ENVELOPE_BODY_BYTES,
     VERSION,
@@ -847,7 +847,7 @@ def test_duplicate_keys_are_rejected():
 
 
 def _flip_b64(text: str) -> str:
-    from gateway.contract.ids import unb64
+    from harness_contract.ids import unb64
 
     data = bytearray(unb64(text) or b"")
     data[0] ^= 0x01

@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 import re2
+from harness_contract.errors import FirewallRefusal
+from harness_contract.guidance import Expectation, ExpectationInstruction, GuidanceSubject
 
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.guidance import Expectation, ExpectationInstruction, GuidanceSubject
 from gateway.firewall.builtins import (
     ContentPattern,
     RateLimit,

@@ -14,18 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-
-from gateway.contract.content import multicast_content
-from gateway.contract.errors import FirewallRefusal, FirewallSendError
-from gateway.contract.guidance import (
+from harness_contract.content import multicast_content
+from harness_contract.errors import FirewallRefusal, FirewallSendError
+from harness_contract.guidance import (
     CheckedGuidance,
     Expectation,
     ExpectationInstruction,
     GuidanceSubject,
     Withheld,
 )
-from gateway.contract.ids import RandomId, collective_id
-from gateway.contract.values import (
+from harness_contract.ids import RandomId, collective_id
+from harness_contract.values import (
     Answered,
     CollectiveOp,
     CollectiveResultItem,
@@ -33,6 +32,7 @@ from gateway.contract.values import (
     MemberResult,
     MulticastItem,
 )
+
 from gateway.firewall import (
     CheckInput,
     Direction,

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from harness_contract.ids import b64, domain_bytes, unb64
+from harness_contract.jsonvalue import JsonValue
 
-from gateway.contract.ids import b64, domain_bytes, unb64
-from gateway.contract.jsonvalue import JsonValue
 from gateway.identity.keys import (
     SigningKey,
     VerifyCache,

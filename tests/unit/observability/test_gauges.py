@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.contract.kinds import PostKind
-from gateway.contract.values import CollectiveOp
+from harness_contract.kinds import PostKind
+from harness_contract.values import CollectiveOp
+
 from gateway.observability.gauges import GaugeLoop, GaugeReading, publish
 from gateway.observability.metrics import (
     Listener,

@@ -17,10 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-import gateway
-from gateway.contract import values
-from gateway.contract.errors import (
+from harness_contract import values
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
@@ -51,8 +49,8 @@ from gateway.contract.errors import (
     StatusCode,
     UnreachableMember,
 )
-from gateway.contract.guidance import CheckedGuidance
-from gateway.contract.kinds import (
+from harness_contract.guidance import CheckedGuidance
+from harness_contract.kinds import (
     CollectiveEnd,
     ConsumedKind,
     DeliveryItem,
@@ -61,7 +59,9 @@ from gateway.contract.kinds import (
     PostOp,
     SendOp,
 )
-from gateway.contract.values import CollectiveOp
+from harness_contract.values import CollectiveOp
+
+import gateway
 from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
 from gateway.engine.network import RouterEvent
@@ -151,7 +151,9 @@ def metrics() -> Metrics:
 def test_the_samples_cover_every_harness_error_type_and_collective_failure():
     # A HarnessError type defined by a test module is not the gateway's vocabulary.
     gateway_types = {
-        cls for cls in _subclasses(HarnessError) if cls.__module__.startswith("gateway.")
+        cls
+        for cls in _subclasses(HarnessError)
+        if cls.__module__.startswith(("gateway.", "harness_contract."))
     }
     assert gateway_types == {type(error) for error in _samples()}
     assert set(typing.get_args(CollectiveFailure)) == set(_failure_samples())

@@ -10,17 +10,15 @@ from collections.abc import Callable, Iterable
 import pytest
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
-from prometheus_client.parser import text_string_to_metric_families
-
-from gateway._gen.harness.v1 import endpoint_pb2, management_pb2, registry_pb2, router_pb2
-from gateway.contract.errors import (
+from harness_contract._gen.harness.v1 import endpoint_pb2, management_pb2, registry_pb2, router_pb2
+from harness_contract.errors import (
     CollectiveErrorKind,
     DeliveryAcknowledgeErrorReason,
     FirewallRefusal,
     SendErrorReason,
     StatusCode,
 )
-from gateway.contract.kinds import (
+from harness_contract.kinds import (
     CollectiveEnd,
     ConsumedKind,
     DeliveryItem,
@@ -29,7 +27,9 @@ from gateway.contract.kinds import (
     PostOp,
     SendOp,
 )
-from gateway.contract.values import CollectiveOp
+from harness_contract.values import CollectiveOp
+from prometheus_client.parser import text_string_to_metric_families
+
 from gateway.endpoint.api import AuthFailure
 from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen

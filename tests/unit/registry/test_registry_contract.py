@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Protocol
 
 import pytest
+from harness_contract.ids import RandomId, agent_id_order_key, b64
 
-from gateway.contract.ids import RandomId, agent_id_order_key, b64
 from gateway.identity.cards import verify_card
 from gateway.identity.keys import SigningKey
 from gateway.identity.objects import format_timestamp, is_timestamp

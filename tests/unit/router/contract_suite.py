@@ -15,10 +15,10 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from harness_contract.ids import b64
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.contract.ids import b64
 from gateway.router import (
     ENVELOPE_BODY_MAX_BYTES,
     POLL_HOLD,

@@ -11,13 +11,14 @@ import asyncio
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from gateway.contract.ids import RandomId, agent_id_order_key, b64, unb64
-from gateway.contract.jsonvalue import (
+from harness_contract.ids import RandomId, agent_id_order_key, b64, unb64
+from harness_contract.jsonvalue import (
     JsonValue,
     JsonValueError,
     canonical_json,
     parse_canonical_json,
 )
+
 from gateway.router import VerifiedEnvelope
 
 VALID_SIGNATURE = "valid"

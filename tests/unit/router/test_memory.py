@@ -4,8 +4,8 @@ import asyncio
 from contextlib import AbstractAsyncContextManager
 
 import pytest
+from harness_contract.ids import RandomId
 
-from gateway.contract.ids import RandomId
 from gateway.router import (
     POLL_HOLD,
     SIGNED_ENVELOPE_MAX_BYTES,

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import pytest
+from harness_contract.ids import HashId, RandomId
+from harness_contract.jsonvalue import parse_canonical_json
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gateway.router
-from gateway.contract.ids import HashId, RandomId
-from gateway.contract.jsonvalue import parse_canonical_json
 from gateway.router import (
     ENVELOPE_BODY_MAX_BYTES,
     SIGNED_ENVELOPE_MAX_BYTES,

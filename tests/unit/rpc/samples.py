@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.contract.errors import (
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
@@ -29,7 +29,7 @@ from gateway.contract.errors import (
     SendErrorReason,
     UnreachableMember,
 )
-from gateway.contract.guidance import (
+from harness_contract.guidance import (
     CheckedGuidance,
     CollectiveGuidance,
     Expectation,
@@ -40,8 +40,8 @@ from gateway.contract.guidance import (
     UncertainInstruction,
     Withheld,
 )
-from gateway.contract.jsonvalue import JsonValue
-from gateway.contract.values import (
+from harness_contract.jsonvalue import JsonValue
+from harness_contract.values import (
     Accept,
     Answered,
     AskOperation,

@@ -5,17 +5,14 @@ from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from gateway._gen.harness.v1 import (
+from harness_contract._gen.harness.v1 import (
     endpoint_pb2,
     errors_pb2,
     guidance_pb2,
     management_pb2,
     types_pb2,
 )
-from gateway.contract.errors import (
+from harness_contract.errors import (
     ConnectErrorReason,
     DeliveryAcknowledgeErrorReason,
     FirewallRefusal,
@@ -25,9 +22,9 @@ from gateway.contract.errors import (
     SendError,
     SendErrorReason,
 )
-from gateway.contract.guidance import Expectation
-from gateway.contract.jsonvalue import JsonValue, normalize_json
-from gateway.contract.values import (
+from harness_contract.guidance import Expectation
+from harness_contract.jsonvalue import JsonValue, normalize_json
+from harness_contract.values import (
     CollectiveOp,
     FailureDelivery,
     MessageInput,
@@ -35,6 +32,9 @@ from gateway.contract.values import (
     SendResult,
     TextPart,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gateway.endpoint.api import (
     AgentStatus,
     ConversationSummary,

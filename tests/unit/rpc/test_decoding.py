@@ -12,9 +12,9 @@ import harness_client
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2
+from harness_contract._gen.harness.v1 import endpoint_pb2
+from harness_contract.errors import InvalidIdempotencyKeyError
 
-from gateway._gen.harness.v1 import endpoint_pb2
-from gateway.contract.errors import InvalidIdempotencyKeyError
 from gateway.observability.metrics import RejectedRequestReason
 from gateway.rpc import errors
 from gateway.rpc.decoding import (
@@ -245,7 +245,7 @@ def _details(method: str) -> Any:
 
 
 def test_the_server_view_guards_generic_and_registered_handlers_of_every_servicer():
-    from gateway._gen.harness.v1 import endpoint_pb2_grpc
+    from harness_contract._gen.harness.v1 import endpoint_pb2_grpc
 
     server = _Server()
     view = guard_requests(server)
@@ -263,7 +263,7 @@ def test_the_server_view_guards_generic_and_registered_handlers_of_every_service
 
 
 def test_a_gateway_servicer_added_through_the_view_is_guarded():
-    from gateway._gen.harness.v1 import endpoint_pb2_grpc
+    from harness_contract._gen.harness.v1 import endpoint_pb2_grpc
 
     class Servicer:
         async def Send(self, request: Any, context: Any) -> Any:

@@ -8,8 +8,7 @@ import grpc
 import harness_client
 import pytest
 from google.rpc import error_details_pb2, status_pb2
-
-from gateway.contract.errors import (
+from harness_contract.errors import (
     CollectiveError,
     ConnectError,
     DeliveryAcknowledgeError,
@@ -22,6 +21,7 @@ from gateway.contract.errors import (
     SendErrorReason,
     StatusCode,
 )
+
 from gateway.endpoint.api import (
     AuthFailure,
     GatewayState,
@@ -157,7 +157,7 @@ def test_every_closed_error_decodes_on_the_client_to_the_same_typed_error_and_me
 
 
 def test_the_client_json_of_a_decoded_send_failure_equals_the_gateway_codec_json():
-    from gateway.contract.codec import error_to_json
+    from harness_contract.codec import error_to_json
 
     for error in CLOSED_ERRORS:
         if not isinstance(error, SendError | CollectiveError | FirewallSendError):
@@ -305,8 +305,7 @@ def test_a_status_without_details_decodes_as_a_transport_error():
 
 def test_a_send_error_reason_from_a_newer_gateway_is_outcome_unknown_on_the_client():
     from google.protobuf import any_pb2
-
-    from gateway._gen.harness.v1 import errors_pb2
+    from harness_contract._gen.harness.v1 import errors_pb2
 
     status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message="send failed: ?")
     packed = any_pb2.Any()

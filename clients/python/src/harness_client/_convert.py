@@ -14,6 +14,13 @@ from typing import Final, TypeVar, assert_never
 
 from google.protobuf import message as protobuf_message
 from google.protobuf import struct_pb2
+from harness_contract._gen.harness.v1 import (
+    endpoint_pb2,
+    errors_pb2,
+    guidance_pb2,
+    management_pb2,
+    types_pb2,
+)
 
 from harness_client._errors import (
     AnswerFieldIssue,
@@ -42,13 +49,6 @@ from harness_client._errors import (
     SendErrorReason,
     SendFailure,
     UnreachableMember,
-)
-from harness_client._gen.harness.v1 import (
-    endpoint_pb2,
-    errors_pb2,
-    guidance_pb2,
-    management_pb2,
-    types_pb2,
 )
 from harness_client._items import (
     Accept,

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import grpc
+from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 
 from harness_client._acks import _AckBatcher
 from harness_client._channel import (
@@ -51,7 +52,6 @@ from harness_client._errors import (
     TransportError,
     decode_status,
 )
-from harness_client._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 from harness_client._items import FailureDelivery, InboundDelivery, SendInput, SendResult, SendState
 from harness_client._retry import Backoff, never_sent, should_retry_keyed_send
 from harness_client._stream import _StreamLoop

@@ -30,8 +30,8 @@ from typing import Any, Final, TypeAlias, assert_never
 import grpc
 from google.protobuf import message as protobuf_message
 from google.rpc import error_details_pb2, status_pb2
+from harness_contract._gen.harness.v1 import errors_pb2
 
-from harness_client._gen.harness.v1 import errors_pb2
 from harness_client._items import CheckedGuidance, FirewallRefusal
 
 STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
 import grpc
+from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
 
 from harness_client._channel import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -26,7 +27,6 @@ from harness_client._convert import (
     registered_agent_from_proto,
 )
 from harness_client._errors import EndpointClosedError, TransportError, decode_status
-from harness_client._gen.harness.v1 import management_pb2, management_pb2_grpc
 from harness_client._items import (
     AgentStatus,
     ConversationRecord,

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
 import grpc
+from harness_contract._gen.harness.v1 import endpoint_pb2
 
 from harness_client._errors import (
     EndpointClosedError,
@@ -23,7 +24,6 @@ from harness_client._errors import (
     ListenErrorReason,
     decode_status,
 )
-from harness_client._gen.harness.v1 import endpoint_pb2
 from harness_client._items import InboundDelivery
 from harness_client._retry import Backoff, should_reconnect
 

@@ -7,8 +7,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gateway.contract.content import multicast_content
-from gateway.contract.values import DirectMessage, MulticastItem
+from harness_contract.content import multicast_content
+from harness_contract.values import DirectMessage, MulticastItem
+
 from gateway.endpoint.inbox import InboxObserver, StreamEndReason
 from gateway.store.records import PutInboxItem
 

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.contract.errors import DeliveryAcknowledgeErrorReason
+from harness_contract.errors import DeliveryAcknowledgeErrorReason
+
 from gateway.endpoint.inbox.acks import AckApplier, AcknowledgeResult
 from gateway.endpoint.inbox.coordinator import AgentInbox
 from gateway.store.errors import StoreFailed

@@ -3,9 +3,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from harness_contract.errors import DeliveryAcknowledgeErrorReason, ListenError
+from harness_contract.values import InboundItem
 
-from gateway.contract.errors import DeliveryAcknowledgeErrorReason, ListenError
-from gateway.contract.values import InboundItem
 from gateway.endpoint.inbox import AgentInbox, StreamEnded, StreamEndReason
 from gateway.store.memory import MemoryStore
 from tests.unit.endpoint.inbox.support import (
@@ -29,7 +29,7 @@ def make_inbox(window: int = 4, recorded: Recorded | None = None) -> tuple[Agent
 async def test_a_published_item_is_streamed_with_its_token():
     inbox, _ = make_inbox()
     token = await inbox.publish(item("one"))
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     delivery = await within_bound(anext(stream))
     assert delivery.token == token
     assert delivery.item == item("one")
@@ -37,7 +37,7 @@ async def test_a_published_item_is_streamed_with_its_token():
 
 async def test_a_waiting_stream_wakes_when_an_item_is_published():
     inbox, _ = make_inbox()
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     waiter = asyncio.create_task(within_bound(anext(stream)))
     await let_ready_tasks_run()
     assert not waiter.done()
@@ -47,7 +47,7 @@ async def test_a_waiting_stream_wakes_when_an_item_is_published():
 
 async def test_a_prepared_item_reaches_the_stream_once_committed():
     inbox, _ = make_inbox()
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     waiter = asyncio.create_task(within_bound(anext(stream)))
     token, write = inbox.prepare(item("batched"))
     await inbox.commit([write])
@@ -79,10 +79,10 @@ async def test_unacknowledged_items_replay_with_the_same_token_on_the_next_strea
     recorded = Recorded()
     inbox, _ = make_inbox(recorded=recorded)
     first_token = await inbox.publish(item("one"))
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     first = await within_bound(anext(stream))
     stream.close()
-    replay = inbox.open_stream(takeover=False)
+    replay = await inbox.open_stream(takeover=False)
     again = await within_bound(anext(replay))
     assert again == first
     assert again.token == first_token
@@ -95,10 +95,10 @@ async def test_the_offer_hook_set_on_the_inbox_sees_every_offer():
     inbox.on_offer = lambda seq, offered: seen.append((seq, offered))
     assert inbox.on_offer is not None
     await inbox.publish(item("one"))
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     await within_bound(anext(stream))
     stream.close()
-    await within_bound(anext(inbox.open_stream(takeover=False)))
+    await within_bound(anext(await inbox.open_stream(takeover=False)))
     assert seen == [(1, item("one")), (1, item("one"))]
 
 
@@ -106,12 +106,12 @@ async def test_an_acknowledged_item_never_comes_back():
     inbox, _ = make_inbox()
     await inbox.publish(item("one"))
     second = await inbox.publish(item("two"))
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     first = await within_bound(anext(stream))
     [result] = await inbox.acknowledge([first.token])
     assert result.error is None
     stream.close()
-    replay = inbox.open_stream(takeover=False)
+    replay = await inbox.open_stream(takeover=False)
     assert (await within_bound(anext(replay))).token == second
 
 
@@ -141,11 +141,11 @@ async def test_another_agents_token_is_unknown_here():
 async def test_a_second_stream_is_refused_unless_it_takes_over():
     recorded = Recorded()
     inbox, _ = make_inbox(recorded=recorded)
-    first = inbox.open_stream(takeover=False)
+    first = await inbox.open_stream(takeover=False)
     with pytest.raises(ListenError) as raised:
-        inbox.open_stream(takeover=False)
+        await inbox.open_stream(takeover=False)
     assert raised.value.reason == "already-listening"
-    second = inbox.open_stream(takeover=True)
+    second = await inbox.open_stream(takeover=True)
     with pytest.raises(ListenError):
         await within_bound(anext(first))
     token = await inbox.publish(item("x"))
@@ -156,8 +156,8 @@ async def test_a_second_stream_is_refused_unless_it_takes_over():
 
 async def test_closing_a_taken_over_stream_leaves_its_successor_listening():
     inbox, _ = make_inbox()
-    first = inbox.open_stream(takeover=False)
-    inbox.open_stream(takeover=True)
+    first = await inbox.open_stream(takeover=False)
+    await inbox.open_stream(takeover=True)
     first.close()
     assert inbox.listening
 
@@ -165,7 +165,7 @@ async def test_closing_a_taken_over_stream_leaves_its_successor_listening():
 async def test_the_window_holds_the_rest_in_the_store_until_acknowledgments_free_slots():
     inbox, store = make_inbox(window=2)
     tokens = [await inbox.publish(item(str(index))) for index in range(5)]
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     got = [await within_bound(anext(stream)), await within_bound(anext(stream))]
     assert [delivery.token for delivery in got] == tokens[:2]
     assert inbox.window_full
@@ -180,7 +180,7 @@ async def test_the_window_holds_the_rest_in_the_store_until_acknowledgments_free
 async def test_a_failed_acknowledgment_frees_no_slot():
     inbox, _ = make_inbox(window=1)
     await inbox.publish(item("one"))
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     await within_bound(anext(stream))
     await inbox.acknowledge(["dlv_" + "B" * 43])
     assert inbox.window_full
@@ -188,7 +188,7 @@ async def test_a_failed_acknowledgment_frees_no_slot():
 
 async def test_a_stream_ended_for_shutdown_raises_stream_ended():
     inbox, _ = make_inbox()
-    stream = inbox.open_stream(takeover=False)
+    stream = await inbox.open_stream(takeover=False)
     waiter = asyncio.create_task(within_bound(anext(stream)))
     await let_ready_tasks_run()
     inbox.end_stream(StreamEndReason.SHUTDOWN)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from gateway.contract.values import InboundItem
+from harness_contract.values import InboundItem
+
 from gateway.endpoint.inbox.offers import OfferTracker
 from tests.unit.endpoint.inbox.support import Recorded, item
 

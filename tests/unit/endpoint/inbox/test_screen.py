@@ -10,9 +10,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gateway.contract.codec import item_from_json, local_guidance_from_json
-from gateway.contract.errors import FirewallRefusal
-from gateway.contract.guidance import (
+from harness_contract.codec import item_from_json, local_guidance_from_json
+from harness_contract.errors import FirewallRefusal
+from harness_contract.guidance import (
     CheckedGuidance,
     CollectiveGuidance,
     Expectation,
@@ -21,9 +21,9 @@ from gateway.contract.guidance import (
     LocalGuidance,
     Withheld,
 )
-from gateway.contract.ids import RandomId, collective_id
-from gateway.contract.jsonvalue import canonical_json, parse_json
-from gateway.contract.values import (
+from harness_contract.ids import RandomId, collective_id
+from harness_contract.jsonvalue import canonical_json, parse_json
+from harness_contract.values import (
     Answered,
     CollectiveOp,
     CollectiveResultItem,
@@ -35,6 +35,7 @@ from gateway.contract.values import (
     OperationFailedItem,
     TextPart,
 )
+
 from gateway.endpoint.inbox import AgentInbox
 from gateway.endpoint.inbox.screen import InboxScreen
 from gateway.firewall import CheckInput, ExternalCaller, Firewall, Judgement

@@ -3,8 +3,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from harness_contract.errors import ListenError, ListenErrorReason
 
-from gateway.contract.errors import ListenError, ListenErrorReason
 from gateway.endpoint.inbox.coordinator import AgentInbox
 from gateway.endpoint.inbox.observer import StreamEndReason
 from gateway.endpoint.inbox.offers import OfferTracker
