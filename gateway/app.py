@@ -40,10 +40,10 @@ from gateway.closing import AsyncClosing
 from gateway.endpoint.api import (
     AgentStatus,
     AuthFailure,
+    ConversationRecord,
     ConversationSummary,
     GatewayState,
     GatewayStatus,
-    HistoryRecord,
     NotServing,
     RegisteredAgent,
 )
@@ -735,7 +735,7 @@ class Gateway(AsyncClosing):
 
     async def history(
         self, name: str, address: str, *, after_record_hash: str | None, limit: int
-    ) -> list[HistoryRecord]:
+    ) -> list[ConversationRecord]:
         """Certified records of one of the agent's conversations, in chain order."""
         return await self._composed().management.history(
             name, address, after_record_hash=after_record_hash, limit=limit

@@ -18,9 +18,9 @@ from gateway.agents import AgentDirectory
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.endpoint.api import (
     AgentStatus,
+    ConversationRecord,
     ConversationSummary,
     GatewayStatus,
-    HistoryRecord,
     ManagementError,
     ManagementErrorReason,
     SetAsideConversation,
@@ -60,14 +60,15 @@ class ManagementQueries:
         oldest = await self._store.oldest_unread(agent_id)
         card = runtime.identity.card.card
         return AgentStatus(
+            name=name,
             address=runtime.address,
             agent_id=card.agent_id,
             public_key=card.public_key,
             issued_at=card.issued_at,
             hosted=True,
-            listening=runtime.inbox.listening,
+            stream_attached=runtime.inbox.listening,
             backlog=backlog,
-            oldest_unacked_age=0.0 if oldest is None else max(0.0, self._clock.time() - oldest),
+            oldest_unacked_age_seconds=0.0 if oldest is None else max(0.0, self._clock.time() - oldest),
             set_aside=self._set_aside_of(runtime),
         )
 
@@ -114,7 +115,7 @@ class ManagementQueries:
                     address=address,
                     kind=kind,
                     members=tuple(agent_address(n) for n in names),
-                    head=row.head,
+                    head_record_hash=row.head,
                     depth=row.depth,
                 )
             )
@@ -122,7 +123,7 @@ class ManagementQueries:
 
     async def history(
         self, name: str, address: str, *, after_record_hash: str | None, limit: int
-    ) -> list[HistoryRecord]:
+    ) -> list[ConversationRecord]:
         """Certified records of one of the agent's conversations after `after_record_hash`,
         in chain order, at most `limit`; none for a conversation the agent does not store.
 
@@ -155,7 +156,7 @@ class ManagementQueries:
             core = record.action_certified_record.record_core
             author = core.membership.card_of(row.author)
             records.append(
-                HistoryRecord(
+                ConversationRecord(
                     record_hash=row.record_hash,
                     post_id=row.post_id,
                     author=agent_address(author.agent_name) if author is not None else row.author,

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
-from harness_contract.errors import HarnessError
+from harness_contract.management import AgentStatus as AgentStatus
+from harness_contract.management import ConversationRecord as ConversationRecord
+from harness_contract.management import ConversationSummary as ConversationSummary
+from harness_contract.management import GatewayStatus as GatewayStatus
+from harness_contract.management import ManagementError as ManagementError
+from harness_contract.management import ManagementErrorReason as ManagementErrorReason
+from harness_contract.management import RegisteredAgent as RegisteredAgent
+from harness_contract.management import SetAsideConversation as SetAsideConversation
 from harness_contract.values import (
-    Content,
     FailureDelivery,
     SendInput,
     SendResult,
 )
+from harness_contract.values import SendAbsent as SendAbsent
+from harness_contract.values import SendIndeterminate as SendIndeterminate
+from harness_contract.values import SendPending as SendPending
+from harness_contract.values import SendReturned as SendReturned
+from harness_contract.values import SendState as SendState
 
 # The inbox's values the RPC layer needs, re-exported so that gateway/rpc/ reaches
 # gateway.endpoint only through this module.
@@ -67,59 +77,6 @@ class AuthFailure(enum.StrEnum):
     """An agent token on the management API, or the admin token on the agent API."""
 
 
-class ManagementErrorReason(enum.StrEnum):
-    """Why a management call failed; `gateway/rpc/errors.py` gives each its status code."""
-
-    NOT_FOUND = "not-found"
-    """The agent is not hosted here, or the record is not in the conversation (NOT_FOUND)."""
-    NAME_TAKEN = "name-taken"
-    """Another agent holds the name, here or at the Registry (ALREADY_EXISTS)."""
-    INVALID_NAME = "invalid-name"
-    """Not 3 to 32 characters of a-z, 0-9 and inner hyphens (INVALID_ARGUMENT)."""
-    INVALID_ADDRESS = "invalid-address"
-    """The conversation address is not a valid `agent:` or `group:` one for the agent
-    (INVALID_ARGUMENT)."""
-
-
-class ManagementError(Exception):
-    """A management call failed for a closed `reason`; `detail` is the operator's text."""
-
-    def __init__(self, reason: ManagementErrorReason, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendAbsent:
-    """`ReadSend`: no send used this key."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendPending:
-    """`ReadSend`: the keyed send is running."""
-
-    input: SendInput
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendIndeterminate:
-    """`ReadSend`: a restart cut the keyed send; it answers `outcome-unknown` for good."""
-
-    input: SendInput
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SendReturned:
-    """`ReadSend`: the keyed send returned this outcome, which every retry gets."""
-
-    input: SendInput
-    outcome: SendResult | HarnessError
-
-
-SendState: TypeAlias = SendAbsent | SendPending | SendIndeterminate | SendReturned
-
-
 class Endpoint(Protocol):
     """One hosted agent's HarnessEndpoint, as the token's agent."""
 
@@ -154,74 +111,6 @@ class Endpoint(Protocol):
     async def read_send(self, idempotency_key: str) -> SendState:
         """The state of an idempotency key."""
         ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RegisteredAgent:
-    """A registration's answer; `token` is shown once."""
-
-    address: str
-    agent_id: str
-    token: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentStatus:
-    """What an operator sees about one agent (`harness agents show`)."""
-
-    address: str
-    agent_id: str
-    public_key: str
-    issued_at: str
-    hosted: bool
-    listening: bool
-    backlog: int
-    oldest_unacked_age: float
-    set_aside: tuple[SetAsideConversation, ...] = ()
-    """Conversations of this agent the daemon stopped serving (a stored row failed a check)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetAsideConversation:
-    """A conversation set aside, and why (engine.md §5.10)."""
-
-    conversation_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConversationSummary:
-    """One conversation an agent stores."""
-
-    address: str
-    kind: str
-    """`direct` or `group`."""
-    members: tuple[str, ...]
-    head: str | None
-    depth: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HistoryRecord:
-    """One certified record of a conversation, as the management API reads it."""
-
-    record_hash: str
-    post_id: str
-    author: str
-    depth: int
-    content: Content
-    certified_record: bytes
-    """The record's exact JCS bytes, so a reader can verify every signature."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayStatus:
-    """`harness status`."""
-
-    version: str
-    mode: str
-    hosted_agents: int
-    router_state: str
 
 
 class GatewayCore(Protocol):
@@ -266,7 +155,7 @@ class GatewayCore(Protocol):
 
     async def history(
         self, name: str, address: str, *, after_record_hash: str | None, limit: int
-    ) -> list[HistoryRecord]:
+    ) -> list[ConversationRecord]:
         """Certified records of one of the agent's conversations, in chain order.
 
         Raises `ManagementError`: `invalid-address` for an address that names no valid

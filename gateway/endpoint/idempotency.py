@@ -27,11 +27,13 @@ from harness_contract.codec import (
     send_result_to_json,
 )
 from harness_contract.errors import (
-    HarnessError,
+    CollectiveError,
+    FirewallSendError,
     IdempotencyConflictError,
     InvalidIdempotencyKeyError,
     SendError,
     SendErrorReason,
+    SendFailure,
 )
 from harness_contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
 from harness_contract.values import FailureDelivery, SendInput, SendResult
@@ -79,19 +81,22 @@ def binding(send_input: SendInput, failure_delivery: FailureDelivery) -> bytes:
     )
 
 
-def _outcome_bytes(outcome: SendResult | HarnessError) -> bytes:
+def _outcome_bytes(outcome: SendResult | SendFailure) -> bytes:
     if isinstance(outcome, SendResult):
         return canonical_json({"kind": "success", "result": send_result_to_json(outcome)})
     return canonical_json({"kind": "failure", "error": error_to_json(outcome)})
 
 
-def _outcome_from_bytes(data: bytes) -> SendResult | HarnessError:
+def _outcome_from_bytes(data: bytes) -> SendResult | SendFailure:
     value = parse_canonical_json(data)
     if not isinstance(value, dict):
         raise CodecError("outcome: expected an object")
     if value.get("kind") == "success":
         return send_result_from_json(value.get("result"))
-    return error_from_json(value.get("error"))
+    error = error_from_json(value.get("error"))
+    if not isinstance(error, SendError | CollectiveError | FirewallSendError):
+        raise CodecError(f"outcome: {type(error).__name__} is not a send failure")
+    return error
 
 
 class SendLedger:
@@ -109,7 +114,7 @@ class SendLedger:
         self._store = store
         self._run_id = run_id
         self._on_resolution = on_resolution
-        self._live: dict[str, tuple[bytes, asyncio.Task[SendResult | HarnessError]]] = {}
+        self._live: dict[str, tuple[bytes, asyncio.Task[SendResult | SendFailure]]] = {}
         self._reserving = asyncio.Lock()
 
     async def run(
@@ -151,11 +156,11 @@ class SendLedger:
 
     async def _invoke(
         self, key: str, request: bytes, execute: Callable[[], Awaitable[SendResult]]
-    ) -> SendResult | HarnessError:
-        outcome: SendResult | HarnessError
+    ) -> SendResult | SendFailure:
+        outcome: SendResult | SendFailure
         try:
             outcome = await execute()
-        except HarnessError as error:
+        except (SendError, CollectiveError, FirewallSendError) as error:
             outcome = error
         except Exception:
             logger.exception("a keyed send failed with a defect")
@@ -206,7 +211,7 @@ class SendLedger:
         return SendIndeterminate(input=send_input)
 
 
-def _decode(data: bytes) -> SendResult | HarnessError:
+def _decode(data: bytes) -> SendResult | SendFailure:
     try:
         return _outcome_from_bytes(data)
     except (CodecError, JsonValueError):
@@ -214,7 +219,7 @@ def _decode(data: bytes) -> SendResult | HarnessError:
         return SendError(SendErrorReason.OUTCOME_UNKNOWN)
 
 
-def _unwrap(outcome: SendResult | HarnessError) -> SendResult:
-    if isinstance(outcome, HarnessError):
+def _unwrap(outcome: SendResult | SendFailure) -> SendResult:
+    if not isinstance(outcome, SendResult):
         raise outcome
     return outcome

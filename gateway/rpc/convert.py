@@ -118,9 +118,9 @@ from harness_contract.values import (
 from gateway.endpoint.api import (
     AcknowledgeResult,
     AgentStatus,
+    ConversationRecord,
     ConversationSummary,
     GatewayStatus,
-    HistoryRecord,
     RegisteredAgent,
     SendAbsent,
     SendIndeterminate,
@@ -1280,15 +1280,15 @@ def registered_agent_from_proto(agent: management_pb2.RegisterAgentResponse) -> 
 def agent_status_to_proto(status: AgentStatus) -> management_pb2.AgentStatus:
     """What an operator sees of one agent."""
     return management_pb2.AgentStatus(
-        name=status.address.removeprefix("agent:"),
+        name=status.name,
         address=status.address,
         agent_id=status.agent_id,
         public_key=status.public_key,
         issued_at=status.issued_at,
         hosted=status.hosted,
-        stream_attached=status.listening,
+        stream_attached=status.stream_attached,
         backlog=status.backlog,
-        oldest_unacked_age_seconds=status.oldest_unacked_age,
+        oldest_unacked_age_seconds=status.oldest_unacked_age_seconds,
         set_aside=[
             management_pb2.SetAsideConversation(
                 conversation_id=item.conversation_id, reason=item.reason
@@ -1301,14 +1301,15 @@ def agent_status_to_proto(status: AgentStatus) -> management_pb2.AgentStatus:
 def agent_status_from_proto(status: management_pb2.AgentStatus) -> AgentStatus:
     """One agent's status."""
     return AgentStatus(
+        name=status.name,
         address=status.address,
         agent_id=status.agent_id,
         public_key=status.public_key,
         issued_at=status.issued_at,
         hosted=status.hosted,
-        listening=status.stream_attached,
+        stream_attached=status.stream_attached,
         backlog=status.backlog,
-        oldest_unacked_age=status.oldest_unacked_age_seconds,
+        oldest_unacked_age_seconds=status.oldest_unacked_age_seconds,
         set_aside=tuple(
             SetAsideConversation(conversation_id=item.conversation_id, reason=item.reason)
             for item in status.set_aside
@@ -1324,8 +1325,8 @@ def conversation_to_proto(summary: ConversationSummary) -> management_pb2.Conver
         members=summary.members,
         depth=summary.depth,
     )
-    if summary.head is not None:
-        result.head_record_hash = summary.head
+    if summary.head_record_hash is not None:
+        result.head_record_hash = summary.head_record_hash
     return result
 
 
@@ -1335,12 +1336,14 @@ def conversation_from_proto(summary: management_pb2.ConversationSummary) -> Conv
         address=summary.address,
         kind=_CONVERSATION_KINDS.from_proto(summary.kind, "kind"),
         members=tuple(summary.members),
-        head=summary.head_record_hash if summary.HasField("head_record_hash") else None,
+        head_record_hash=(
+            summary.head_record_hash if summary.HasField("head_record_hash") else None
+        ),
         depth=summary.depth,
     )
 
 
-def history_record_to_proto(record: HistoryRecord) -> management_pb2.ConversationRecord:
+def conversation_record_to_proto(record: ConversationRecord) -> management_pb2.ConversationRecord:
     """One certified record."""
     return management_pb2.ConversationRecord(
         record_hash=record.record_hash,
@@ -1352,9 +1355,9 @@ def history_record_to_proto(record: HistoryRecord) -> management_pb2.Conversatio
     )
 
 
-def history_record_from_proto(record: management_pb2.ConversationRecord) -> HistoryRecord:
+def conversation_record_from_proto(record: management_pb2.ConversationRecord) -> ConversationRecord:
     """One certified record."""
-    return HistoryRecord(
+    return ConversationRecord(
         record_hash=record.record_hash,
         post_id=record.post_id,
         author=record.author,

@@ -29,7 +29,9 @@ from collections.abc import AsyncGenerator
 from typing import Final
 
 from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_contract.errors import MessageTextError
 from harness_contract.message_text import parse_message_text
+from harness_contract.values import SendInput
 
 from gateway.endpoint.api import (
     ACKNOWLEDGE_MAX_TOKENS,

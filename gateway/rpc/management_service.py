@@ -120,7 +120,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
             limit=limit + 1,
         )
         return management_pb2.ReadConversationResponse(
-            records=[convert.history_record_to_proto(record) for record in records[:limit]],
+            records=[convert.conversation_record_to_proto(record) for record in records[:limit]],
             has_more=len(records) > limit,
         )
 

@@ -35,8 +35,8 @@ async def test_agent_status_counts_the_backlog_without_reading_its_rows():
         await built.store.apply([unread_item(registered.agent_id, seq) for seq in (1, 2, 3)])
         status = await built.management.agent_status("alice")
         assert status.backlog == 3
-        assert status.oldest_unacked_age > 0
-        assert (status.address, status.hosted, status.listening) == ("agent:alice", True, False)
+        assert status.oldest_unacked_age_seconds > 0
+        assert (status.address, status.hosted, status.stream_attached) == ("agent:alice", True, False)
 
 
 @pytest.mark.parametrize("address", ["bob", "agent:Bob", "group:bob", "agent:alice"])

@@ -23,7 +23,9 @@ What other packages may import is listed in `__all__`; the modules behind it are
 
 from __future__ import annotations
 
-from gateway.endpoint.inbox.acks import ACKNOWLEDGE_MAX_TOKENS, AcknowledgeResult
+from harness_contract.values import AcknowledgeResult
+
+from gateway.endpoint.inbox.acks import ACKNOWLEDGE_MAX_TOKENS
 from gateway.endpoint.inbox.coordinator import AgentInbox
 from gateway.endpoint.inbox.observer import (
     NULL_INBOX_OBSERVER,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Final
 
 from harness_contract.errors import DeliveryAcknowledgeErrorReason
 from harness_contract.jsonvalue import JsonValueError, parse_canonical_json
 from harness_contract.kinds import DeliveryItem
+from harness_contract.values import AcknowledgeResult
 
 from gateway.endpoint.inbox.observer import AckResult, InboxObserver
 from gateway.store.errors import StoreError
@@ -33,14 +34,6 @@ logger = logging.getLogger(__name__)
 
 ACKNOWLEDGE_MAX_TOKENS: Final = 1_000
 """Most tokens one `Acknowledge` call may carry (operations.md §3)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AcknowledgeResult:
-    """One token's result: `error` is None when the item is (or already was) retired."""
-
-    token: str
-    error: DeliveryAcknowledgeErrorReason | None
 
 
 class AckApplier:

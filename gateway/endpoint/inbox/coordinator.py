@@ -39,9 +39,9 @@ from harness_contract.codec import item_to_json
 from harness_contract.errors import ListenError, ListenErrorReason
 from harness_contract.ids import RandomId
 from harness_contract.jsonvalue import canonical_json
-from harness_contract.values import InboundItem
+from harness_contract.values import AcknowledgeResult, InboundItem
 
-from gateway.endpoint.inbox.acks import AckApplier, AcknowledgeResult
+from gateway.endpoint.inbox.acks import AckApplier
 from gateway.endpoint.inbox.observer import (
     NULL_INBOX_OBSERVER,
     InboxObserver,

@@ -52,7 +52,7 @@ async def wait_listening(gw: RunningGateway, name: str, listening: bool) -> None
     call does not mean the server has seen it yet)."""
     await eventually(
         lambda: gw.gateway.agent_status(name),
-        lambda status: status.listening is listening,
+        lambda status: status.stream_attached is listening,
         within=BOUND,
     )
 
@@ -261,7 +261,7 @@ async def test_a_second_stream_of_the_same_agent_fails_already_listening_and_the
             await alice.send(MessageInput(to="agent:bob", text="still yours"))
             delivery = await asyncio.wait_for(first_next, BOUND)
             assert text_of(delivery) == "still yours"
-            assert (await gw.gateway.agent_status("bob")).listening
+            assert (await gw.gateway.agent_status("bob")).stream_attached
             await first.aclose()
 
 
@@ -311,7 +311,7 @@ async def test_a_take_over_stream_ends_the_first_with_already_listening_and_repl
             await alice.send(MessageInput(to="agent:bob", text="after the take-over"))
             fresh = await next_delivery(new)
             assert text_of(fresh) == "after the take-over"
-            assert (await gw.gateway.agent_status("bob")).listening
+            assert (await gw.gateway.agent_status("bob")).stream_attached
             await new.aclose()
             await old.aclose()
             await wait_listening(gw, "bob", False)
@@ -454,7 +454,7 @@ async def test_every_agent_call_with_an_unknown_token_is_unauthenticated_unknown
             stream = stub.Messages(endpoint_pb2.MessagesRequest(), metadata=metadata)
             failure = harness_client.decode_status(await unauthenticated(stream.read()))
             assert failure.reason == "unknown"
-        assert not (await gw.gateway.agent_status("bob")).listening
+        assert not (await gw.gateway.agent_status("bob")).stream_attached
         with pytest.raises(ConnectError) as raised:
             await harness_client.connect(gw.address, token=token)
         assert raised.value.reason is ConnectErrorReason.TRANSPORT_FAILED

@@ -75,7 +75,7 @@ async def test_agent_status_counts_the_unread_backlog_and_conversations_name_the
             lambda status: status.backlog == 4,
             within=BOUND,
         )
-        assert status.listening is False
+        assert status.stream_attached is False
         summaries = sorted(await gw.gateway.conversations("alice"), key=lambda s: s.address)
         assert [(s.address, s.kind) for s in summaries] == [
             ("agent:bob", "direct"),

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 
 from harness_contract.addresses import is_agent_name
 from harness_contract.errors import (
+    CollectiveError,
+    FirewallSendError,
     HarnessError,
     IdempotencyConflictError,
     SendError,
     SendErrorReason,
+    SendFailure,
 )
 from harness_contract.ids import RandomId
 from harness_contract.values import (
@@ -34,10 +37,10 @@ from harness_contract.values import (
 from gateway.endpoint.api import (
     AgentStatus,
     AuthFailure,
+    ConversationRecord,
     ConversationSummary,
     GatewayState,
     GatewayStatus,
-    HistoryRecord,
     ManagementError,
     ManagementErrorReason,
     RegisteredAgent,
@@ -65,7 +68,7 @@ class SendCall:
 class _Kept:
     send_input: SendInput
     failure_delivery: FailureDelivery
-    outcome: SendResult | HarnessError
+    outcome: SendResult | SendFailure
 
 
 class FakeEndpoint:
@@ -96,8 +99,8 @@ class FakeEndpoint:
                 raise kept.outcome
             return kept.outcome
         try:
-            outcome: SendResult | HarnessError = await self._run(send_input)
-        except HarnessError as error:
+            outcome: SendResult | SendFailure = await self._run(send_input)
+        except (SendError, CollectiveError, FirewallSendError) as error:
             outcome = error
         if idempotency_key is not None:
             self._kept[idempotency_key] = _Kept(send_input, failure_delivery, outcome)
@@ -159,7 +162,7 @@ class FakeCore:
     scripted: dict[str, SendResult | BaseException] = field(default_factory=dict)
     """What a send to an address answers instead of delivering."""
     conversation_list: list[ConversationSummary] = field(default_factory=list)
-    records: list[HistoryRecord] = field(default_factory=list)
+    records: list[ConversationRecord] = field(default_factory=list)
     auth_failures: list[AuthFailure] = field(default_factory=list)
     """Refusals the RPC layer reported (the auth-failure metric's input)."""
 
@@ -211,14 +214,15 @@ class FakeCore:
         endpoint = self._endpoint(name)
         backlog = len(await self.store.unread(endpoint.agent_id, 0, 10_000))
         return AgentStatus(
+            name=name,
             address=f"agent:{name}",
             agent_id=endpoint.agent_id,
             public_key="k" * 43,
             issued_at="2026-01-01T00:00:00Z",
             hosted=True,
-            listening=endpoint.inbox.listening,
+            stream_attached=endpoint.inbox.listening,
             backlog=backlog,
-            oldest_unacked_age=0.0,
+            oldest_unacked_age_seconds=0.0,
         )
 
     async def list_agents(
@@ -239,7 +243,7 @@ class FakeCore:
 
     async def history(
         self, name: str, address: str, *, after_record_hash: str | None, limit: int
-    ) -> list[HistoryRecord]:
+    ) -> list[ConversationRecord]:
         self._endpoint(name)
         records = list(self.records)
         if after_record_hash is not None:

@@ -300,7 +300,7 @@ async def test_ack_reads_tokens_from_stdin(harness, served, monkeypatch):
 async def test_conversations_and_history(harness, served):
     from harness_contract.values import TextPart
 
-    from gateway.endpoint.api import ConversationSummary, HistoryRecord
+    from gateway.endpoint.api import ConversationRecord, ConversationSummary
 
     await served.register("alice")
     served.core.conversation_list = [
@@ -308,12 +308,12 @@ async def test_conversations_and_history(harness, served):
             address="agent:bob",
             kind="direct",
             members=("agent:alice", "agent:bob"),
-            head="rch_1",
+            head_record_hash="rch_1",
             depth=1,
         )
     ]
     served.core.records = [
-        HistoryRecord(
+        ConversationRecord(
             record_hash="rch_1",
             post_id="pst_1",
             author="agent:bob",

@@ -15,7 +15,7 @@ from harness_client import (
 )
 from harness_contract.values import TextPart
 
-from gateway.endpoint.api import ConversationSummary, HistoryRecord
+from gateway.endpoint.api import ConversationRecord, ConversationSummary
 from tests.integration.rpc.conftest import Served
 
 BOUND = 10.0
@@ -104,7 +104,7 @@ async def test_conversations_page_by_address(served, admin):
             address=f"agent:peer{n}",
             kind="direct",
             members=("agent:alice", f"agent:peer{n}"),
-            head=None if n == 0 else f"rch_{n}",
+            head_record_hash=None if n == 0 else f"rch_{n}",
             depth=n,
         )
         for n in (2, 0, 1)
@@ -121,7 +121,7 @@ async def test_conversations_page_by_address(served, admin):
 async def test_history_reads_records_in_pages_of_at_most_fifty(served, admin):
     await admin.register_agent("alice")
     served.core.records = [
-        HistoryRecord(
+        ConversationRecord(
             record_hash=f"rch_{n:03}",
             post_id=f"pst_{n}",
             author="agent:bob",

@@ -37,9 +37,9 @@ from hypothesis import strategies as st
 
 from gateway.endpoint.api import (
     AgentStatus,
+    ConversationRecord,
     ConversationSummary,
     GatewayStatus,
-    HistoryRecord,
     RegisteredAgent,
     SendAbsent,
     SendIndeterminate,
@@ -193,14 +193,15 @@ def test_management_values_round_trip():
         == registered
     )
     status = AgentStatus(
+        name="bob",
         address="agent:bob",
         agent_id="agt_x",
         public_key="k",
         issued_at="2026-01-01T00:00:00Z",
         hosted=True,
-        listening=True,
+        stream_attached=True,
         backlog=3,
-        oldest_unacked_age=1.5,
+        oldest_unacked_age_seconds=1.5,
     )
     proto_status = convert.agent_status_to_proto(status)
     assert proto_status.name == "bob"
@@ -210,19 +211,19 @@ def test_management_values_round_trip():
             address="agent:bob",
             kind="direct",
             members=("agent:a", "agent:bob"),
-            head="rch_x",
+            head_record_hash="rch_x",
             depth=4,
         ),
         ConversationSummary(
             address="group:a,b,c",
             kind="group",
             members=("agent:a", "agent:b", "agent:c"),
-            head=None,
+            head_record_hash=None,
             depth=0,
         ),
     ):
         assert convert.conversation_from_proto(convert.conversation_to_proto(summary)) == summary
-    record = HistoryRecord(
+    record = ConversationRecord(
         record_hash="rch_x",
         post_id="pst_x",
         author="agent:bob",
@@ -230,7 +231,7 @@ def test_management_values_round_trip():
         content=(TextPart(text="hi"),),
         certified_record=b'{"a":1}',
     )
-    assert convert.history_record_from_proto(convert.history_record_to_proto(record)) == record
+    assert convert.conversation_record_from_proto(convert.conversation_record_to_proto(record)) == record
     gateway = GatewayStatus(
         version="0.1.0", mode="embedded", hosted_agents=2, router_state="active"
     )

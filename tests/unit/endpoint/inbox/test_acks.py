@@ -3,8 +3,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness_contract.errors import DeliveryAcknowledgeErrorReason
+from harness_contract.values import AcknowledgeResult
 
-from gateway.endpoint.inbox.acks import AckApplier, AcknowledgeResult
+from gateway.endpoint.inbox.acks import AckApplier
 from gateway.endpoint.inbox.coordinator import AgentInbox
 from gateway.store.errors import StoreFailed
 from gateway.store.memory import MemoryStore

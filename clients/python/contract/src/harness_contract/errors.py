@@ -519,6 +519,10 @@ class FirewallSendError(HarnessError):
 # --- Idempotency (gateway extension) ---------------------------------------------------
 
 
+SendFailure: TypeAlias = SendError | CollectiveError | FirewallSendError
+"""The closed failures a send returns (and a kept keyed outcome holds)."""
+
+
 class IdempotencyConflictError(HarnessError):
     """The idempotency key already binds a different input; nothing ran (architecture §3.9)."""
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from harness_contract.errors import DeliveryAcknowledgeErrorReason, SendFailure
 from harness_contract.guidance import CheckedGuidance, LocalGuidance, Withheld
 from harness_contract.jsonvalue import JsonValue
 
@@ -246,3 +247,46 @@ class Delivery:
     token: str
     item: InboundItem
     guidance: LocalGuidance | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcknowledgeResult:
+    """One delivery token's acknowledgment: `error` is None when the item is (or already
+    was) retired."""
+
+    token: str
+    error: DeliveryAcknowledgeErrorReason | None
+
+
+# --- keyed send states (`ReadSend`) ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendAbsent:
+    """No send used this key (or its row expired)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendPending:
+    """The keyed send is running."""
+
+    input: SendInput
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendIndeterminate:
+    """A restart cut the keyed send; it answers `outcome-unknown` for good."""
+
+    input: SendInput
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendReturned:
+    """The keyed send returned this outcome, which every retry gets."""
+
+    input: SendInput
+    outcome: SendResult | SendFailure
+
+
+SendState: TypeAlias = SendAbsent | SendPending | SendIndeterminate | SendReturned
+"""What `ReadSend` says of an idempotency key."""

@@ -87,7 +87,10 @@ class HarnessEndpointServiceStub:
     with `ListenError` `already-listening` while another stream of that agent is open,
     unless it takes over: `MessagesRequest.takeover = true` ends the open stream (which
     fails FAILED_PRECONDITION `already-listening`; its client must not reconnect) and
-    opens this one.
+    opens this one. Without `takeover`, the new call first gives the open stream a short
+    handover wait (1 s) to end, so an agent that cancels its stream and reopens it at
+    once gets the new one whatever it sent meanwhile; a stream still open after the wait
+    is another listener.
 
     Once the stream holds the agent's slot, the gateway sends initial metadata
     `harness-stream: open`, before any delivery. A refused call never sends it (it ends
@@ -131,7 +134,10 @@ class HarnessEndpointServiceAsyncStub(HarnessEndpointServiceStub):
     with `ListenError` `already-listening` while another stream of that agent is open,
     unless it takes over: `MessagesRequest.takeover = true` ends the open stream (which
     fails FAILED_PRECONDITION `already-listening`; its client must not reconnect) and
-    opens this one.
+    opens this one. Without `takeover`, the new call first gives the open stream a short
+    handover wait (1 s) to end, so an agent that cancels its stream and reopens it at
+    once gets the new one whatever it sent meanwhile; a stream still open after the wait
+    is another listener.
 
     Once the stream holds the agent's slot, the gateway sends initial metadata
     `harness-stream: open`, before any delivery. A refused call never sends it (it ends
@@ -184,7 +190,10 @@ class HarnessEndpointServiceServicer(metaclass=_abc_1.ABCMeta):
         with `ListenError` `already-listening` while another stream of that agent is open,
         unless it takes over: `MessagesRequest.takeover = true` ends the open stream (which
         fails FAILED_PRECONDITION `already-listening`; its client must not reconnect) and
-        opens this one.
+        opens this one. Without `takeover`, the new call first gives the open stream a short
+        handover wait (1 s) to end, so an agent that cancels its stream and reopens it at
+        once gets the new one whatever it sent meanwhile; a stream still open after the wait
+        is another listener.
 
         Once the stream holds the agent's slot, the gateway sends initial metadata
         `harness-stream: open`, before any delivery. A refused call never sends it (it ends
