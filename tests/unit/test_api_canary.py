@@ -378,6 +378,8 @@ def test_send_error_reasons_are_exactly_the_eleven_contract_reasons():
             ["unknown-delivery", "delivery-conflict", "persistence-failed", "transport-failed"],
         ),
         ("ConnectErrorReason", ["transport-failed", "incompatible-daemon", "decode-failed"]),
+        # A gateway extension (the UNAUTHENTICATED detail), closed like the contract's.
+        ("AuthenticationErrorReason", ["missing", "malformed", "unknown", "revoked"]),
         (
             "FirewallRefusal",
             ["forbidden-recipient", "content-blocked", "rate-limited", "middleware-unavailable"],

@@ -72,6 +72,7 @@ PUBLIC_NAMES = {
     "AnswerFieldReason",
     "AnswerInvalid",
     "AuthenticationError",
+    "AuthenticationErrorReason",
     "CollectiveError",
     "CollectiveErrorKind",
     "CollectiveFailure",

@@ -5,6 +5,7 @@ import json
 import grpc
 from harness_client import (
     AuthenticationError,
+    AuthenticationErrorReason,
     ListenError,
     ListenErrorReason,
     TransportError,
@@ -18,7 +19,7 @@ def test_a_stream_reconnects_after_transport_failures_and_shutdown_only():
     assert should_reconnect(TransportError(grpc.StatusCode.UNAVAILABLE, "reset"))
     assert should_reconnect(UnavailableError("shutting-down", "bye"))
     assert not should_reconnect(ListenError(ListenErrorReason.ALREADY_LISTENING))
-    assert not should_reconnect(AuthenticationError("revoked", "no"))
+    assert not should_reconnect(AuthenticationError(AuthenticationErrorReason.REVOKED, "no"))
     assert not should_reconnect(TransportError(grpc.StatusCode.UNIMPLEMENTED, "no such method"))
 
 

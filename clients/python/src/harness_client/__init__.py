@@ -12,6 +12,8 @@ closed `reason`; `decode_status` reads a failed call's status details.
 
 from __future__ import annotations
 
+from harness_contract.errors import AuthenticationErrorReason
+
 from harness_client._endpoint import Endpoint, EndpointState, connect
 from harness_client._errors import (
     AnswerFieldIssue,
@@ -131,6 +133,7 @@ __all__ = [
     "Answered",
     "AskOperation",
     "AuthenticationError",
+    "AuthenticationErrorReason",
     "CheckedGuidance",
     "CollectiveError",
     "CollectiveErrorKind",

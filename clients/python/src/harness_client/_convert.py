@@ -21,11 +21,13 @@ from harness_contract._gen.harness.v1 import (
     management_pb2,
     types_pb2,
 )
+from harness_contract.errors import AuthenticationErrorReason
 
 from harness_client._errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
+    AuthenticationError,
     CollectiveError,
     CollectiveFailure,
     ConnectError,
@@ -160,6 +162,11 @@ _CONNECT_REASONS, _CONNECT_REASONS_BACK = _enum_map(
 )
 _TEXT_OPERATIONS, _TEXT_OPERATIONS_BACK = _enum_map(
     MessageTextOperation, errors_pb2.MessageTextOperation.Value, "MESSAGE_TEXT_OPERATION_"
+)
+_AUTHENTICATION_REASONS, _AUTHENTICATION_REASONS_BACK = _enum_map(
+    AuthenticationErrorReason,
+    errors_pb2.AuthenticationErrorReason.Value,
+    "AUTHENTICATION_ERROR_REASON_",
 )
 _CONVERSATION_KINDS: Final = {
     management_pb2.CONVERSATION_KIND_DIRECT: "direct",
@@ -684,6 +691,13 @@ def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailure:
     raise DecodeFailed("a send failure has no failure")
 
 
+def message_text_error_from_proto(error: errors_pb2.MessageTextError) -> MessageTextError:
+    """A `ParseMessageText` answer's `error` arm (or, from an older gateway, a status detail)."""
+    return MessageTextError(
+        _back(_TEXT_OPERATIONS_BACK, error.operation, "operation"), error.detail
+    )
+
+
 def error_from_detail(detail: protobuf_message.Message, message: str) -> HarnessClientError:
     """The typed error a closed harness error detail stands for."""
     match detail:
@@ -700,11 +714,13 @@ def error_from_detail(detail: protobuf_message.Message, message: str) -> Harness
         case errors_pb2.ConnectError():
             return ConnectError(_back(_CONNECT_REASONS_BACK, detail.reason, "reason"))
         case errors_pb2.MessageTextError():
-            return MessageTextError(
-                _back(_TEXT_OPERATIONS_BACK, detail.operation, "operation"), detail.detail
-            )
+            return message_text_error_from_proto(detail)
         case errors_pb2.IdempotencyConflict():
             return IdempotencyConflictError(detail.key)
+        case errors_pb2.AuthenticationError():
+            return AuthenticationError(
+                _back(_AUTHENTICATION_REASONS_BACK, detail.reason, "reason"), message
+            )
         case _:
             raise DecodeFailed(f"{type(detail).__name__} is not a closed error")
 

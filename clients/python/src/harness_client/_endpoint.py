@@ -27,6 +27,7 @@ from harness_client._convert import (
     failure_delivery_to_proto,
     item_from_proto,
     local_guidance_from_proto,
+    message_text_error_from_proto,
     send_input_from_proto,
     send_input_to_proto,
     send_result_from_proto,
@@ -323,13 +324,19 @@ class Endpoint:
                 timeout=deadline,
             )
         except grpc.aio.AioRpcError as error:
+            # A failed call; a gateway from before the `error` arm also refused a text so.
             raise decode_status(error) from None
-        if response.WhichOneof("result") != "input":
-            raise TransportError(grpc.StatusCode.INTERNAL, "parse answered without an input")
         try:
-            return send_input_from_proto(response.input)
+            match response.WhichOneof("result"):
+                case "input":
+                    return send_input_from_proto(response.input)
+                case "error":
+                    failure = message_text_error_from_proto(response.error)
+                case _:
+                    raise DecodeFailed("parse answered neither an input nor an error")
         except DecodeFailed:
             raise TransportError(grpc.StatusCode.INTERNAL, "parse answer does not decode") from None
+        raise failure
 
     async def read_send(self, idempotency_key: str, *, deadline: float = READ_TIMEOUT) -> SendState:
         """The state of an idempotency key: absent, pending, indeterminate or returned."""

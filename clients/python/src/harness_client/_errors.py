@@ -31,6 +31,7 @@ import grpc
 from google.protobuf import message as protobuf_message
 from google.rpc import error_details_pb2, status_pb2
 from harness_contract._gen.harness.v1 import errors_pb2
+from harness_contract.errors import AuthenticationErrorReason
 
 from harness_client._items import CheckedGuidance, FirewallRefusal
 
@@ -604,7 +605,17 @@ class _ServerText(HarnessClientError):
 
 
 class AuthenticationError(_ServerText):
-    """The token was refused: `missing`, `malformed`, `unknown` or `revoked`."""
+    """The token was refused; `reason` says why: `missing`, `malformed`, `unknown` or
+    `revoked` (the status's `harness.v1.AuthenticationError` detail). The message is the
+    gateway's text, which never holds the token."""
+
+    def __init__(self, reason: AuthenticationErrorReason, message: str) -> None:
+        super().__init__(reason.value, message)
+        self._auth_reason = reason
+
+    @property
+    def reason(self) -> AuthenticationErrorReason:
+        return self._auth_reason
 
 
 class PermissionDeniedError(_ServerText):
@@ -656,9 +667,12 @@ _CLOSED_DETAILS: Final = {
     errors_pb2.ConnectError.DESCRIPTOR.full_name: errors_pb2.ConnectError,
     errors_pb2.MessageTextError.DESCRIPTOR.full_name: errors_pb2.MessageTextError,
     errors_pb2.IdempotencyConflict.DESCRIPTOR.full_name: errors_pb2.IdempotencyConflict,
+    errors_pb2.AuthenticationError.DESCRIPTOR.full_name: errors_pb2.AuthenticationError,
 }
 
-_AUTH_REASONS: Final = frozenset({"MISSING", "MALFORMED", "UNKNOWN", "REVOKED"})
+_AUTH_REASONS: Final = {reason.name: reason for reason in AuthenticationErrorReason}
+"""ErrorInfo reasons of a refused token, read when a status lacks the typed detail (a
+gateway from before it)."""
 _UNAVAILABLE_REASONS: Final = frozenset({"NOT_READY", "SHUTTING_DOWN"})
 _MANAGEMENT_REASONS: Final = frozenset(
     {"NOT_FOUND", "NAME_TAKEN", "INVALID_NAME", "INVALID_ADDRESS"}
@@ -732,7 +746,7 @@ def decode_status(error: grpc.aio.AioRpcError) -> HarnessClientError:
             return TransportError(status.code, status.message)
     reason = status.reason
     if reason in _AUTH_REASONS and status.code is grpc.StatusCode.UNAUTHENTICATED:
-        return AuthenticationError(_kebab(reason), status.message)
+        return AuthenticationError(_AUTH_REASONS[reason], status.message)
     if reason == "WRONG_ROLE":
         return PermissionDeniedError("wrong-role", status.message)
     if reason in _UNAVAILABLE_REASONS:

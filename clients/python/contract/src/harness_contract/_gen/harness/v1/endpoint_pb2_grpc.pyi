@@ -17,10 +17,19 @@ vendored in this directory with google/rpc/error_details.proto; proto/README.md)
      `ALREADY_LISTENING`, `NOT_READY`, ...), on every status the gateway sets;
   3. for UNAVAILABLE `NOT_READY` and `SHUTTING_DOWN` (the call had no effect), a
      `google.rpc.RetryInfo` of one second.
-Read a detail by its type URL's last segment (the message's full name). protobufjs, and
-@grpc/proto-loader by default, call the Any field `typeUrl`; with proto-loader's
-`keepCase: true`, and in Python, it is `type_url`. An INTERNAL status (a gateway defect)
-carries no details.
+Read a detail by its type URL's last segment (the message's full name). The Any field's
+name depends on the library: protobufjs (under @grpc/grpc-js and @grpc/proto-loader)
+decodes `Any` from its bundled definition as `type_url` whatever `keepCase` says, though
+it camelCases the fields of the files it parses here (`checkId`) unless `keepCase: true`;
+protobuf-es calls it `typeUrl`, Python `type_url`. An INTERNAL status (a gateway defect)
+carries no details. In Node, with protobufjs alone:
+  const root = new protobuf.Root();
+  root.resolvePath = (_origin, target) => path.join(PROTO_DIR, target);
+  root.loadSync(["google/rpc/status.proto", "google/rpc/error_details.proto",
+    "harness/v1/errors.proto"]);
+  const [bytes] = error.metadata.get("grpc-status-details-bin");
+  for (const any of root.lookupType("google.rpc.Status").decode(bytes).details)
+    root.lookupType(any.type_url.split("/").pop()).decode(any.value);
 
 Details each RPC may attach (besides the ErrorInfo):
   - every RPC: `AuthenticationError` (UNAUTHENTICATED: a missing, malformed, unknown or
