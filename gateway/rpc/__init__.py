@@ -7,7 +7,8 @@ protobuf into the contract's dataclasses and back; `errors` holds the status tab
 
 from __future__ import annotations
 
-from gateway.rpc.convert import InvalidRequest
+from harness_contract.errors import InvalidRequestError
+
 from gateway.rpc.server import RpcServer, RpcServerState, build_server
 
-__all__ = ["InvalidRequest", "RpcServer", "RpcServerState", "build_server"]
+__all__ = ["InvalidRequestError", "RpcServer", "RpcServerState", "build_server"]

@@ -28,8 +28,9 @@ import math
 from collections.abc import AsyncGenerator
 from typing import Final
 
+from harness_contract import wire
 from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
-from harness_contract.errors import MessageTextError
+from harness_contract.errors import InvalidRequestError, MessageTextError
 from harness_contract.message_text import parse_message_text
 from harness_contract.values import SendInput
 
@@ -41,9 +42,7 @@ from gateway.endpoint.api import (
     NotServing,
 )
 from gateway.observability.logs import LOG_AGENT, LOG_RPC
-from gateway.rpc import convert
 from gateway.rpc.auth import authenticate_agent
-from gateway.rpc.convert import InvalidRequest
 from gateway.rpc.errors import Context, stream_rpc, unary_rpc
 
 logger = logging.getLogger(__name__)
@@ -92,8 +91,8 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
         self, request: endpoint_pb2.SendRequest, context: Context
     ) -> endpoint_pb2.SendResponse:
         endpoint = await self._endpoint(context, "Send")
-        send_input = convert.send_input_from_proto(request.input)
-        failure_delivery = convert.failure_delivery_from_proto(request.failure_delivery)
+        send_input = wire.send_input_from_proto(request.input)
+        failure_delivery = wire.failure_delivery_from_proto(request.failure_delivery)
         key = request.idempotency_key if request.HasField("idempotency_key") else None
         result = await endpoint.send(
             send_input,
@@ -101,7 +100,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
             idempotency_key=key,
             deadline=remaining_seconds(context),
         )
-        return endpoint_pb2.SendResponse(result=convert.send_result_to_proto(result))
+        return endpoint_pb2.SendResponse(result=wire.send_result_to_proto(result))
 
     @stream_rpc
     async def Messages(  # noqa: N802 - the gRPC method name
@@ -121,7 +120,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
             # the wrapper, which ends the call with their statuses; a cancelled call
             # raises CancelledError here, which grpc.aio owns: it must propagate, not be answered.
             async for delivery in stream:
-                yield endpoint_pb2.MessagesResponse(delivery=convert.delivery_to_proto(delivery))
+                yield endpoint_pb2.MessagesResponse(delivery=wire.delivery_to_proto(delivery))
         finally:
             # No phantom listener: the agent's stream slot is released however we leave.
             stream.close()
@@ -134,12 +133,12 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
         endpoint = await self._endpoint(context, "Acknowledge")
         tokens = list(request.delivery_tokens)
         if not 1 <= len(tokens) <= ACKNOWLEDGE_MAX_TOKENS:
-            raise InvalidRequest(
+            raise InvalidRequestError.of_field(
                 f"delivery_tokens: 1 to {ACKNOWLEDGE_MAX_TOKENS:,} tokens, not {len(tokens):,}"
             )
         results = await endpoint.acknowledge(tokens)
         return endpoint_pb2.AcknowledgeResponse(
-            results=[convert.acknowledge_result_to_proto(result) for result in results]
+            results=[wire.acknowledge_result_to_proto(result) for result in results]
         )
 
     @unary_rpc
@@ -153,7 +152,7 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
             result: SendInput | MessageTextError = parse_message_text(request.to, request.text)
         except MessageTextError as error:
             result = error
-        return convert.parse_result_to_proto(result)
+        return wire.parse_result_to_proto(result)
 
     @unary_rpc
     async def ReadSend(  # noqa: N802 - the gRPC method name
@@ -161,4 +160,4 @@ class HarnessEndpointService(endpoint_pb2_grpc.HarnessEndpointServiceServicer):
     ) -> endpoint_pb2.ReadSendResponse:
         endpoint = await self._endpoint(context, "ReadSend")
         state = await endpoint.read_send(request.idempotency_key)
-        return convert.send_state_to_proto(state)
+        return wire.send_state_to_proto(state)

@@ -21,12 +21,14 @@ turns ours into gRPC's):
 | `FirewallSendError`; a token of the wrong role | PERMISSION_DENIED |
 | missing, malformed, unknown or revoked token (with an `AuthenticationError` detail) | UNAUTHENTICATED |
 
-Beyond the contract: a malformed request (`InvalidRequest`), an invalid idempotency key
+Beyond the contract: a malformed request (`InvalidRequestError`), an invalid idempotency key
 (`INVALID_IDEMPOTENCY_KEY`), a body that does not decode as the method's request message
 (`MALFORMED_REQUEST`, answered by `gateway/rpc/decoding.py` before any handler runs) and a
 management `invalid-name` or `invalid-address` are INVALID_ARGUMENT, `not-found` NOT_FOUND,
-`name-taken` ALREADY_EXISTS (`MANAGEMENT_CODES`, one entry per `ManagementErrorReason`). Not
-ready and shutting down carry a `RetryInfo` of one second: the call had no effect.
+`name-taken` ALREADY_EXISTS (each `ManagementErrorReason` declares its code). Not ready and
+shutting down carry a `RetryInfo` of one second: the call had no effect. The statuses are
+packed by `harness_contract.wire.status_of`, which the Python client reads back with
+`error_of_status`.
 """
 
 from __future__ import annotations
@@ -38,31 +40,34 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapp
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2, status_pb2
 from grpc_status import rpc_status
-from harness_contract.errors import HarnessError, StatusCode
+from harness_contract import wire
+from harness_contract.errors import (
+    AuthenticationError,
+    HarnessError,
+    InvalidRequestError,
+    InvalidRequestReason,
+    PermissionDeniedError,
+    PermissionDeniedReason,
+    StatusCode,
+    UnavailableError,
+    UnavailableReason,
+)
 
 from gateway.endpoint.api import (
     AuthFailure,
     GatewayState,
-    ManagementError,
-    ManagementErrorReason,
     NotServing,
     StreamEnded,
     StreamEndReason,
 )
-from gateway.rpc import convert
 from gateway.rpc.auth import AuthRefused, authentication_reason
-from gateway.rpc.convert import InvalidRequest
 
 logger = logging.getLogger(__name__)
 
-ERROR_DOMAIN: Final = "harness.v1"
+ERROR_DOMAIN: Final = wire.ERROR_DOMAIN
 """The `ErrorInfo.domain` of every status the gateway sets."""
-
-RETRY_DELAY_SECONDS: Final = 1
-"""`RetryInfo.retry_delay` of NOT_READY and SHUTTING_DOWN (operations.md §5 step 4)."""
 
 INTERNAL_MESSAGE: Final = "internal error; the gateway logged it"
 """The status message of a defect; the traceback stays in the gateway's log."""
@@ -88,19 +93,11 @@ STATUS_CODES: Final[Mapping[StatusCode, grpc.StatusCode]] = {
 }
 """Our mirror of the status codes to gRPC's: the one table (operations.md §3)."""
 
-MANAGEMENT_CODES: Final[Mapping[ManagementErrorReason, grpc.StatusCode]] = {
-    ManagementErrorReason.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ManagementErrorReason.NAME_TAKEN: grpc.StatusCode.ALREADY_EXISTS,
-    ManagementErrorReason.INVALID_NAME: grpc.StatusCode.INVALID_ARGUMENT,
-    ManagementErrorReason.INVALID_ADDRESS: grpc.StatusCode.INVALID_ARGUMENT,
-}
-"""Every `ManagementError.reason` to gRPC; a unit test checks that no reason is missing."""
-
-NOT_READY: Final = "NOT_READY"
+NOT_READY: Final = UnavailableReason.NOT_READY.name
 """ErrorInfo reason of a call before the gateway is SERVING."""
-SHUTTING_DOWN: Final = "SHUTTING_DOWN"
+SHUTTING_DOWN: Final = UnavailableReason.SHUTTING_DOWN.name
 """ErrorInfo reason of a call, or an open stream, once shutdown began."""
-MALFORMED_REQUEST: Final = "MALFORMED_REQUEST"
+MALFORMED_REQUEST: Final = InvalidRequestReason.MALFORMED_REQUEST.name
 """ErrorInfo reason of a request body that does not decode as the method's message."""
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
@@ -109,93 +106,47 @@ Request = TypeVar("Request")
 Response = TypeVar("Response")
 
 
-def _reason_text(reason: str) -> str:
-    return reason.upper().replace("-", "_")
-
-
-def _pack(message: Any) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
-
-
-def _status(
-    code: grpc.StatusCode,
-    message: str,
-    reason: str,
-    *,
-    detail: Any = None,
-    retry: bool = False,
-) -> status_pb2.Status:
-    status = status_pb2.Status(code=code.value[0], message=message)
-    if detail is not None:
-        status.details.append(_pack(detail))
-    status.details.append(_pack(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN)))
-    if retry:
-        status.details.append(
-            _pack(
-                error_details_pb2.RetryInfo(
-                    retry_delay=duration_pb2.Duration(seconds=RETRY_DELAY_SECONDS)
-                )
-            )
-        )
-    return status
-
-
-def _not_serving(state: GatewayState) -> status_pb2.Status:
+def not_serving_error(state: GatewayState) -> UnavailableError:
+    """What a call gets while the gateway is not SERVING (with a RetryInfo of a second)."""
     if state in (GatewayState.STOPPING, GatewayState.STOPPED):
-        return _status(
-            grpc.StatusCode.UNAVAILABLE,
+        return UnavailableError(
+            UnavailableReason.SHUTTING_DOWN,
             "the gateway is shutting down; retry elsewhere or later",
-            SHUTTING_DOWN,
-            retry=True,
         )
-    return _status(
-        grpc.StatusCode.UNAVAILABLE,
-        f"the gateway is not ready yet ({state.value})",
-        NOT_READY,
-        retry=True,
+    return UnavailableError(
+        UnavailableReason.NOT_READY, f"the gateway is not ready yet ({state.value})"
     )
 
 
-def _auth(failure: AuthFailure, detail: str) -> status_pb2.Status:
+def refused_token_error(failure: AuthFailure, detail: str) -> HarnessError:
+    """What a call with a refused token gets: UNAUTHENTICATED with its reason, or
+    PERMISSION_DENIED `wrong-role` for a valid token of the other API."""
     reason = authentication_reason(failure)
     if reason is None:
-        return _status(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"permission denied: {detail}",
-            _reason_text(failure.value),
+        return PermissionDeniedError(
+            PermissionDeniedReason.WRONG_ROLE, f"permission denied: {detail}"
         )
-    return _status(
-        grpc.StatusCode.UNAUTHENTICATED,
-        f"authentication failed: {detail}",
-        _reason_text(failure.value),
-        detail=convert.authentication_error_to_proto(reason),
-    )
+    return AuthenticationError(reason, f"authentication failed: {detail}")
 
 
 def status_for(error: BaseException) -> status_pb2.Status | None:
     """The rich status a failure travels as, or None for a defect (INTERNAL)."""
     match error:
         case HarnessError():
-            return _status(
-                STATUS_CODES[error.status_code],
-                error.message,
-                error.error_info_reason,
-                detail=convert.error_to_proto(error),
-            )
+            return wire.status_of(error)
         case AuthRefused(failure=failure, detail=detail):
-            return _auth(failure, detail)
+            return wire.status_of(refused_token_error(failure, detail))
         case NotServing(state=state):
-            return _not_serving(state)
-        case ManagementError(reason=reason, detail=detail):
-            return _status(MANAGEMENT_CODES[reason], detail, _reason_text(reason))
+            return wire.status_of(not_serving_error(state))
         case StreamEnded(reason=StreamEndReason.SHUTDOWN):
-            return _not_serving(GatewayState.STOPPING)
+            return wire.status_of(not_serving_error(GatewayState.STOPPING))
         case StreamEnded(reason=StreamEndReason.REVOKED):
-            return _auth(AuthFailure.REVOKED, "the token was revoked")
+            return wire.status_of(refused_token_error(AuthFailure.REVOKED, "the token was revoked"))
         case StreamEnded(reason=StreamEndReason.CLIENT_CLOSED):
-            return _status(grpc.StatusCode.CANCELLED, "the stream was closed", "CLIENT_CLOSED")
+            # The client is gone; nobody reads this status, so it carries no detail.
+            return status_pb2.Status(
+                code=grpc.StatusCode.CANCELLED.value[0], message="the stream was closed"
+            )
         case _:
             return None
 
@@ -204,12 +155,10 @@ def malformed_request_status(type_name: str) -> grpc.Status:
     """INVALID_ARGUMENT `MALFORMED_REQUEST` for a body that is not a valid `type_name` (the
     request message's full name, or the method when it has none); nothing of the body is
     echoed."""
-    status = _status(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"the request body is not a valid {type_name}",
-        MALFORMED_REQUEST,
+    error = InvalidRequestError(
+        InvalidRequestReason.MALFORMED_REQUEST, f"the request body is not a valid {type_name}"
     )
-    converted: grpc.Status = rpc_status.to_status(status)
+    converted: grpc.Status = rpc_status.to_status(wire.status_of(error))
     return converted
 
 
@@ -279,11 +228,9 @@ def stream_rpc(
 __all__ = [
     "ERROR_DOMAIN",
     "MALFORMED_REQUEST",
-    "MANAGEMENT_CODES",
     "NOT_READY",
     "SHUTTING_DOWN",
     "STATUS_CODES",
-    "InvalidRequest",
     "abort_with",
     "internal_status",
     "malformed_request_status",

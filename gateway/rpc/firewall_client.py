@@ -30,8 +30,9 @@ from harness_contract._gen.harness.v1 import (
     guidance_pb2,
 )
 from harness_contract.addresses import agent_address
-from harness_contract.errors import FirewallRefusal
+from harness_contract.errors import FirewallRefusal, InvalidRequestError
 from harness_contract.guidance import ExpectationInstruction, Instruction, UncertainInstruction
+from harness_contract.wire import REFUSALS, checked_guidance_from_proto
 
 from gateway.firewall.model import (
     Allow,
@@ -43,7 +44,6 @@ from gateway.firewall.model import (
     Withhold,
 )
 from gateway.firewall.spec import ExternalSpec
-from gateway.rpc.convert import REFUSALS, InvalidRequest, checked_guidance_from_proto
 from gateway.rpc.tls import TlsConfigError, load_ca_bundle
 
 logger = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def judgement_from_proto(
 def _refusal(number: guidance_pb2.FirewallRefusal.ValueType, where: str) -> FirewallRefusal:
     try:
         return REFUSALS.from_proto(number, where)
-    except InvalidRequest as error:
+    except InvalidRequestError as error:
         raise _Malformed(error.detail) from None
 
 
@@ -278,7 +278,7 @@ def _instructions(
         # The shared decoder refuses an instruction of neither shape, an unspecified or
         # unknown expectation and a non-finite probability.
         decoded = checked_guidance_from_proto(guidance_pb2.CheckedGuidance(instructions=raw))
-    except InvalidRequest as error:
+    except InvalidRequestError as error:
         raise _Malformed(error.detail) from None
     return tuple(
         _checked_instruction(instruction, subject_ids, middleware_id)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from harness_contract import wire
 from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
+from harness_contract.errors import InvalidRequestError
 
 from gateway.endpoint.api import GatewayCore
-from gateway.rpc import convert
 from gateway.rpc.auth import authenticate_admin
-from gateway.rpc.convert import InvalidRequest
 from gateway.rpc.endpoint_service import check_serving
 from gateway.rpc.errors import Context, unary_rpc
 
@@ -35,7 +35,7 @@ HISTORY_PAGE_MAX: Final = 50
 
 def _page_size(requested: int, default: int, maximum: int, field: str) -> int:
     if requested < 0:
-        raise InvalidRequest(f"{field}: must not be negative")
+        raise InvalidRequestError.of_field(f"{field}: must not be negative")
     return min(requested or default, maximum)
 
 
@@ -56,7 +56,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         await self._admin(context)
         registered = await self._core.register_agent(request.name)
         audit.info("agent registered name=%s agent_id=%s", request.name, registered.agent_id)
-        return convert.registered_agent_to_proto(registered)
+        return wire.registered_agent_to_proto(registered)
 
     @unary_rpc
     async def GetAgentStatus(  # noqa: N802 - the gRPC method name
@@ -64,7 +64,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
     ) -> management_pb2.GetAgentStatusResponse:
         await self._admin(context)
         status = await self._core.agent_status(request.name)
-        return management_pb2.GetAgentStatusResponse(agent=convert.agent_status_to_proto(status))
+        return management_pb2.GetAgentStatusResponse(agent=wire.agent_status_to_proto(status))
 
     @unary_rpc
     async def ListAgents(  # noqa: N802 - the gRPC method name
@@ -78,7 +78,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
             limit=limit,
         )
         return management_pb2.ListAgentsResponse(
-            agents=[convert.agent_status_to_proto(agent) for agent in agents],
+            agents=[wire.agent_status_to_proto(agent) for agent in agents],
             next_page_token=after or "",
         )
 
@@ -98,7 +98,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
             after = request.after_address.encode("utf-8")
             conversations = [c for c in conversations if c.address.encode("utf-8") > after]
         return management_pb2.SearchConversationsResponse(
-            conversations=[convert.conversation_to_proto(c) for c in conversations[:limit]],
+            conversations=[wire.conversation_to_proto(c) for c in conversations[:limit]],
             has_more=len(conversations) > limit,
         )
 
@@ -108,7 +108,9 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
     ) -> management_pb2.ReadConversationResponse:
         await self._admin(context)
         if request.page_size > HISTORY_PAGE_MAX:
-            raise InvalidRequest(f"page_size: 1 to {HISTORY_PAGE_MAX}, or 0 for {HISTORY_PAGE_MAX}")
+            raise InvalidRequestError.of_field(
+                f"page_size: 1 to {HISTORY_PAGE_MAX}, or 0 for {HISTORY_PAGE_MAX}"
+            )
         limit = _page_size(request.page_size, HISTORY_PAGE_MAX, HISTORY_PAGE_MAX, "page_size")
         # One record more than the page tells whether another page follows.
         records = await self._core.history(
@@ -120,7 +122,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
             limit=limit + 1,
         )
         return management_pb2.ReadConversationResponse(
-            records=[convert.conversation_record_to_proto(record) for record in records[:limit]],
+            records=[wire.conversation_record_to_proto(record) for record in records[:limit]],
             has_more=len(records) > limit,
         )
 
@@ -147,4 +149,4 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         self, request: management_pb2.GetGatewayStatusRequest, context: Context
     ) -> management_pb2.GetGatewayStatusResponse:
         await self._admin(context)
-        return convert.gateway_status_to_proto(self._core.status())
+        return wire.gateway_status_to_proto(self._core.status())

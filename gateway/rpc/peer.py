@@ -34,10 +34,10 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from harness_contract.errors import AuthenticationErrorReason
+from harness_contract import wire
+from harness_contract.errors import AuthenticationError, AuthenticationErrorReason
 
 from gateway.engine.protocol import VERSION
-from gateway.rpc import convert
 from gateway.rpc.auth import AUTHORIZATION_KEY, BEARER_SCHEME
 from gateway.rpc.errors import ERROR_DOMAIN, Context
 from gateway.rpc.keepalive import KeepalivePolicy
@@ -180,7 +180,7 @@ class PeerGuard:
                     code_pb2.UNAUTHENTICATED,
                     "authentication failed: the call has no valid peer token",
                     PEER_UNAUTHENTICATED,
-                    detail=convert.authentication_error_to_proto(refusal),
+                    detail=wire.authentication_error_to_proto(AuthenticationError(refusal, "")),
                 )
             )
         versions = _metadata_values(metadata, VERSION_KEY)

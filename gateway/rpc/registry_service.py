@@ -18,6 +18,7 @@ from typing import Final, NoReturn, assert_never
 
 from google.rpc import code_pb2
 from harness_contract._gen.harness.v1 import registry_pb2, registry_pb2_grpc
+from harness_contract.errors import InvalidRequestError
 from harness_contract.ids import b64, unb64
 
 from gateway.engine import protocol as p
@@ -30,7 +31,6 @@ from gateway.registry import (
     RegistryPort,
     RegistryVersionMismatch,
 )
-from gateway.rpc.convert import InvalidRequest
 from gateway.rpc.errors import Context, unary_rpc
 from gateway.rpc.peer import VERSION_MISMATCH, PeerGuard, error_status
 from gateway.rpc.server import ServiceBinding
@@ -79,11 +79,11 @@ class RegistryService(registry_pb2_grpc.RegistryServiceServicer):
         """`Register(agentName, publicKey)`: the key is checked before the name."""
         await self._guard.admit(context)
         if len(request.public_key) != PUBLIC_KEY_SIZE:
-            raise InvalidRequest(f"public_key: must be {PUBLIC_KEY_SIZE} raw bytes")
+            raise InvalidRequestError.of_field(f"public_key: must be {PUBLIC_KEY_SIZE} raw bytes")
         try:
             outcome = await self._registry.register(request.agent_name, b64(request.public_key))
         except ValueError as error:
-            raise InvalidRequest(str(error)) from None
+            raise InvalidRequestError.of_field(str(error)) from None
         except RegistryError as error:
             await _abort_for(context, error)
         response = registry_pb2.RegisterResponse()
@@ -111,7 +111,7 @@ class RegistryService(registry_pb2_grpc.RegistryServiceServicer):
                 case "agent_name":
                     card = await self._registry.lookup_by_name(request.agent_name)
                 case _:
-                    raise InvalidRequest("key: set agent_id or agent_name")
+                    raise InvalidRequestError.of_field("key: set agent_id or agent_name")
         except RegistryError as error:
             await _abort_for(context, error)
         response = registry_pb2.LookupResponse()
@@ -131,7 +131,7 @@ class RegistryService(registry_pb2_grpc.RegistryServiceServicer):
         try:
             cards = await self._registry.list(after, request.limit)
         except ValueError as error:
-            raise InvalidRequest(str(error)) from None
+            raise InvalidRequestError.of_field(str(error)) from None
         except RegistryError as error:
             await _abort_for(context, error)
         return registry_pb2.ListResponse(signed_cards=[p.encode(card) for card in cards])

@@ -21,6 +21,7 @@ from typing import Final, NoReturn, TypeVar, assert_never
 import grpc
 from google.rpc import code_pb2
 from harness_contract._gen.harness.v1 import router_pb2, router_pb2_grpc
+from harness_contract.errors import InvalidRequestError
 
 from gateway.registry import RegistryError
 from gateway.router import (
@@ -40,7 +41,6 @@ from gateway.router import (
     SendMode,
     SendOutcome,
 )
-from gateway.rpc.convert import InvalidRequest
 from gateway.rpc.errors import SHUTTING_DOWN, Context, stream_rpc, unary_rpc
 from gateway.rpc.peer import PeerGuard, error_status
 from gateway.rpc.server import ServiceBinding
@@ -179,7 +179,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
         await self._guard.admit(context)
         mode = _MODES.get(request.mode)
         if mode is None:
-            raise InvalidRequest("mode: unknown or unspecified value")
+            raise InvalidRequestError.of_field("mode: unknown or unspecified value")
         try:
             outcome = await self._router.send(
                 request.expected_instance_id, mode, request.signed_envelope
@@ -237,7 +237,7 @@ class RouterService(router_pb2_grpc.RouterServiceServicer):
             return
         hold = _requested_hold(request)
         if not hold > 0:
-            raise InvalidRequest("hold: a subscription needs a positive hold")
+            raise InvalidRequestError.of_field("hold: a subscription needs a positive hold")
         outcomes = self._router.subscribe(frozenset(request.recipients), cursor, hold=hold)
         try:
             while True:

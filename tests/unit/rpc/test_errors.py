@@ -15,6 +15,7 @@ from harness_contract.errors import (
     FirewallSendError,
     HarnessError,
     IdempotencyConflictError,
+    InvalidRequestError,
     ListenError,
     MessageTextError,
     SendError,
@@ -32,7 +33,6 @@ from gateway.endpoint.api import (
 from gateway.endpoint.inbox import StreamEnded, StreamEndReason
 from gateway.rpc import errors
 from gateway.rpc.auth import AuthRefused
-from gateway.rpc.convert import InvalidRequest
 from tests.unit.rpc.samples import CLOSED_ERRORS
 
 # operations.md §3, "Status codes", written out once more so the code is checked against
@@ -252,10 +252,9 @@ MANAGEMENT_TABLE: dict[str, grpc.StatusCode] = {
 
 
 def test_every_management_reason_has_a_status_code_and_the_documented_one():
-    assert set(errors.MANAGEMENT_CODES) == set(ManagementErrorReason)
-    assert {reason.value: code for reason, code in errors.MANAGEMENT_CODES.items()} == (
-        MANAGEMENT_TABLE
-    )
+    assert {
+        reason.value: errors.STATUS_CODES[reason.status_code] for reason in ManagementErrorReason
+    } == MANAGEMENT_TABLE
 
 
 @pytest.mark.parametrize("reason", list(ManagementErrorReason))
@@ -272,7 +271,7 @@ def test_management_errors_map_to_their_codes_and_decode_with_their_text(
 
 
 def test_an_invalid_request_is_invalid_argument_and_decodes_as_such():
-    status = status_of(InvalidRequest("input: neither a message nor an answer"))
+    status = status_of(InvalidRequestError.of_field("input: neither a message nor an answer"))
     assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     decoded = harness_client.decode_status(as_rpc_error(status))
     assert isinstance(decoded, harness_client.InvalidRequestError)

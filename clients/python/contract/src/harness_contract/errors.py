@@ -232,8 +232,8 @@ class SendError(_EqualByFields, HarnessError):
         self.detail = detail
 
     @property
-    def reason(self) -> str:
-        return self.send_reason.value
+    def reason(self) -> SendErrorReason:
+        return self.send_reason
 
     @property
     def message(self) -> str:
@@ -444,8 +444,8 @@ class CollectiveError(_EqualByFields, HarnessError):
         return collective_failure_kind(self.failure)
 
     @property
-    def reason(self) -> str:
-        return self.kind.value
+    def reason(self) -> CollectiveErrorKind:
+        return self.kind
 
     @property
     def message(self) -> str:
@@ -500,8 +500,8 @@ class FirewallSendError(HarnessError):
         self.guidance = guidance
 
     @property
-    def reason(self) -> str:
-        return self.refusal.value
+    def reason(self) -> FirewallRefusal:
+        return self.refusal
 
     @property
     def message(self) -> str:
@@ -667,8 +667,8 @@ class ListenError(HarnessError):
         self.listen_reason = reason
 
     @property
-    def reason(self) -> str:
-        return self.listen_reason.value
+    def reason(self) -> ListenErrorReason:
+        return self.listen_reason
 
     @property
     def message(self) -> str:
@@ -692,8 +692,8 @@ class DeliveryAcknowledgeError(HarnessError):
         self.acknowledge_reason = reason
 
     @property
-    def reason(self) -> str:
-        return self.acknowledge_reason.value
+    def reason(self) -> DeliveryAcknowledgeErrorReason:
+        return self.acknowledge_reason
 
     @property
     def message(self) -> str:
@@ -714,8 +714,8 @@ class ConnectError(HarnessError):
         self.connect_reason = reason
 
     @property
-    def reason(self) -> str:
-        return self.connect_reason.value
+    def reason(self) -> ConnectErrorReason:
+        return self.connect_reason
 
     @property
     def message(self) -> str:
@@ -724,3 +724,141 @@ class ConnectError(HarnessError):
     @property
     def status_code(self) -> StatusCode:
         return StatusCode.UNAVAILABLE
+
+
+# --- Statuses outside the contract's unions ----------------------------------------------
+#
+# The gateway answers these before any contract operation runs: a refused token, a token of
+# the other role, a gateway not serving, a request no conforming client sends. Each keeps
+# the gateway's status text as its `message` (it never holds a token).
+
+
+class _StatusText(HarnessError):
+    """A failure whose message is the gateway's status text, with a closed reason."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self._message = message
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.reason.value!r}, {self._message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and isinstance(other, _StatusText)
+            and (other.reason, other.message) == (self.reason, self.message)
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.reason, self._message))
+
+    @property
+    def reason(self) -> enum.StrEnum:
+        raise NotImplementedError
+
+
+class AuthenticationError(_StatusText):
+    """The call's bearer token was refused (UNAUTHENTICATED); `reason` says why."""
+
+    def __init__(self, reason: AuthenticationErrorReason, message: str) -> None:
+        super().__init__(message)
+        self.authentication_reason = reason
+
+    @property
+    def reason(self) -> AuthenticationErrorReason:
+        return self.authentication_reason
+
+    @property
+    def status_code(self) -> StatusCode:
+        return StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedReason(enum.StrEnum):
+    """Why a valid token may not make the call (PERMISSION_DENIED)."""
+
+    WRONG_ROLE = "wrong-role"
+    """An agent token on the management API, or the admin token on the agent API."""
+
+
+class PermissionDeniedError(_StatusText):
+    """A token of the wrong role: valid, but for the other API."""
+
+    def __init__(self, reason: PermissionDeniedReason, message: str) -> None:
+        super().__init__(message)
+        self.permission_reason = reason
+
+    @property
+    def reason(self) -> PermissionDeniedReason:
+        return self.permission_reason
+
+    @property
+    def status_code(self) -> StatusCode:
+        return StatusCode.PERMISSION_DENIED
+
+
+class UnavailableReason(enum.StrEnum):
+    """Why the gateway took no action (UNAVAILABLE, with a RetryInfo): retry later."""
+
+    NOT_READY = "not-ready"
+    """Starting or recovering."""
+    SHUTTING_DOWN = "shutting-down"
+    """Stopping; retry elsewhere or later."""
+
+
+class UnavailableError(_StatusText):
+    """The gateway is not serving; the call had no effect."""
+
+    def __init__(self, reason: UnavailableReason, message: str) -> None:
+        super().__init__(message)
+        self.unavailable_reason = reason
+
+    @property
+    def reason(self) -> UnavailableReason:
+        return self.unavailable_reason
+
+    @property
+    def status_code(self) -> StatusCode:
+        return StatusCode.UNAVAILABLE
+
+
+class InvalidRequestReason(enum.StrEnum):
+    """Why the gateway could not read a request (INVALID_ARGUMENT): a client defect, so the
+    same request fails the same way again."""
+
+    INVALID_REQUEST = "invalid-request"
+    """A field no conforming client sends: an unset oneof, a NaN, an unknown enum value."""
+    MALFORMED_REQUEST = "malformed-request"
+    """The body does not decode as the method's protobuf message."""
+
+
+class InvalidRequestError(_StatusText):
+    """A request no conforming client sends; nothing ran. Also what decoding a protobuf
+    message that breaks the contract raises (`harness_contract.wire`)."""
+
+    def __init__(
+        self, reason: InvalidRequestReason, message: str, *, detail: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.invalid_reason = reason
+        self.detail = detail
+        """What is wrong, when the error was raised here (not read from a status)."""
+
+    @classmethod
+    def of_field(cls, detail: str) -> InvalidRequestError:
+        """`invalid-request` naming what is wrong (`detail` names the field)."""
+        return cls(
+            InvalidRequestReason.INVALID_REQUEST, f"invalid request: {detail}", detail=detail
+        )
+
+    @property
+    def reason(self) -> InvalidRequestReason:
+        return self.invalid_reason
+
+    @property
+    def status_code(self) -> StatusCode:
+        return StatusCode.INVALID_ARGUMENT

@@ -1,32 +1,39 @@
-"""The one place protobuf meets our dataclasses, in both directions.
+"""The contract's protobuf forms: the one mapping between `harness.v1` messages and our
+dataclasses, both ways, shared by the gateway's RPC layer and the Python client.
 
 Every value of the agent and management APIs has a `*_to_proto` and a `*_from_proto`
-here; nothing else in the gateway touches a generated message. Encoding our own values
-cannot fail except through a defect (the wrapper in `gateway.rpc.errors` reports that as
-INTERNAL). Decoding what a client sent never raises anything but a typed failure:
+here; the gateway encodes what it answers and decodes what a client sent, the client the
+other way round. Encoding our own values cannot fail except through a defect. Decoding
+never raises anything but a typed failure:
 
 - content that is not valid (`Value` with no kind, a non-finite number, a part with no
   `part`) is `SendError` `content-invalid`, as the contract's status table says;
-- any other malformed request (an unset oneof, a NaN answer, an enum value this version
-  does not know) is `InvalidRequest`, INVALID_ARGUMENT with ErrorInfo `INVALID_REQUEST`,
-  because no closed contract failure describes a message no conforming client can send.
+- any other message that breaks the contract (an unset oneof, a NaN answer, an enum value
+  this version does not know) is `InvalidRequestError` `invalid-request`. The gateway
+  answers it as INVALID_ARGUMENT; the client reports an answer it cannot read as a
+  transport failure.
 
 JSON values travel as `google.protobuf.Value`: numbers are finite binary64 floats (`-0`
 reads as `0`, as the core normalizes it), arrays read as tuples, objects as dicts.
+Statuses: `status_of` packs a failure into the `google.rpc.Status` a call ends with, and
+`error_of_status` reads one back.
 
-The module is long (some 1,350 lines) because it is the one mapping of every contract value,
-both ways; enum mappings go through one `EnumBridge`. The shared Python contract of the
-clients issue replaces the hand-written mappings and the decoders only tests use.
+The module is long because it is the one mapping of every contract value, both ways; enum
+mappings go through one `EnumBridge`, which fails at import when a member is unmapped.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Generic, Protocol, TypeAlias, TypeVar, assert_never
 
-from google.protobuf import struct_pb2
+from google.protobuf import any_pb2, duration_pb2, struct_pb2
+from google.protobuf import message as protobuf_message
+from google.rpc import error_details_pb2, status_pb2
+
 from harness_contract._gen.harness.v1 import (
     endpoint_pb2,
     errors_pb2,
@@ -38,6 +45,7 @@ from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
+    AuthenticationError,
     AuthenticationErrorReason,
     CollectiveError,
     CollectiveFailure,
@@ -49,11 +57,16 @@ from harness_contract.errors import (
     FirewallSendError,
     HarnessError,
     IdempotencyConflictError,
+    InvalidIdempotencyKeyError,
+    InvalidRequestError,
+    InvalidRequestReason,
     ListenError,
     ListenErrorReason,
     MembersUnreachable,
     MessageTextError,
     MessageTextOperation,
+    PermissionDeniedError,
+    PermissionDeniedReason,
     RequestAmbiguous,
     RequestAnswered,
     RequestExpired,
@@ -61,7 +74,9 @@ from harness_contract.errors import (
     SchemaInvalid,
     SendError,
     SendErrorReason,
-    StatusCode,
+    SendFailure,
+    UnavailableError,
+    UnavailableReason,
     UnreachableMember,
 )
 from harness_contract.guidance import (
@@ -78,8 +93,19 @@ from harness_contract.guidance import (
     Withheld,
 )
 from harness_contract.jsonvalue import JsonValue
+from harness_contract.management import (
+    AgentStatus,
+    ConversationRecord,
+    ConversationSummary,
+    GatewayStatus,
+    ManagementError,
+    ManagementErrorReason,
+    RegisteredAgent,
+    SetAsideConversation,
+)
 from harness_contract.values import (
     Accept,
+    AcknowledgeResult,
     AnswerContent,
     Answered,
     AnswerValue,
@@ -110,55 +136,15 @@ from harness_contract.values import (
     OperationFailedItem,
     RequestedSchema,
     ResponseInput,
-    SendInput,
-    SendResult,
-    TextPart,
-)
-
-from gateway.endpoint.api import (
-    AcknowledgeResult,
-    AgentStatus,
-    ConversationRecord,
-    ConversationSummary,
-    GatewayStatus,
-    RegisteredAgent,
     SendAbsent,
     SendIndeterminate,
+    SendInput,
     SendPending,
+    SendResult,
     SendReturned,
     SendState,
-    SetAsideConversation,
+    TextPart,
 )
-
-SendFailureError: TypeAlias = SendError | CollectiveError | FirewallSendError
-"""The closed failures a `Send` returns (and a kept keyed outcome holds)."""
-
-
-class InvalidRequest(HarnessError):
-    """A request no conforming client sends: an unset oneof, a NaN, an unknown enum value.
-
-    Travels as INVALID_ARGUMENT with ErrorInfo reason `INVALID_REQUEST` and no closed
-    detail; `detail` names the field."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-    @property
-    def reason(self) -> str:
-        return "invalid-request"
-
-    @property
-    def message(self) -> str:
-        return f"invalid request: {self.detail}"
-
-    @property
-    def status_code(self) -> StatusCode:
-        return StatusCode.INVALID_ARGUMENT
-
-    def __repr__(self) -> str:
-        return f"InvalidRequest({self.detail!r})"
-
 
 # --- closed enums ------------------------------------------------------------------------
 
@@ -223,11 +209,13 @@ class EnumBridge(Generic[OursT, ProtoT]):
 
     def from_proto(self, number: ProtoT, where: str) -> OursT:
         """Our value of a received number; UNSPECIFIED (unless it has a default) and
-        numbers this version does not know are `InvalidRequest` naming `where`."""
+        numbers this version does not know are `InvalidRequestError` naming `where`."""
         try:
             return self._from[number]
         except KeyError:
-            raise InvalidRequest(f"{where}: unknown or unspecified value {number!r}") from None
+            raise InvalidRequestError.of_field(
+                f"{where}: unknown or unspecified value {number!r}"
+            ) from None
 
 
 def _members(
@@ -339,7 +327,7 @@ def struct_to_proto(value: Mapping[str, JsonValue]) -> struct_pb2.Struct:
 def json_value_from_proto(value: struct_pb2.Value, where: str = "value") -> JsonValue:
     """A `google.protobuf.Value` as a JsonValue (numbers float, lists tuples).
 
-    Raises `InvalidRequest` for a Value with no kind or a non-finite number."""
+    Raises `InvalidRequestError` for a Value with no kind or a non-finite number."""
     kind = value.WhichOneof("kind")
     if kind == "null_value":
         return None
@@ -348,7 +336,7 @@ def json_value_from_proto(value: struct_pb2.Value, where: str = "value") -> Json
     if kind == "number_value":
         number = value.number_value
         if not math.isfinite(number):
-            raise InvalidRequest(f"{where}: numbers must be finite")
+            raise InvalidRequestError.of_field(f"{where}: numbers must be finite")
         return number + 0.0  # -0.0 + 0.0 == 0.0, as the core normalizes numbers
     if kind == "string_value":
         return value.string_value
@@ -359,7 +347,7 @@ def json_value_from_proto(value: struct_pb2.Value, where: str = "value") -> Json
             json_value_from_proto(item, f"{where}[{index}]")
             for index, item in enumerate(value.list_value.values)
         )
-    raise InvalidRequest(f"{where}: a JSON value has no kind")
+    raise InvalidRequestError.of_field(f"{where}: a JSON value has no kind")
 
 
 def struct_from_proto(value: struct_pb2.Struct, where: str = "value") -> dict[str, JsonValue]:
@@ -396,7 +384,7 @@ def content_from_proto(content: types_pb2.Content) -> Content:
         elif kind == "data":
             try:
                 value = json_value_from_proto(part.data.value, "data")
-            except InvalidRequest as error:
+            except InvalidRequestError as error:
                 raise SendError(
                     SendErrorReason.CONTENT_INVALID,
                     f"a data part is not a JSON value ({error.detail})",
@@ -441,14 +429,14 @@ def answer_content_from_proto(
             result[key] = value.string_value
         elif kind == "number_value":
             if not math.isfinite(value.number_value):
-                raise InvalidRequest(f"{where}.{key}: numbers must be finite")
+                raise InvalidRequestError.of_field(f"{where}.{key}: numbers must be finite")
             result[key] = value.number_value + 0.0
         elif kind == "bool_value":
             result[key] = value.bool_value
         elif kind == "string_list_value":
             result[key] = tuple(value.string_list_value.values)
         else:
-            raise InvalidRequest(f"{where}.{key}: an answer value has no kind")
+            raise InvalidRequestError.of_field(f"{where}.{key}: an answer value has no kind")
     return result
 
 
@@ -506,13 +494,13 @@ def collective_response_to_proto(response: CollectiveResponse) -> types_pb2.Coll
 
 
 def collective_response_from_proto(response: types_pb2.CollectiveResponse) -> CollectiveResponse:
-    """An answer; an unset `action` is `InvalidRequest`."""
+    """An answer; an unset `action` is `InvalidRequestError`."""
     kind = response.WhichOneof("action")
     if kind == "accept":
         return Accept(content=answer_content_from_proto(response.accept.content))
     if kind == "decline":
         return Decline()
-    raise InvalidRequest("collective_response: no action")
+    raise InvalidRequestError.of_field("collective_response: no action")
 
 
 def send_input_to_proto(send_input: SendInput) -> types_pb2.SendInput:
@@ -548,12 +536,12 @@ def send_input_from_proto(send_input: types_pb2.SendInput) -> SendInput:
         )
     if kind == "answer":
         if not send_input.answer.HasField("collective_response"):
-            raise InvalidRequest("input.answer: no collective_response")
+            raise InvalidRequestError.of_field("input.answer: no collective_response")
         return ResponseInput(
             to=send_input.answer.to,
             response=collective_response_from_proto(send_input.answer.collective_response),
         )
-    raise InvalidRequest("input: neither a message nor an answer")
+    raise InvalidRequestError.of_field("input: neither a message nor an answer")
 
 
 def failure_delivery_to_proto(delivery: FailureDelivery) -> types_pb2.FailureDelivery.ValueType:
@@ -620,7 +608,7 @@ def checked_guidance_to_proto(guidance: CheckedGuidance) -> guidance_pb2.Checked
 
 
 def checked_guidance_from_proto(guidance: guidance_pb2.CheckedGuidance) -> CheckedGuidance:
-    """CheckedGuidance; an instruction of neither shape is `InvalidRequest`."""
+    """CheckedGuidance; an instruction of neither shape is `InvalidRequestError`."""
     instructions: list[Instruction] = []
     for instruction in guidance.instructions:
         kind = instruction.WhichOneof("kind")
@@ -638,7 +626,7 @@ def checked_guidance_from_proto(guidance: guidance_pb2.CheckedGuidance) -> Check
         elif kind == "uncertain":
             judged = instruction.uncertain
             if not math.isfinite(judged.uncertain.probability):
-                raise InvalidRequest("uncertain.probability: numbers must be finite")
+                raise InvalidRequestError.of_field("uncertain.probability: numbers must be finite")
             instructions.append(
                 UncertainInstruction(
                     middleware_id=judged.middleware_id,
@@ -651,7 +639,7 @@ def checked_guidance_from_proto(guidance: guidance_pb2.CheckedGuidance) -> Check
                 )
             )
         else:
-            raise InvalidRequest("guidance.instructions: an instruction has no kind")
+            raise InvalidRequestError.of_field("guidance.instructions: an instruction has no kind")
     return CheckedGuidance(
         check_id=guidance.check_id,
         subjects=tuple(
@@ -687,7 +675,7 @@ def local_guidance_to_proto(guidance: LocalGuidance) -> guidance_pb2.LocalGuidan
 
 
 def local_guidance_from_proto(guidance: guidance_pb2.LocalGuidance) -> LocalGuidance:
-    """Either LocalGuidance form; neither is `InvalidRequest`."""
+    """Either LocalGuidance form; neither is `InvalidRequestError`."""
     kind = guidance.WhichOneof("kind")
     if kind == "checked":
         return checked_guidance_from_proto(guidance.checked)
@@ -706,7 +694,7 @@ def local_guidance_from_proto(guidance: guidance_pb2.LocalGuidance) -> LocalGuid
                 for answer in collective.answers
             ),
         )
-    raise InvalidRequest("guidance: neither checked nor collective")
+    raise InvalidRequestError.of_field("guidance: neither checked nor collective")
 
 
 def withheld_to_proto(withheld: Withheld) -> guidance_pb2.Withheld:
@@ -766,7 +754,7 @@ def inbound_message_from_proto(message: types_pb2.InboundMessage) -> InboundMess
             members=tuple(group.members),
             content=content_from_proto(group.content),
         )
-    raise InvalidRequest("message: neither direct nor group")
+    raise InvalidRequestError.of_field("message: neither direct nor group")
 
 
 def member_outcome_to_proto(outcome: MemberOutcome) -> types_pb2.CollectiveMemberOutcome:
@@ -801,7 +789,7 @@ def member_outcome_from_proto(outcome: types_pb2.CollectiveMemberOutcome) -> Mem
         return NoAnswer()
     if kind == "withheld":
         return withheld_from_proto(outcome.withheld)
-    raise InvalidRequest("outcome: no kind")
+    raise InvalidRequestError.of_field("outcome: no kind")
 
 
 def item_to_proto(item: InboundItem) -> types_pb2.InboundItem:
@@ -868,7 +856,7 @@ def item_from_proto(item: types_pb2.InboundItem) -> InboundItem:
         elif question_kind == "withheld":
             question = withheld_from_proto(collective.question.withheld)
         else:
-            raise InvalidRequest("collective_result.question: no kind")
+            raise InvalidRequestError.of_field("collective_result.question: no kind")
         return CollectiveResultItem(
             op=_OPS.from_proto(collective.op, "op"),
             id=collective.id,
@@ -882,7 +870,7 @@ def item_from_proto(item: types_pb2.InboundItem) -> InboundItem:
     if kind == "operation_failed":
         failed = item.operation_failed
         return OperationFailedItem(id=failed.id, to=failed.to, error=failed.error)
-    raise InvalidRequest("item: no kind")
+    raise InvalidRequestError.of_field("item: no kind")
 
 
 def delivery_to_proto(delivery: Delivery) -> types_pb2.InboundDelivery:
@@ -930,7 +918,7 @@ def acknowledge_result_from_proto(
         return AcknowledgeResult(
             token=token, error=_ACK_REASONS.from_proto(result.error.reason, "error.reason")
         )
-    raise InvalidRequest("acknowledge result: neither ok nor error")
+    raise InvalidRequestError.of_field("acknowledge result: neither ok nor error")
 
 
 def send_state_to_proto(state: SendState) -> endpoint_pb2.ReadSendResponse:
@@ -966,15 +954,15 @@ def send_state_from_proto(state: endpoint_pb2.ReadSendResponse) -> SendState:
     if kind == "returned":
         returned = state.returned
         outcome_kind = returned.WhichOneof("outcome")
-        outcome: SendResult | HarnessError
+        outcome: SendResult | SendFailure
         if outcome_kind == "result":
             outcome = send_result_from_proto(returned.result)
         elif outcome_kind == "failure":
             outcome = send_failure_from_proto(returned.failure)
         else:
-            raise InvalidRequest("returned: no outcome")
+            raise InvalidRequestError.of_field("returned: no outcome")
         return SendReturned(input=send_input_from_proto(returned.input), outcome=outcome)
-    raise InvalidRequest("send state: no state")
+    raise InvalidRequestError.of_field("send state: no state")
 
 
 # --- closed errors -----------------------------------------------------------------------
@@ -1033,7 +1021,7 @@ def collective_error_to_proto(error: CollectiveError) -> errors_pb2.CollectiveEr
 
 
 def collective_error_from_proto(error: errors_pb2.CollectiveError) -> CollectiveError:
-    """A CollectiveError; an unset failure is `InvalidRequest`."""
+    """A CollectiveError; an unset failure is `InvalidRequestError`."""
     kind = error.WhichOneof("failure")
     failure: CollectiveFailure
     if kind == "members_unreachable":
@@ -1069,7 +1057,7 @@ def collective_error_from_proto(error: errors_pb2.CollectiveError) -> Collective
     elif kind == "request_expired":
         failure = RequestExpired()
     else:
-        raise InvalidRequest("collective error: no failure")
+        raise InvalidRequestError.of_field("collective error: no failure")
     return CollectiveError(error.id, failure)
 
 
@@ -1112,7 +1100,7 @@ def send_failure_to_proto(error: HarnessError) -> errors_pb2.SendFailure:
     return result
 
 
-def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailureError:
+def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailure:
     """A kept send failure."""
     kind = failure.WhichOneof("failure")
     if kind == "send_error":
@@ -1121,7 +1109,7 @@ def send_failure_from_proto(failure: errors_pb2.SendFailure) -> SendFailureError
         return collective_error_from_proto(failure.collective_error)
     if kind == "firewall_send_error":
         return firewall_error_from_proto(failure.firewall_send_error)
-    raise InvalidRequest("send failure: no failure")
+    raise InvalidRequestError.of_field("send failure: no failure")
 
 
 def listen_error_to_proto(error: ListenError) -> errors_pb2.ListenError:
@@ -1183,11 +1171,23 @@ def parse_result_to_proto(
             return endpoint_pb2.ParseMessageTextResponse(input=send_input_to_proto(result))
 
 
-def authentication_error_to_proto(
-    reason: AuthenticationErrorReason,
-) -> errors_pb2.AuthenticationError:
+def authentication_error_to_proto(error: AuthenticationError) -> errors_pb2.AuthenticationError:
     """The detail of an UNAUTHENTICATED status (a gateway extension; never the token)."""
-    return errors_pb2.AuthenticationError(reason=_AUTHENTICATION_REASONS.to_proto(reason))
+    return errors_pb2.AuthenticationError(
+        reason=_AUTHENTICATION_REASONS.to_proto(error.authentication_reason)
+    )
+
+
+def parse_result_from_proto(
+    response: endpoint_pb2.ParseMessageTextResponse,
+) -> SendInput | MessageTextError:
+    """The send a text states, or why it fails."""
+    kind = response.WhichOneof("result")
+    if kind == "input":
+        return send_input_from_proto(response.input)
+    if kind == "error":
+        return message_text_error_from_proto(response.error)
+    raise InvalidRequestError.of_field("parse result: neither input nor error")
 
 
 def idempotency_conflict_to_proto(
@@ -1213,7 +1213,9 @@ ErrorDetail: TypeAlias = (
     | errors_pb2.ConnectError
     | errors_pb2.MessageTextError
     | errors_pb2.IdempotencyConflict
+    | errors_pb2.AuthenticationError
 )
+"""The closed protobuf errors a status may carry as its first detail."""
 
 
 def error_to_proto(error: HarnessError) -> ErrorDetail | None:
@@ -1235,12 +1237,15 @@ def error_to_proto(error: HarnessError) -> ErrorDetail | None:
             return message_text_error_to_proto(error)
         case IdempotencyConflictError():
             return idempotency_conflict_to_proto(error)
+        case AuthenticationError():
+            return authentication_error_to_proto(error)
         case _:
             return None
 
 
-def error_from_proto(detail: ErrorDetail) -> HarnessError:
-    """The typed error a closed protobuf error stands for."""
+def error_from_proto(detail: ErrorDetail, message: str = "") -> HarnessError:
+    """The typed error a closed protobuf error stands for; `message` is the status text
+    (only an `AuthenticationError` keeps it: the others rebuild theirs from the fields)."""
     match detail:
         case errors_pb2.SendError():
             return send_error_from_proto(detail)
@@ -1258,8 +1263,102 @@ def error_from_proto(detail: ErrorDetail) -> HarnessError:
             return message_text_error_from_proto(detail)
         case errors_pb2.IdempotencyConflict():
             return idempotency_conflict_from_proto(detail)
+        case errors_pb2.AuthenticationError():
+            return AuthenticationError(
+                _AUTHENTICATION_REASONS.from_proto(detail.reason, "reason"), message
+            )
         case _:
             assert_never(detail)
+
+
+# --- statuses ----------------------------------------------------------------------------
+
+ERROR_DOMAIN: Final = "harness.v1"
+"""The `ErrorInfo.domain` of every status the gateway sets."""
+
+RETRY_DELAY_SECONDS: Final = 1
+"""`RetryInfo.retry_delay` of `not-ready` and `shutting-down` (operations.md §5 step 4)."""
+
+_DETAIL_TYPES: Final[Mapping[str, type[ErrorDetail]]] = {
+    message.DESCRIPTOR.full_name: message
+    for message in (
+        errors_pb2.SendError,
+        errors_pb2.CollectiveError,
+        errors_pb2.FirewallSendError,
+        errors_pb2.ListenError,
+        errors_pb2.DeliveryAcknowledgeError,
+        errors_pb2.ConnectError,
+        errors_pb2.MessageTextError,
+        errors_pb2.IdempotencyConflict,
+        errors_pb2.AuthenticationError,
+    )
+}
+
+_BY_ERROR_INFO: Final[Mapping[str, Callable[[str], HarnessError]]] = {
+    **{reason.name: functools.partial(ManagementError, reason) for reason in ManagementErrorReason},
+    **{reason.name: functools.partial(UnavailableError, reason) for reason in UnavailableReason},
+    **{
+        reason.name: functools.partial(PermissionDeniedError, reason)
+        for reason in PermissionDeniedReason
+    },
+    **{
+        reason.name: functools.partial(InvalidRequestError, reason)
+        for reason in InvalidRequestReason
+    },
+    "INVALID_IDEMPOTENCY_KEY": lambda _message: InvalidIdempotencyKeyError(),
+}
+"""The failures a status names by its ErrorInfo reason alone (no closed detail), each
+keeping the status text."""
+
+
+def _pack(message: protobuf_message.Message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def status_of(error: HarnessError) -> status_pb2.Status:
+    """The `google.rpc.Status` a call that failed with `error` ends with: the closed
+    detail first (when the failure has one), then an `ErrorInfo` (domain `harness.v1`,
+    the reason in UPPER_SNAKE), then a `RetryInfo` for a gateway not serving."""
+    status = status_pb2.Status(code=error.status_code.value, message=error.message)
+    detail = error_to_proto(error)
+    if detail is not None:
+        status.details.append(_pack(detail))
+    status.details.append(
+        _pack(error_details_pb2.ErrorInfo(reason=error.error_info_reason, domain=ERROR_DOMAIN))
+    )
+    if isinstance(error, UnavailableError):
+        retry = error_details_pb2.RetryInfo(
+            retry_delay=duration_pb2.Duration(seconds=RETRY_DELAY_SECONDS)
+        )
+        status.details.append(_pack(retry))
+    return status
+
+
+def error_of_status(status: status_pb2.Status) -> HarnessError | None:
+    """The typed failure a status stands for, or None when it names none this version
+    knows (a transport failure, or a reason from a newer gateway)."""
+    reason: str | None = None
+    for packed in status.details:
+        detail_type = _DETAIL_TYPES.get(packed.TypeName())
+        if detail_type is not None:
+            detail = detail_type()
+            if not packed.Unpack(detail):
+                return None
+            try:
+                return error_from_proto(detail, status.message)
+            except InvalidRequestError:
+                return None
+        if packed.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            packed.Unpack(info)
+            if info.domain == ERROR_DOMAIN:
+                reason = info.reason
+    if reason is None:
+        return None
+    build = _BY_ERROR_INFO.get(reason)
+    return None if build is None else build(status.message)
 
 
 # --- management --------------------------------------------------------------------------
