@@ -559,13 +559,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_grpc_fork_handlers()  # before anything imports grpc
     # uvloop in the bench's own process, as the gateway and the echo server use it.
     import uvloop
-    from harness_client import HarnessClientError
+    from harness_client import HarnessError
 
     from bench.gateway_run import RunFailed
 
     try:
         result = uvloop.run(_run_until_signalled(config))
-    except (ChildFailed, RunFailed, HarnessClientError) as failure:
+    except (ChildFailed, RunFailed, HarnessError) as failure:
         _say(f"failed: {type(failure).__name__}: {failure}")
         for note in getattr(failure, "__notes__", ()):
             print(note, file=sys.stderr)

@@ -31,7 +31,7 @@ from harness_client import (
     DirectMessage,
     Endpoint,
     GroupMessage,
-    HarnessClientError,
+    HarnessError,
     InboundDelivery,
     ManagementClient,
     MessageInput,
@@ -154,7 +154,7 @@ class GatewayOutcome:
     """CPU this process used over `measured_over`."""
 
 
-def _describe(error: HarnessClientError) -> str:
+def _describe(error: HarnessError) -> str:
     return f"{type(error).__name__}:{error.reason}"
 
 
@@ -282,7 +282,7 @@ async def _send_loop(talk: Conversation, stop_at: float) -> None:
         message = MessageInput(to=talk.address, text=json.dumps({"t": started, "phase": TIMED}))
         try:
             await talk.sender.send(message, deadline=SEND_DEADLINE)
-        except HarnessClientError as error:
+        except HarnessError as error:
             talk.send_failures[_describe(error)] += 1
             continue
         talk.send_latencies_ns.append(time.perf_counter_ns() - started)
@@ -369,10 +369,10 @@ async def _receive_loop(receiver: Receiver) -> None:
                 await in_flight.acquire()
                 receiver.acks_pending += 1
                 acks.create_task(_acknowledge(receiver, delivery, in_flight))
-    except* HarnessClientError as failures:
+    except* HarnessError as failures:
         # The stream gave up (`ListenError`) or the endpoint closed under it.
         receiver.error = ", ".join(
-            _describe(error) if isinstance(error, HarnessClientError) else repr(error)
+            _describe(error) if isinstance(error, HarnessError) else repr(error)
             for error in failures.exceptions
         )
     finally:
@@ -407,7 +407,7 @@ async def _acknowledge(
 ) -> None:
     try:
         await delivery.acknowledge()
-    except HarnessClientError as error:
+    except HarnessError as error:
         receiver.ack_failures[_describe(error)] += 1
     finally:
         receiver.acks_pending -= 1

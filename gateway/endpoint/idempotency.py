@@ -69,9 +69,9 @@ def check_key(key: str) -> None:
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError:
-        raise InvalidIdempotencyKeyError("invalid-idempotency-key") from None
+        raise InvalidIdempotencyKeyError() from None
     if not 1 <= size <= KEY_MAX_BYTES or "\x00" in key:
-        raise InvalidIdempotencyKeyError("invalid-idempotency-key")
+        raise InvalidIdempotencyKeyError()
 
 
 def binding(send_input: SendInput, failure_delivery: FailureDelivery) -> bytes:

@@ -20,6 +20,7 @@ from harness_client import (
     FailureDelivery,
     OperationFailedItem,
     ResponseInput,
+    to_json,
 )
 
 from tests.e2e.network_support import (
@@ -93,7 +94,7 @@ async def test_a1_the_requester_and_every_member_receive_identical_results():
                 )
             )
         assert refused.value.reason == "members-unreachable"
-        assert refused.value.fields()["members"] == [
+        assert to_json(refused.value)["members"] == [
             {"member": "agent:all-gather-nobody", "reason": "unknown-agent"}
         ]
         assert str(refused.value) == "send failed: agent:all-gather-nobody is not a known agent"
@@ -110,7 +111,7 @@ async def test_a1_the_requester_and_every_member_receive_identical_results():
         requests = [await party.next_item() for party in (a, b, c)]
         first = requests[0]
         assert isinstance(first, CollectiveRequestItem), first
-        assert first.to_json() == {
+        assert to_json(first) == {
             "kind": "collectiveRequest",
             "op": "all_gather",
             "id": operation_id,
@@ -137,7 +138,7 @@ async def test_a1_the_requester_and_every_member_receive_identical_results():
         # 5. The requester's result (every member answered: well before the deadline).
         result = await requester.next_item(within=BOUND)
         assert isinstance(result, CollectiveResultItem), result
-        assert result.to_json() == expected_result(
+        assert to_json(result) == expected_result(
             operation_id,
             {"kind": "answered", "content": {"slot": "tue"}},
             ANSWERED_MON,
@@ -171,7 +172,7 @@ async def test_a2_a_silent_member_is_no_answer_in_every_party_s_identical_result
         result = await requester.next_item(within=seconds_until(first.deadline_at) + RESULT_SLACK)
         assert now_ms() >= first.deadline_at - 100
         assert isinstance(result, CollectiveResultItem), result
-        assert result.to_json() == expected_result(
+        assert to_json(result) == expected_result(
             operation_id, ANSWERED_MON, ANSWERED_MON, NO_ANSWER
         )
         for party in (a, b, c):
@@ -198,7 +199,7 @@ async def cold_group_with_a_stopped_member(failure_delivery: FailureDelivery) ->
             assert SEND_WAIT - 0.5 <= took[0] <= 30.0, took[0]
             assert refused.value.reason == "members-unreachable"
             assert OPERATION_ID.match(refused.value.id), refused.value.id
-            assert refused.value.fields()["members"] == [
+            assert to_json(refused.value)["members"] == [
                 {"member": member, "reason": "certification-unavailable"} for member in MEMBERS
             ]
             assert str(refused.value) == COLD_GROUP_REFUSAL
@@ -213,7 +214,7 @@ async def cold_group_with_a_stopped_member(failure_delivery: FailureDelivery) ->
             assert OPERATION_ID.match(operation_id), operation_id
             failed = await requester.next_item(within=BOUND)
             assert isinstance(failed, OperationFailedItem), failed
-            assert failed.to_json() == {
+            assert to_json(failed) == {
                 "kind": "operationFailed",
                 "id": operation_id,
                 "to": G,
@@ -262,7 +263,7 @@ async def test_a4_a_warm_group_with_a_stopped_member_still_gathers_with_it_no_an
         result = await requester.next_item(within=seconds_until(first.deadline_at) + RESULT_SLACK)
         assert now_ms() >= first.deadline_at - 100
         assert isinstance(result, CollectiveResultItem), result
-        assert result.to_json() == expected_result(
+        assert to_json(result) == expected_result(
             operation_id,
             {"kind": "answered", "content": {"slot": "tue"}},
             ANSWERED_MON,

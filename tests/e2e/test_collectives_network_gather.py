@@ -15,6 +15,7 @@ from harness_client import (
     CollectiveResultItem,
     Decline,
     ResponseInput,
+    to_json,
 )
 
 from tests.e2e.network_support import (
@@ -65,7 +66,7 @@ async def test_g1_an_unknown_member_is_refused_before_any_post_then_every_answer
                 ask("group:gather-member-a,gather-nobody,gather-requester", 60)
             )
         assert refused.value.reason == "members-unreachable"
-        assert refused.value.fields()["members"] == [
+        assert to_json(refused.value)["members"] == [
             {"member": "agent:gather-nobody", "reason": "unknown-agent"}
         ]
         assert str(refused.value) == "send failed: agent:gather-nobody is not a known agent"
@@ -85,7 +86,7 @@ async def test_g1_an_unknown_member_is_refused_before_any_post_then_every_answer
         first_b = await b.next_item()
         for item in (first_a, first_b):
             assert isinstance(item, CollectiveRequestItem), item
-            assert item.to_json() == {
+            assert to_json(item) == {
                 "kind": "collectiveRequest",
                 "op": "gather",
                 "id": operation_id,
@@ -108,7 +109,7 @@ async def test_g1_an_unknown_member_is_refused_before_any_post_then_every_answer
             )
         assert invalid.value.reason == "answer-invalid"
         assert invalid.value.id == operation_id
-        assert invalid.value.fields()["fields"] == [
+        assert to_json(invalid.value)["fields"] == [
             {
                 "field": "slot",
                 "reason": "invalid",
@@ -131,7 +132,7 @@ async def test_g1_an_unknown_member_is_refused_before_any_post_then_every_answer
         # 6. The result, well before the deadline, with the canonical group address.
         result = await requester.next_item(within=BOUND)
         assert isinstance(result, CollectiveResultItem), result
-        assert result.to_json() == expected_result(
+        assert to_json(result) == expected_result(
             operation_id, {"kind": "answered", "content": {"slot": "tue"}}, {"kind": "declined"}
         )
         assert now_ms() < first_a.deadline_at - 120_000
@@ -159,7 +160,7 @@ async def test_g2_a_silent_member_is_no_answer_at_the_deadline_and_its_late_decl
         )
         assert now_ms() >= request_a.deadline_at - 100
         assert isinstance(result, CollectiveResultItem), result
-        assert result.to_json() == expected_result(
+        assert to_json(result) == expected_result(
             operation_id, {"kind": "answered", "content": {"slot": "mon"}}, {"kind": "no-answer"}
         )
 
@@ -199,6 +200,6 @@ async def test_g3_a_stopped_member_keeps_its_post_pending_and_is_no_answer_at_th
         )
         assert now_ms() >= request_a.deadline_at - 100
         assert isinstance(result, CollectiveResultItem), result
-        assert result.to_json() == expected_result(
+        assert to_json(result) == expected_result(
             operation_id, {"kind": "answered", "content": {"slot": "tue"}}, {"kind": "no-answer"}
         )

@@ -10,7 +10,7 @@ from typing import Final
 
 import harness_client
 import pytest
-from harness_client import HarnessClientError, InboundDelivery, MessageInput, SendError
+from harness_client import HarnessError, InboundDelivery, MessageInput, SendError
 
 from gateway.testing import RunningDaemon, run_daemon
 from tests.e2e import support
@@ -66,7 +66,7 @@ class Senders:
             except SendError as error:
                 attempt.outcome = error.reason.value
                 return
-            except HarnessClientError as error:
+            except HarnessError as error:
                 attempt.outcome = f"{type(error).__name__}:{error.reason}"
                 return
             attempt.outcome = "ok"

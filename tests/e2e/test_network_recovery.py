@@ -9,7 +9,7 @@ from typing import Final
 
 import harness_client
 import pytest
-from harness_client import HarnessClientError, MessageInput, MulticastItem
+from harness_client import HarnessError, MessageInput, MulticastItem
 
 from gateway.testing_network import NetworkProcess, run_network
 from tests.e2e.support import certified_records, intents, open_intents
@@ -37,7 +37,7 @@ async def send_all(address: str, token: str, to: str, count: int) -> list[str]:
         async def one(index: int) -> str:
             try:
                 await endpoint.send(MessageInput(to=to, text=f"m{index}"))
-            except HarnessClientError as error:
+            except HarnessError as error:
                 return str(getattr(error, "reason", type(error).__name__))
             return "ok"
 

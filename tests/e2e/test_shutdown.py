@@ -13,7 +13,7 @@ import grpc
 import harness_client
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness_client import HarnessClientError, MessageInput
+from harness_client import HarnessError, MessageInput
 
 from gateway.testing import RunningDaemon, run_daemon
 from tests.support import eventually
@@ -64,7 +64,7 @@ async def test_sigterm_under_traffic_flips_health_first_answers_every_call_and_l
             async def one(index: int) -> str:
                 try:
                     await alice.send(MessageInput(to="agent:bob", text=f"under traffic {index}"))
-                except HarnessClientError as error:
+                except HarnessError as error:
                     return type(error).__name__
                 return "ok"
 

@@ -36,7 +36,11 @@ async def test_agent_status_counts_the_backlog_without_reading_its_rows():
         status = await built.management.agent_status("alice")
         assert status.backlog == 3
         assert status.oldest_unacked_age_seconds > 0
-        assert (status.address, status.hosted, status.stream_attached) == ("agent:alice", True, False)
+        assert (status.address, status.hosted, status.stream_attached) == (
+            "agent:alice",
+            True,
+            False,
+        )
 
 
 @pytest.mark.parametrize("address", ["bob", "agent:Bob", "group:bob", "agent:alice"])

@@ -19,6 +19,7 @@ from harness_client import (
     Declined,
     MessageInput,
     ResponseInput,
+    to_json,
 )
 
 from gateway.testing import RunningGateway, run_gateway
@@ -139,4 +140,4 @@ async def test_a_deadline_that_passes_across_a_restart_completes_with_what_was_c
         await gw.restart()
         [item] = await take(gw, tokens["alice"])
         assert isinstance(item, CollectiveResultItem)
-        assert [o.outcome.to_json()["kind"] for o in item.outcomes] == ["declined", "no-answer"]
+        assert [to_json(o.outcome)["kind"] for o in item.outcomes] == ["declined", "no-answer"]

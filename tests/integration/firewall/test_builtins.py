@@ -31,6 +31,7 @@ from harness_client import (
     OperationFailedItem,
     ResponseInput,
     Withheld,
+    to_json,
 )
 
 from tests.integration.firewall.conftest import (
@@ -305,7 +306,7 @@ async def test_a_replay_shows_byte_identical_guidance_also_after_a_restart(tmp_p
         replay = await asyncio.wait_for(agents["bob"].endpoint.messages().__anext__(), BOUND)
         assert replay.token == first.token
         assert replay.guidance == first.guidance
-        assert checked(replay).to_json() == checked(first).to_json()
+        assert to_json(checked(replay)) == to_json(checked(first))
         assert len(checked(first).instructions) == 2
         bob_token = gw.agents["bob"].token
         await gw.restart()
@@ -313,7 +314,7 @@ async def test_a_replay_shows_byte_identical_guidance_also_after_a_restart(tmp_p
             stream = bob.messages()
             after = await asyncio.wait_for(stream.__anext__(), BOUND)
             assert after.token == first.token
-            assert checked(after).to_json() == checked(first).to_json()
+            assert to_json(checked(after)) == to_json(checked(first))
             await stream.aclose()
 
 

@@ -24,6 +24,7 @@ from harness_client import (
     MulticastItem,
     PermissionDeniedError,
 )
+from harness_contract import wire
 from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, types_pb2
 from harness_contract.ids import RandomId
 
@@ -44,7 +45,7 @@ async def next_delivery(deliveries: AsyncIterator[InboundDelivery]) -> InboundDe
 def text_of(delivery: InboundDelivery) -> str:
     item = delivery.item
     assert isinstance(item, MulticastItem)
-    return harness_client._items.text_of(item.message.content)
+    return harness_client.text_of(item.message.content)
 
 
 async def wait_listening(gw: RunningGateway, name: str, listening: bool) -> None:
@@ -396,9 +397,7 @@ async def test_every_agent_call_without_a_token_is_unauthenticated():
             calls = [
                 stub.Send(
                     endpoint_pb2.SendRequest(
-                        input=harness_client._convert.send_input_to_proto(
-                            MessageInput(to="agent:bob", text="x")
-                        )
+                        input=wire.send_input_to_proto(MessageInput(to="agent:bob", text="x"))
                     )
                 ),
                 stub.Acknowledge(
@@ -435,9 +434,7 @@ async def test_every_agent_call_with_an_unknown_token_is_unauthenticated_unknown
             calls = [
                 stub.Send(
                     endpoint_pb2.SendRequest(
-                        input=harness_client._convert.send_input_to_proto(
-                            MessageInput(to="agent:bob", text="x")
-                        )
+                        input=wire.send_input_to_proto(MessageInput(to="agent:bob", text="x"))
                     ),
                     metadata=metadata,
                 ),

@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable
 import grpc
 import harness_client
 import pytest
-from harness_client import ManagementError, MessageInput
-from harness_client._errors import read_status
+from harness_client import ManagementError, ManagementErrorReason, MessageInput
+from harness_client._errors import status_of_call
+from harness_contract import wire
 from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
 
 from gateway.testing import run_gateway
@@ -45,9 +46,11 @@ async def test_history_of_a_malformed_address_is_invalid_argument_invalid_addres
                 )
         finally:
             await channel.close()
-        status = read_status(raised.value)
-        assert status.code is grpc.StatusCode.INVALID_ARGUMENT
-        assert status.reason == "INVALID_ADDRESS"
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        status = status_of_call(raised.value)
+        assert wire.error_of_status(status) == ManagementError(
+            ManagementErrorReason.INVALID_ADDRESS, status.message
+        )
         async with await harness_client.connect_management(
             gw.address, admin_token=gw.admin_token
         ) as admin:

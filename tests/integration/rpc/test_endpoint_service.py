@@ -49,7 +49,7 @@ async def raw_stub(
         await channel.close()
 
 
-async def raw_failure(call) -> harness_client.HarnessClientError:
+async def raw_failure(call) -> harness_client.HarnessError:
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call
     return harness_client.decode_status(raised.value)
@@ -222,7 +222,7 @@ async def test_a_send_result_with_guidance_and_an_operation_id_decodes(served):
 async def test_each_send_failure_decodes_to_the_typed_client_error(served, error):
     served.core.scripted["agent:bob"] = error
     async with await served.connect("alice") as alice:
-        with pytest.raises(harness_client.HarnessClientError) as raised:
+        with pytest.raises(harness_client.HarnessError) as raised:
             await alice.send(harness_client.MessageInput(to="agent:bob", text="hello"))
     assert type(raised.value).__name__ == type(error).__name__
     assert str(raised.value.reason) == error.reason
@@ -310,7 +310,7 @@ async def test_deliveries_stream_in_order_and_an_acknowledged_one_is_not_replaye
         two = await next_delivery(deliveries)
         assert [one.token, two.token] == tokens
         assert isinstance(one.item, MulticastItem)
-        assert harness_client._items.text_of(one.item.message.content) == "one"
+        assert harness_client.text_of(one.item.message.content) == "one"
         await one.acknowledge()
         await deliveries.aclose()
         await until(lambda: not served.core.endpoints["alice"].inbox.listening)

@@ -12,6 +12,7 @@ from harness_client import (
     ManagementClient,
     ManagementError,
     PermissionDeniedError,
+    to_json,
 )
 from harness_contract.values import TextPart
 
@@ -32,7 +33,11 @@ async def test_registering_an_agent_returns_its_address_and_a_working_token(serv
     registered = await admin.register_agent("alice")
     assert registered.address == "agent:alice"
     assert registered.token.startswith("hat_")
-    assert registered.to_json() == {"address": "agent:alice", "token": registered.token}
+    assert to_json(registered) == {
+        "address": "agent:alice",
+        "agentId": registered.agent_id,
+        "token": registered.token,
+    }
     async with await harness_client.connect(served.address, token=registered.token):
         pass
 
@@ -145,7 +150,7 @@ async def test_history_reads_records_in_pages_of_at_most_fifty(served, admin):
 async def test_gateway_status(served, admin):
     await admin.register_agent("alice")
     status = await admin.status()
-    assert status.to_json() == {
+    assert to_json(status) == {
         "version": "0.1.0",
         "mode": "embedded",
         "hostedAgents": 1,

@@ -18,7 +18,7 @@ import grpc
 import harness_client
 import pytest
 from google.rpc import error_details_pb2, status_pb2
-from harness_client import AuthenticationError, AuthenticationErrorReason
+from harness_client import AuthenticationError, AuthenticationErrorReason, to_json
 from harness_contract._gen.harness.v1 import (
     endpoint_pb2,
     endpoint_pb2_grpc,
@@ -152,7 +152,7 @@ async def test_a_revoked_token_carries_revoked_and_the_client_reads_the_enum(
     decoded = harness_client.decode_status(error)
     assert isinstance(decoded, AuthenticationError)
     assert decoded.reason is AuthenticationErrorReason.REVOKED
-    assert decoded.to_json()["reason"] == "revoked"
+    assert to_json(decoded)["reason"] == "revoked"
 
 
 async def test_the_wrong_role_is_permission_denied_without_an_authentication_error(

@@ -82,7 +82,15 @@ PUBLIC_NAMES = {
     "DeliveryAcknowledgeErrorReason",
     "EndpointClosedError",
     "FirewallSendError",
-    "HarnessClientError",
+    "HarnessError",
+    "ClientReason",
+    "InvalidIdempotencyKeyError",
+    "InvalidRequestReason",
+    "ManagementErrorReason",
+    "PermissionDeniedReason",
+    "UnavailableReason",
+    "text_of",
+    "to_json",
     "IdempotencyConflictError",
     "InvalidRequestError",
     "ListenError",
@@ -123,7 +131,7 @@ def test_every_exported_error_is_a_harness_client_error():
     for name in harness_client.__all__:
         value = getattr(harness_client, name)
         if isinstance(value, type) and issubclass(value, Exception):
-            assert issubclass(value, harness_client.HarnessClientError), name
+            assert issubclass(value, harness_client.HarnessError), name
 
 
 def test_the_client_library_never_imports_the_gateway():

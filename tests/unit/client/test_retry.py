@@ -10,6 +10,7 @@ from harness_client import (
     ListenErrorReason,
     TransportError,
     UnavailableError,
+    UnavailableReason,
     should_reconnect,
 )
 from harness_client._retry import SERVICE_CONFIG_JSON, Backoff, never_sent, should_retry_keyed_send
@@ -17,7 +18,7 @@ from harness_client._retry import SERVICE_CONFIG_JSON, Backoff, never_sent, shou
 
 def test_a_stream_reconnects_after_transport_failures_and_shutdown_only():
     assert should_reconnect(TransportError(grpc.StatusCode.UNAVAILABLE, "reset"))
-    assert should_reconnect(UnavailableError("shutting-down", "bye"))
+    assert should_reconnect(UnavailableError(UnavailableReason.SHUTTING_DOWN, "bye"))
     assert not should_reconnect(ListenError(ListenErrorReason.ALREADY_LISTENING))
     assert not should_reconnect(AuthenticationError(AuthenticationErrorReason.REVOKED, "no"))
     assert not should_reconnect(TransportError(grpc.StatusCode.UNIMPLEMENTED, "no such method"))
@@ -35,7 +36,7 @@ def test_a_refused_connection_never_sent_the_request():
         "Failed to connect to remote host: Connection refused",
     )
     assert never_sent(refused)
-    assert never_sent(UnavailableError("not-ready", "starting"))
+    assert never_sent(UnavailableError(UnavailableReason.NOT_READY, "starting"))
     assert not never_sent(TransportError(grpc.StatusCode.UNAVAILABLE, "Socket closed"))
     assert not never_sent(TransportError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 

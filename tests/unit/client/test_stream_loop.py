@@ -5,8 +5,14 @@ from typing import Any
 
 import grpc
 import pytest
-from harness_client import ListenError, ListenErrorReason, MulticastItem, TextPart
-from harness_client._items import DirectMessage, InboundDelivery
+from harness_client import (
+    DirectMessage,
+    InboundDelivery,
+    ListenError,
+    ListenErrorReason,
+    MulticastItem,
+    TextPart,
+)
 from harness_client._retry import Backoff
 from harness_client._stream import STREAM_OPEN_METADATA, _ReplayFilter, _StreamLoop
 from harness_contract._gen.harness.v1 import endpoint_pb2, types_pb2

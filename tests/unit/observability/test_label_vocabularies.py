@@ -114,7 +114,7 @@ def _samples() -> list[HarnessError]:
             for refusal in FirewallRefusal
         ),
         IdempotencyConflictError("key"),
-        InvalidIdempotencyKeyError("invalid-idempotency-key"),
+        InvalidIdempotencyKeyError(),
         *(MessageTextError(operation, "bad") for operation in MessageTextOperation),
         *(ListenError(reason) for reason in ListenErrorReason),
         *(DeliveryAcknowledgeError(reason) for reason in DeliveryAcknowledgeErrorReason),
@@ -195,7 +195,7 @@ def test_every_harness_error_is_counted_in_one_series_without_raising(metrics: M
 
 
 def test_an_invalid_idempotency_key_has_its_own_outcome(metrics: Metrics):
-    metrics.count_send(SendOp.MULTICAST, InvalidIdempotencyKeyError("invalid-idempotency-key"))
+    metrics.count_send(SendOp.MULTICAST, InvalidIdempotencyKeyError())
     labels = {"op": "multicast", "outcome": "invalid-idempotency-key"}
     assert metrics.registry.get_sample_value("harness_sends_total", labels) == 1
 

@@ -339,7 +339,7 @@ def test_the_client_decodes_a_malformed_request_as_a_typed_invalid_request_never
 def test_the_client_decodes_an_invalid_idempotency_key_as_a_typed_invalid_request():
     from harness_client._retry import should_retry_keyed_send
 
-    status = errors.status_for(InvalidIdempotencyKeyError("invalid-idempotency-key"))
+    status = errors.status_for(InvalidIdempotencyKeyError())
     assert status is not None
     assert status.code == code_pb2.INVALID_ARGUMENT
     decoded = harness_client.decode_status(as_rpc_error(status))

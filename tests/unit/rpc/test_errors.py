@@ -8,6 +8,7 @@ import grpc
 import harness_client
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+from harness_client import to_json
 from harness_contract.errors import (
     CollectiveError,
     ConnectError,
@@ -164,7 +165,7 @@ def test_the_client_json_of_a_decoded_send_failure_equals_the_gateway_codec_json
             continue
         status = status_of(error)
         decoded = harness_client.decode_status(as_rpc_error(status))
-        assert _plain(decoded.to_json()) == _plain(error_to_json(error))
+        assert _plain(to_json(decoded)) == _plain(error_to_json(error))
 
 
 def _plain(value: Any) -> Any:

@@ -7,19 +7,20 @@
             await delivery.acknowledge()
 
 Values are frozen dataclasses (closed unions for `match`), failures typed errors with a
-closed `reason`; `decode_status` reads a failed call's status details.
+closed `reason`; `decode_status` reads a failed call's status details, and `to_json` prints
+any value in the contract's JSON shape. Every value and failure is the `harness_contract`
+type the gateway itself uses (one definition, one protobuf mapping: `harness_contract.wire`).
 """
 
 from __future__ import annotations
 
-from harness_contract.errors import AuthenticationErrorReason
-
-from harness_client._endpoint import Endpoint, EndpointState, connect
-from harness_client._errors import (
+from harness_contract.content import text_of
+from harness_contract.errors import (
     AnswerFieldIssue,
     AnswerFieldReason,
     AnswerInvalid,
     AuthenticationError,
+    AuthenticationErrorReason,
     CollectiveError,
     CollectiveErrorKind,
     CollectiveFailure,
@@ -27,18 +28,20 @@ from harness_client._errors import (
     ConnectErrorReason,
     DeliveryAcknowledgeError,
     DeliveryAcknowledgeErrorReason,
-    EndpointClosedError,
+    FirewallRefusal,
     FirewallSendError,
-    HarnessClientError,
+    HarnessError,
     IdempotencyConflictError,
+    InvalidIdempotencyKeyError,
     InvalidRequestError,
+    InvalidRequestReason,
     ListenError,
     ListenErrorReason,
-    ManagementError,
     MembersUnreachable,
     MessageTextError,
     MessageTextOperation,
     PermissionDeniedError,
+    PermissionDeniedReason,
     RequestAmbiguous,
     RequestAnswered,
     RequestExpired,
@@ -47,20 +50,39 @@ from harness_client._errors import (
     SendError,
     SendErrorReason,
     SendFailure,
-    TransportError,
     UnavailableError,
+    UnavailableReason,
     UnreachableMember,
-    decode_status,
 )
-from harness_client._items import (
-    Accept,
+from harness_contract.guidance import (
+    CheckedGuidance,
+    CollectiveGuidance,
+    Expectation,
+    ExpectationInstruction,
+    GuidanceSubject,
+    Instruction,
+    LocalGuidance,
+    MemberGuidance,
+    Uncertain,
+    UncertainInstruction,
+    Withheld,
+)
+from harness_contract.jsonvalue import JsonValue
+from harness_contract.management import (
     AgentStatus,
+    ConversationRecord,
+    ConversationSummary,
+    GatewayStatus,
+    ManagementError,
+    ManagementErrorReason,
+    RegisteredAgent,
+)
+from harness_contract.values import (
+    Accept,
     AnswerContent,
     Answered,
     AnswerValue,
     AskOperation,
-    CheckedGuidance,
-    CollectiveGuidance,
     CollectiveOp,
     CollectiveOperation,
     CollectiveRequestItem,
@@ -68,27 +90,15 @@ from harness_client._items import (
     CollectiveResultItem,
     Content,
     ContentPart,
-    ConversationRecord,
-    ConversationSummary,
     DataPart,
     Decline,
     Declined,
     DirectMessage,
-    Expectation,
-    ExpectationInstruction,
     FailureDelivery,
-    FirewallRefusal,
-    GatewayStatus,
     GroupMessage,
-    GuidanceSubject,
-    InboundDelivery,
     InboundItem,
     InboundMessage,
-    Instruction,
     Invalid,
-    JsonValue,
-    LocalGuidance,
-    MemberGuidance,
     MemberOutcome,
     MemberResult,
     MessageInput,
@@ -96,7 +106,6 @@ from harness_client._items import (
     MulticastOperation,
     NoAnswer,
     OperationFailedItem,
-    RegisteredAgent,
     RequestedSchema,
     ResponseInput,
     SendAbsent,
@@ -107,11 +116,27 @@ from harness_client._items import (
     SendReturned,
     SendState,
     TextPart,
-    Uncertain,
-    UncertainInstruction,
-    Withheld,
 )
-from harness_client._management import ManagementClient, connect_management
+
+from harness_client._endpoint import (
+    Endpoint,
+    EndpointState,
+    connect,
+)
+from harness_client._errors import (
+    ClientReason,
+    EndpointClosedError,
+    TransportError,
+    decode_status,
+)
+from harness_client._items import (
+    InboundDelivery,
+    to_json,
+)
+from harness_client._management import (
+    ManagementClient,
+    connect_management,
+)
 from harness_client._retry import (
     RETRYABLE_CODES,
     SERVICE_CONFIG,
@@ -135,6 +160,7 @@ __all__ = [
     "AuthenticationError",
     "AuthenticationErrorReason",
     "CheckedGuidance",
+    "ClientReason",
     "CollectiveError",
     "CollectiveErrorKind",
     "CollectiveFailure",
@@ -167,20 +193,23 @@ __all__ = [
     "GatewayStatus",
     "GroupMessage",
     "GuidanceSubject",
-    "HarnessClientError",
+    "HarnessError",
     "IdempotencyConflictError",
     "InboundDelivery",
     "InboundItem",
     "InboundMessage",
     "Instruction",
     "Invalid",
+    "InvalidIdempotencyKeyError",
     "InvalidRequestError",
+    "InvalidRequestReason",
     "JsonValue",
     "ListenError",
     "ListenErrorReason",
     "LocalGuidance",
     "ManagementClient",
     "ManagementError",
+    "ManagementErrorReason",
     "MemberGuidance",
     "MemberOutcome",
     "MemberResult",
@@ -193,6 +222,7 @@ __all__ = [
     "NoAnswer",
     "OperationFailedItem",
     "PermissionDeniedError",
+    "PermissionDeniedReason",
     "RegisteredAgent",
     "RequestAmbiguous",
     "RequestAnswered",
@@ -214,6 +244,7 @@ __all__ = [
     "TextPart",
     "TransportError",
     "UnavailableError",
+    "UnavailableReason",
     "Uncertain",
     "UncertainInstruction",
     "UnreachableMember",
@@ -222,4 +253,6 @@ __all__ = [
     "connect_management",
     "decode_status",
     "should_reconnect",
+    "text_of",
+    "to_json",
 ]

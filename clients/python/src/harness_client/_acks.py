@@ -14,11 +14,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeAlias
 
-from harness_client._errors import (
-    DeliveryAcknowledgeError,
-    DeliveryAcknowledgeErrorReason,
-    EndpointClosedError,
-)
+from harness_contract.errors import DeliveryAcknowledgeError, DeliveryAcknowledgeErrorReason
+
+from harness_client._errors import EndpointClosedError
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any, Final
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness_contract.errors import ConnectError, ConnectErrorReason
 
-from harness_client._errors import ConnectError, ConnectErrorReason
 from harness_client._retry import SERVICE_CONFIG_JSON
 
 KEEPALIVE_TIME: Final = 30.0

@@ -10,7 +10,32 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 import grpc
+from harness_contract import wire
 from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_contract.errors import (
+    AuthenticationError,
+    CollectiveError,
+    ConnectError,
+    ConnectErrorReason,
+    DeliveryAcknowledgeError,
+    DeliveryAcknowledgeErrorReason,
+    FirewallSendError,
+    HarnessError,
+    IdempotencyConflictError,
+    InvalidRequestError,
+    ListenError,
+    ListenErrorReason,
+    PermissionDeniedError,
+    SendError,
+    SendErrorReason,
+)
+from harness_contract.values import (
+    AcknowledgeResult,
+    FailureDelivery,
+    SendInput,
+    SendResult,
+    SendState,
+)
 
 from harness_client._acks import _AckBatcher
 from harness_client._channel import (
@@ -21,39 +46,8 @@ from harness_client._channel import (
     wait_ready,
     wait_serving,
 )
-from harness_client._convert import (
-    DecodeFailed,
-    acknowledge_error_from_proto,
-    failure_delivery_to_proto,
-    item_from_proto,
-    local_guidance_from_proto,
-    message_text_error_from_proto,
-    send_input_from_proto,
-    send_input_to_proto,
-    send_result_from_proto,
-    send_state_from_proto,
-)
-from harness_client._errors import (
-    AuthenticationError,
-    CollectiveError,
-    ConnectError,
-    ConnectErrorReason,
-    DeliveryAcknowledgeError,
-    DeliveryAcknowledgeErrorReason,
-    EndpointClosedError,
-    FirewallSendError,
-    HarnessClientError,
-    IdempotencyConflictError,
-    InvalidRequestError,
-    ListenError,
-    ListenErrorReason,
-    PermissionDeniedError,
-    SendError,
-    SendErrorReason,
-    TransportError,
-    decode_status,
-)
-from harness_client._items import FailureDelivery, InboundDelivery, SendInput, SendResult, SendState
+from harness_client._errors import EndpointClosedError, TransportError, decode_status
+from harness_client._items import InboundDelivery
 from harness_client._retry import Backoff, never_sent, should_retry_keyed_send
 from harness_client._stream import _StreamLoop
 
@@ -190,8 +184,8 @@ class Endpoint:
         it cannot have."""
         self._check_open()
         request = endpoint_pb2.SendRequest(
-            input=send_input_to_proto(send_input),
-            failure_delivery=failure_delivery_to_proto(failure_delivery),
+            input=wire.send_input_to_proto(send_input),
+            failure_delivery=wire.failure_delivery_to_proto(failure_delivery),
         )
         if idempotency_key is not None:
             request.idempotency_key = idempotency_key
@@ -221,8 +215,8 @@ class Endpoint:
                 )
                 raise SendError(reason) from failure
             try:
-                return send_result_from_proto(response.result)
-            except DecodeFailed:
+                return wire.send_result_from_proto(response.result)
+            except InvalidRequestError:
                 # The send succeeded, but this client cannot read what it returned.
                 raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
 
@@ -257,15 +251,15 @@ class Endpoint:
         try:
             return InboundDelivery(
                 token=delivery.delivery_token,
-                item=item_from_proto(delivery.item),
+                item=wire.item_from_proto(delivery.item),
                 guidance=(
-                    local_guidance_from_proto(delivery.guidance)
+                    wire.local_guidance_from_proto(delivery.guidance)
                     if delivery.HasField("guidance")
                     else None
                 ),
                 _acknowledge=self._acks.acknowledge,
             )
-        except DecodeFailed:
+        except InvalidRequestError:
             raise ListenError(ListenErrorReason.DECODE_FAILED) from None
 
     # --- acknowledgments -------------------------------------------------------------
@@ -292,8 +286,11 @@ class Endpoint:
             if len(response.results) != len(chunk):
                 raise TransportError(grpc.StatusCode.INTERNAL, "acknowledge results do not match")
             try:
-                results.extend(acknowledge_error_from_proto(result) for result in response.results)
-            except DecodeFailed:
+                results.extend(
+                    _acknowledge_error(wire.acknowledge_result_from_proto(token, result))
+                    for token, result in zip(chunk, response.results, strict=True)
+                )
+            except InvalidRequestError:
                 raise TransportError(
                     grpc.StatusCode.INTERNAL, "acknowledge results do not decode"
                 ) from None
@@ -304,7 +301,7 @@ class Endpoint:
     ) -> list[DeliveryAcknowledgeError | None]:
         try:
             return await self.acknowledge(tokens)
-        except HarnessClientError as error:
+        except HarnessError as error:
             raise DeliveryAcknowledgeError(
                 DeliveryAcknowledgeErrorReason.TRANSPORT_FAILED
             ) from error
@@ -329,12 +326,14 @@ class Endpoint:
         try:
             match response.WhichOneof("result"):
                 case "input":
-                    return send_input_from_proto(response.input)
+                    return wire.send_input_from_proto(response.input)
                 case "error":
-                    failure = message_text_error_from_proto(response.error)
+                    failure = wire.message_text_error_from_proto(response.error)
                 case _:
-                    raise DecodeFailed("parse answered neither an input nor an error")
-        except DecodeFailed:
+                    raise InvalidRequestError.of_field(
+                        "parse answered neither an input nor an error"
+                    )
+        except InvalidRequestError:
             raise TransportError(grpc.StatusCode.INTERNAL, "parse answer does not decode") from None
         raise failure
 
@@ -350,6 +349,10 @@ class Endpoint:
         except grpc.aio.AioRpcError as error:
             raise decode_status(error) from None
         try:
-            return send_state_from_proto(response)
-        except DecodeFailed:
+            return wire.send_state_from_proto(response)
+        except InvalidRequestError:
             raise TransportError(grpc.StatusCode.INTERNAL, "send state does not decode") from None
+
+
+def _acknowledge_error(result: AcknowledgeResult) -> DeliveryAcknowledgeError | None:
+    return None if result.error is None else DeliveryAcknowledgeError(result.error)

@@ -8,7 +8,16 @@ from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 
 import grpc
+from harness_contract import wire
 from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
+from harness_contract.errors import InvalidRequestError
+from harness_contract.management import (
+    AgentStatus,
+    ConversationRecord,
+    ConversationSummary,
+    GatewayStatus,
+    RegisteredAgent,
+)
 
 from harness_client._channel import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -18,22 +27,7 @@ from harness_client._channel import (
     wait_ready,
     wait_serving,
 )
-from harness_client._convert import (
-    DecodeFailed,
-    agent_status_from_proto,
-    conversation_from_proto,
-    conversation_record_from_proto,
-    gateway_status_from_proto,
-    registered_agent_from_proto,
-)
 from harness_client._errors import EndpointClosedError, TransportError, decode_status
-from harness_client._items import (
-    AgentStatus,
-    ConversationRecord,
-    ConversationSummary,
-    GatewayStatus,
-    RegisteredAgent,
-)
 
 MANAGEMENT_TIMEOUT: Final = 30.0
 """Seconds one management call may take (operations.md §3)."""
@@ -112,14 +106,14 @@ class ManagementClient:
         response = await self._call(
             self._stub.RegisterAgent, management_pb2.RegisterAgentRequest(name=name)
         )
-        return registered_agent_from_proto(response)
+        return wire.registered_agent_from_proto(response)
 
     async def agent_status(self, name: str) -> AgentStatus:
         """One agent's card, hosting, stream and backlog."""
         response = await self._call(
             self._stub.GetAgentStatus, management_pb2.GetAgentStatusRequest(name=name)
         )
-        return agent_status_from_proto(response.agent)
+        return wire.agent_status_from_proto(response.agent)
 
     async def list_agents(
         self, *, prefix: str | None = None, page_size: int = 0, page_token: str = ""
@@ -129,7 +123,7 @@ class ManagementClient:
         if prefix is not None:
             request.prefix = prefix
         response = await self._call(self._stub.ListAgents, request)
-        return [agent_status_from_proto(agent) for agent in response.agents], (
+        return [wire.agent_status_from_proto(agent) for agent in response.agents], (
             response.next_page_token
         )
 
@@ -153,7 +147,7 @@ class ManagementClient:
         if after_address is not None:
             request.after_address = after_address
         response = await self._call(self._stub.SearchConversations, request)
-        return [conversation_from_proto(item) for item in response.conversations], (
+        return [wire.conversation_from_proto(item) for item in response.conversations], (
             response.has_more
         )
 
@@ -173,8 +167,8 @@ class ManagementClient:
             request.after_record_hash = after_record_hash
         response = await self._call(self._stub.ReadConversation, request)
         try:
-            records = [conversation_record_from_proto(record) for record in response.records]
-        except DecodeFailed:
+            records = [wire.conversation_record_from_proto(record) for record in response.records]
+        except InvalidRequestError:
             raise TransportError(grpc.StatusCode.INTERNAL, "records do not decode") from None
         return records, response.has_more
 
@@ -196,4 +190,4 @@ class ManagementClient:
         response = await self._call(
             self._stub.GetGatewayStatus, management_pb2.GetGatewayStatusRequest()
         )
-        return gateway_status_from_proto(response)
+        return wire.gateway_status_from_proto(response)

@@ -13,8 +13,9 @@ import random
 from typing import Final
 
 import grpc
+from harness_contract.errors import HarnessError, UnavailableError
 
-from harness_client._errors import HarnessClientError, TransportError, UnavailableError
+from harness_client._errors import TransportError
 
 RETRYABLE_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE})
 """Codes after which the call had no effect on the gateway (operations.md §3)."""
@@ -84,7 +85,7 @@ RECONNECT_MULTIPLIER: Final = 2.0
 """Each failed attempt doubles the delay, up to the maximum."""
 
 
-def should_reconnect(error: HarnessClientError) -> bool:
+def should_reconnect(error: HarnessError) -> bool:
     """True when a `messages()` stream ended by `error` should reconnect.
 
     The gateway shutting down or not ready yet, and transport failures, reconnect (replay
@@ -99,7 +100,7 @@ def should_reconnect(error: HarnessClientError) -> bool:
             return False
 
 
-def should_retry_keyed_send(error: HarnessClientError) -> bool:
+def should_retry_keyed_send(error: HarnessError) -> bool:
     """True when a keyed send may be sent again under its key: the gateway either never saw
     it or keeps its outcome, so a retry joins or replays it."""
     match error:
@@ -111,7 +112,7 @@ def should_retry_keyed_send(error: HarnessClientError) -> bool:
             return False
 
 
-def never_sent(error: HarnessClientError) -> bool:
+def never_sent(error: HarnessError) -> bool:
     """True when the failed call cannot have reached the gateway's handler."""
     match error:
         case UnavailableError():

@@ -17,13 +17,9 @@ from typing import Final
 
 import grpc
 from harness_contract._gen.harness.v1 import endpoint_pb2
+from harness_contract.errors import ListenError, ListenErrorReason
 
-from harness_client._errors import (
-    EndpointClosedError,
-    ListenError,
-    ListenErrorReason,
-    decode_status,
-)
+from harness_client._errors import EndpointClosedError, decode_status
 from harness_client._items import InboundDelivery
 from harness_client._retry import Backoff, should_reconnect
 

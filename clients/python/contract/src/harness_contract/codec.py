@@ -1,9 +1,10 @@
 """The contract's JSON shapes of the public values (camelCase, as the contract writes them).
 
 Used where a value is stored or exported as JSON: inbox items and their guidance, the
-idempotency binding of a `SendInput`, kept send outcomes, and the history export. Every
-`*_from_json` is strict (exact keys) and raises only `CodecError`, so a row that does not
-decode is reported, never half-read.
+idempotency binding of a `SendInput`, kept send outcomes, the history export, and what the
+`harness` CLI prints. Every `*_from_json` is strict (exact keys) and raises only
+`CodecError`, so a row that does not decode is reported, never half-read. `to_json` takes
+any public value and answers plain `json`-module values (lists, not tuples).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from harness_contract.errors import (
     FirewallRefusal,
     FirewallSendError,
     HarnessError,
+    IdempotencyConflictError,
     MembersUnreachable,
+    MessageTextError,
     RequestAmbiguous,
     RequestAnswered,
     RequestExpired,
@@ -46,6 +49,13 @@ from harness_contract.guidance import (
     Withheld,
 )
 from harness_contract.jsonvalue import JsonValue
+from harness_contract.management import (
+    AgentStatus,
+    ConversationRecord,
+    ConversationSummary,
+    GatewayStatus,
+    RegisteredAgent,
+)
 from harness_contract.values import (
     Accept,
     AnswerContent,
@@ -56,8 +66,10 @@ from harness_contract.values import (
     CollectiveResponse,
     CollectiveResultItem,
     Content,
+    DataPart,
     Decline,
     Declined,
+    Delivery,
     DirectMessage,
     GroupMessage,
     InboundItem,
@@ -71,8 +83,14 @@ from harness_contract.values import (
     NoAnswer,
     OperationFailedItem,
     ResponseInput,
+    SendAbsent,
+    SendIndeterminate,
     SendInput,
+    SendPending,
     SendResult,
+    SendReturned,
+    SendState,
+    TextPart,
 )
 
 E = TypeVar("E")
@@ -648,8 +666,17 @@ def error_to_json(error: HarnessError) -> dict[str, JsonValue]:
                 "instruction": error.instruction,
                 "guidance": checked_guidance_to_json(error.guidance),
             }
+        case MessageTextError():
+            return {
+                "type": "MessageTextError",
+                "reason": error.reason,
+                "operation": error.operation.value,
+                "detail": error.detail,
+            }
+        case IdempotencyConflictError():
+            return {"type": "IdempotencyConflictError", "reason": error.reason, "key": error.key}
         case _:
-            return {"type": type(error).__name__, "reason": error.reason}
+            return {"type": type(error).__name__, "reason": error.reason, "message": error.message}
 
 
 def _issue_to_json(
@@ -747,3 +774,169 @@ def error_from_json(value: JsonValue) -> HarnessError:
             guidance=checked_guidance_from_json(obj.get("guidance")),
         )
     raise CodecError(f"error.type: unknown value {kind!r}")
+
+
+# --- what only the client prints -----------------------------------------------------------
+
+
+def delivery_to_json(delivery: Delivery) -> dict[str, JsonValue]:
+    """`{token, item, guidance?}`: one `harness listen` line."""
+    value: dict[str, JsonValue] = {"token": delivery.token, "item": item_to_json(delivery.item)}
+    if delivery.guidance is not None:
+        value["guidance"] = local_guidance_to_json(delivery.guidance)
+    return value
+
+
+def send_state_to_json(state: SendState) -> dict[str, JsonValue]:
+    """`{state: absent | pending | indeterminate | returned, input?, outcome?}`."""
+    match state:
+        case SendAbsent():
+            return {"state": "absent"}
+        case SendPending(input=send_input):
+            return {"state": "pending", "input": send_input_to_json(send_input)}
+        case SendIndeterminate(input=send_input):
+            return {"state": "indeterminate", "input": send_input_to_json(send_input)}
+        case SendReturned(input=send_input, outcome=outcome):
+            kept: dict[str, JsonValue]
+            if isinstance(outcome, SendResult):
+                kept = {"kind": "success", "result": send_result_to_json(outcome)}
+            else:
+                kept = {"kind": "failure", "error": error_to_json(outcome)}
+            return {"state": "returned", "input": send_input_to_json(send_input), "outcome": kept}
+        case _:
+            assert_never(state)
+
+
+def registered_agent_to_json(agent: RegisteredAgent) -> dict[str, JsonValue]:
+    """`{address, agentId, token}`: the token is shown this once."""
+    return {"address": agent.address, "agentId": agent.agent_id, "token": agent.token}
+
+
+def agent_status_to_json(status: AgentStatus) -> dict[str, JsonValue]:
+    """The agent's card, hosting, stream and backlog."""
+    return {
+        "name": status.name,
+        "address": status.address,
+        "agentId": status.agent_id,
+        "publicKey": status.public_key,
+        "issuedAt": status.issued_at,
+        "hosted": status.hosted,
+        "streamAttached": status.stream_attached,
+        "backlog": status.backlog,
+        "oldestUnackedAgeSeconds": status.oldest_unacked_age_seconds,
+        "setAside": tuple(
+            {"conversationId": item.conversation_id, "reason": item.reason}
+            for item in status.set_aside
+        ),
+    }
+
+
+def conversation_summary_to_json(summary: ConversationSummary) -> dict[str, JsonValue]:
+    """`{address, kind, members, headRecordHash?, depth}`."""
+    value: dict[str, JsonValue] = {
+        "address": summary.address,
+        "kind": summary.kind,
+        "members": summary.members,
+        "depth": summary.depth,
+    }
+    if summary.head_record_hash is not None:
+        value["headRecordHash"] = summary.head_record_hash
+    return value
+
+
+def conversation_record_to_json(record: ConversationRecord) -> dict[str, JsonValue]:
+    """`{recordHash, postId, author, depth, content}` (the record's JCS bytes are left out;
+    the export has them)."""
+    return {
+        "recordHash": record.record_hash,
+        "postId": record.post_id,
+        "author": record.author,
+        "depth": record.depth,
+        "content": content_to_json(record.content),
+    }
+
+
+def gateway_status_to_json(status: GatewayStatus) -> dict[str, JsonValue]:
+    """`{version, mode, hostedAgents, routerState}`."""
+    return {
+        "version": status.version,
+        "mode": status.mode,
+        "hostedAgents": status.hosted_agents,
+        "routerState": status.router_state,
+    }
+
+
+Printable = (
+    InboundItem
+    | InboundMessage
+    | MemberOutcome
+    | TextPart
+    | DataPart
+    | SendInput
+    | SendResult
+    | SendState
+    | Delivery
+    | LocalGuidance
+    | HarnessError
+    | RegisteredAgent
+    | AgentStatus
+    | ConversationSummary
+    | ConversationRecord
+    | GatewayStatus
+)
+"""Every public value `to_json` prints."""
+
+
+def to_json(value: Printable) -> dict[str, object]:
+    """Any public value in the contract's JSON shape, as plain `json` values (arrays are
+    lists): what `harness --json` prints and what a host may hand its model."""
+    return _plain(_shape(value))  # type: ignore[return-value]
+
+
+def _shape(value: Printable) -> JsonValue:
+    match value:
+        case (
+            MulticastItem()
+            | CollectiveRequestItem()
+            | CollectiveResultItem()
+            | OperationFailedItem()
+        ):
+            return item_to_json(value)
+        case DirectMessage() | GroupMessage():
+            return message_to_json(value)
+        case Answered() | Declined() | Invalid() | NoAnswer() | Withheld():
+            return outcome_to_json(value)
+        case TextPart() | DataPart():
+            return content_to_json((value,))[0]
+        case MessageInput() | ResponseInput():
+            return send_input_to_json(value)
+        case SendResult():
+            return send_result_to_json(value)
+        case SendAbsent() | SendPending() | SendIndeterminate() | SendReturned():
+            return send_state_to_json(value)
+        case Delivery():
+            return delivery_to_json(value)
+        case CheckedGuidance() | CollectiveGuidance():
+            return local_guidance_to_json(value)
+        case HarnessError():
+            return error_to_json(value)
+        case RegisteredAgent():
+            return registered_agent_to_json(value)
+        case AgentStatus():
+            return agent_status_to_json(value)
+        case ConversationSummary():
+            return conversation_summary_to_json(value)
+        case ConversationRecord():
+            return conversation_record_to_json(value)
+        case GatewayStatus():
+            return gateway_status_to_json(value)
+        case _:
+            assert_never(value)
+
+
+def _plain(value: JsonValue) -> object:
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value

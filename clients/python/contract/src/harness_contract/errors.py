@@ -478,7 +478,7 @@ class FirewallRefusal(enum.StrEnum):
     """An external middleware failed and is configured to fail closed."""
 
 
-class FirewallSendError(HarnessError):
+class FirewallSendError(_EqualByFields, HarnessError):
     """The local firewall refused the send; nothing was bound and no post exists."""
 
     def __init__(
@@ -515,6 +515,16 @@ class FirewallSendError(HarnessError):
     def error_info_reason(self) -> str:
         return "FIREWALL_" + self.refusal.value.upper().replace("-", "_")
 
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.check_id,
+            self.refusal,
+            self.middleware_id,
+            self.rule_id,
+            self.instruction,
+            self.guidance,
+        )
+
 
 # --- Idempotency (gateway extension) ---------------------------------------------------
 
@@ -523,7 +533,7 @@ SendFailure: TypeAlias = SendError | CollectiveError | FirewallSendError
 """The closed failures a send returns (and a kept keyed outcome holds)."""
 
 
-class IdempotencyConflictError(HarnessError):
+class IdempotencyConflictError(_EqualByFields, HarnessError):
     """The idempotency key already binds a different input; nothing ran (architecture §3.9)."""
 
     def __init__(self, key: str) -> None:
@@ -542,21 +552,8 @@ class IdempotencyConflictError(HarnessError):
     def status_code(self) -> StatusCode:
         return StatusCode.ALREADY_EXISTS
 
-
-class InvalidIdempotencyKeyError(HarnessError):
-    """An idempotency key is not 1 to 128 UTF-8 bytes without NUL; nothing ran."""
-
-    @property
-    def reason(self) -> str:
-        return "invalid-idempotency-key"
-
-    @property
-    def message(self) -> str:
-        return "send failed: an idempotency key is 1 to 128 bytes of UTF-8 text without NUL"
-
-    @property
-    def status_code(self) -> StatusCode:
-        return StatusCode.INVALID_ARGUMENT
+    def _fields(self) -> tuple[object, ...]:
+        return (self.key,)
 
 
 # --- MessageTextError ------------------------------------------------------------------
@@ -659,7 +656,7 @@ class AuthenticationErrorReason(enum.StrEnum):
     """The agent token was revoked or replaced by a rotation."""
 
 
-class ListenError(HarnessError):
+class ListenError(_EqualByFields, HarnessError):
     """A `Messages` stream failed."""
 
     def __init__(self, reason: ListenErrorReason) -> None:
@@ -683,8 +680,11 @@ class ListenError(HarnessError):
             return StatusCode.FAILED_PRECONDITION
         return StatusCode.UNAVAILABLE
 
+    def _fields(self) -> tuple[object, ...]:
+        return (self.listen_reason,)
 
-class DeliveryAcknowledgeError(HarnessError):
+
+class DeliveryAcknowledgeError(_EqualByFields, HarnessError):
     """One delivery could not be acknowledged."""
 
     def __init__(self, reason: DeliveryAcknowledgeErrorReason) -> None:
@@ -705,8 +705,11 @@ class DeliveryAcknowledgeError(HarnessError):
         # this code is used only when a client raises one on its own side.
         return StatusCode.FAILED_PRECONDITION
 
+    def _fields(self) -> tuple[object, ...]:
+        return (self.acknowledge_reason,)
 
-class ConnectError(HarnessError):
+
+class ConnectError(_EqualByFields, HarnessError):
     """A client could not acquire a HarnessEndpoint."""
 
     def __init__(self, reason: ConnectErrorReason) -> None:
@@ -724,6 +727,9 @@ class ConnectError(HarnessError):
     @property
     def status_code(self) -> StatusCode:
         return StatusCode.UNAVAILABLE
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.connect_reason,)
 
 
 # --- Statuses outside the contract's unions ----------------------------------------------
@@ -834,6 +840,8 @@ class InvalidRequestReason(enum.StrEnum):
     """A field no conforming client sends: an unset oneof, a NaN, an unknown enum value."""
     MALFORMED_REQUEST = "malformed-request"
     """The body does not decode as the method's protobuf message."""
+    INVALID_IDEMPOTENCY_KEY = "invalid-idempotency-key"
+    """An idempotency key is not 1 to 128 bytes of UTF-8 text without NUL."""
 
 
 class InvalidRequestError(_StatusText):
@@ -862,3 +870,13 @@ class InvalidRequestError(_StatusText):
     @property
     def status_code(self) -> StatusCode:
         return StatusCode.INVALID_ARGUMENT
+
+
+class InvalidIdempotencyKeyError(InvalidRequestError):
+    """An idempotency key is not 1 to 128 UTF-8 bytes without NUL; nothing ran."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            InvalidRequestReason.INVALID_IDEMPOTENCY_KEY,
+            "send failed: an idempotency key is 1 to 128 bytes of UTF-8 text without NUL",
+        )

@@ -65,9 +65,9 @@ class ManagementError(HarnessError):
         return f"ManagementError({self.management_reason.value!r}, {self.detail!r})"
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ManagementError)
-            and (other.management_reason, other.detail) == (self.management_reason, self.detail)
+        return isinstance(other, ManagementError) and (other.management_reason, other.detail) == (
+            self.management_reason,
+            self.detail,
         )
 
     def __hash__(self) -> int:

@@ -1304,6 +1304,7 @@ _BY_ERROR_INFO: Final[Mapping[str, Callable[[str], HarnessError]]] = {
     **{
         reason.name: functools.partial(InvalidRequestError, reason)
         for reason in InvalidRequestReason
+        if reason is not InvalidRequestReason.INVALID_IDEMPOTENCY_KEY
     },
     "INVALID_IDEMPOTENCY_KEY": lambda _message: InvalidIdempotencyKeyError(),
 }
@@ -1349,6 +1350,9 @@ def error_of_status(status: status_pb2.Status) -> HarnessError | None:
             try:
                 return error_from_proto(detail, status.message)
             except InvalidRequestError:
+                if isinstance(detail, errors_pb2.SendError):
+                    # A reason from a newer gateway: the send may or may not have happened.
+                    return SendError(SendErrorReason.OUTCOME_UNKNOWN)
                 return None
         if packed.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()

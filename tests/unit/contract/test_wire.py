@@ -189,8 +189,7 @@ def test_acknowledge_results_round_trip(error):
 def test_management_values_round_trip():
     registered = RegisteredAgent(address="agent:bob", agent_id="agt_x", token="hat_y")
     assert (
-        wire.registered_agent_from_proto(wire.registered_agent_to_proto(registered))
-        == registered
+        wire.registered_agent_from_proto(wire.registered_agent_to_proto(registered)) == registered
     )
     status = AgentStatus(
         name="bob",
@@ -245,8 +244,7 @@ def test_failure_delivery_unset_is_result():
     )
     for delivery in FailureDelivery:
         assert (
-            wire.failure_delivery_from_proto(wire.failure_delivery_to_proto(delivery))
-            is delivery
+            wire.failure_delivery_from_proto(wire.failure_delivery_to_proto(delivery)) is delivery
         )
 
 
