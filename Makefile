@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+NODE_STAMP := node_modules/.installed-stamp
 SOURCES := gateway clients/python/src clients/python/contract/src clients/examples tests proto/generate.py bench
 
-.PHONY: install serve test test-fast check lint typecheck generate check-generated bench clean
+.PHONY: install serve test test-fast check lint typecheck generate check-generated bench clean node-install node-build test-node
 
 install: $(STAMP)
 
@@ -16,11 +17,28 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml clients/python/contract/p
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e clients/python/contract -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
+# The npm workspace (package.json): the Node client and the example scripts' tools, from
+# the committed lockfile; reinstalls only when the lockfile or a package.json changes.
+node-install: $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json clients/node/package.json
+	npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+node-build: $(NODE_STAMP)
+	npm run build --workspace clients/node
+
+# The Node client's unit tests and shared scenarios, against real gateway processes.
+test-node: $(STAMP) $(NODE_STAMP)
+	npm test --workspace clients/node
+
 serve: $(STAMP)
 	$(BIN)/harness-gateway serve $(ARGS)
 
-test: $(STAMP)
+# The polyglot e2e test runs the Node example agent, so the client is built first.
+test: $(STAMP) node-build
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	npm test --workspace clients/node
 
 # Skips the end-to-end tests that start real daemon processes.
 test-fast: $(STAMP)
@@ -35,11 +53,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy gateway clients/python/src clients/python/contract/src clients/examples tests
 
-generate: $(STAMP)
+generate: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python proto/generate.py
+	npm run generate --workspace clients/node
 
-check-generated: $(STAMP)
+check-generated: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python proto/generate.py --check
+	npm run generate:check --workspace clients/node
 
 check: lint typecheck check-generated test
 
@@ -47,4 +67,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis node_modules clients/node/dist clients/node/build

@@ -442,15 +442,16 @@ class AgentRuntime:
             raise
         finally:
             _INVOCATION.reset(token)
-        if invocation.guidance is not None:
-            result = SendResult(operation_id=result.operation_id, guidance=invocation.guidance)
+        certified = tuple(
+            handle.post_id
+            for handle in invocation.posts
+            if handle.certified.done() and not handle.certified.cancelled()
+        )
+        result = SendResult(
+            operation_id=result.operation_id, guidance=invocation.guidance, post_ids=certified
+        )
         if self.export is not None:
-            certified = [
-                handle.post_id
-                for handle in invocation.posts
-                if handle.certified.done() and not handle.certified.cancelled()
-            ]
-            self.export.sent(send_input, certified, result.operation_id)
+            self.export.sent(send_input, list(certified), result.operation_id)
         return result
 
     async def _send(

@@ -260,21 +260,25 @@ def send_input_from_json(value: JsonValue) -> SendInput:
 
 
 def send_result_to_json(result: SendResult) -> dict[str, JsonValue]:
-    """`{operationId?, guidance?}`."""
+    """`{operationId?, guidance?, postIds?}` (`postIds` when the send certified a post)."""
     value: dict[str, JsonValue] = {}
     if result.operation_id is not None:
         value["operationId"] = result.operation_id
     if result.guidance is not None:
         value["guidance"] = checked_guidance_to_json(result.guidance)
+    if result.post_ids:
+        value["postIds"] = result.post_ids
     return value
 
 
 def send_result_from_json(value: JsonValue) -> SendResult:
     """Read a SendResult."""
-    obj = _object(value, "result", set(), {"operationId", "guidance"})
+    obj = _object(value, "result", set(), {"operationId", "guidance", "postIds"})
     return SendResult(
         operation_id=_str(obj["operationId"], "operationId") if "operationId" in obj else None,
         guidance=checked_guidance_from_json(obj["guidance"]) if "guidance" in obj else None,
+        # Kept outcomes stored before the field have none.
+        post_ids=_strs(obj["postIds"], "postIds") if "postIds" in obj else (),
     )
 
 

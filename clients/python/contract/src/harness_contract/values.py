@@ -127,6 +127,10 @@ class SendResult:
 
     operation_id: str | None = None
     guidance: CheckedGuidance | None = None
+    post_ids: tuple[str, ...] = ()
+    """The PostIds of the posts the send certified, in the order it bound them: one for a
+    message, one per member conversation for a gather, none for a refusal reported inbound.
+    A gateway extension (the contract's `SendResult` has no such field)."""
 
 
 # --- Inbound ---------------------------------------------------------------------------

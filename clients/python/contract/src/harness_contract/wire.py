@@ -555,8 +555,8 @@ def failure_delivery_from_proto(value: types_pb2.FailureDelivery.ValueType) -> F
 
 
 def send_result_to_proto(result: SendResult) -> types_pb2.SendResult:
-    """`{operationId?, guidance?}`."""
-    message = types_pb2.SendResult()
+    """`{operationId?, guidance?, postIds}`."""
+    message = types_pb2.SendResult(post_ids=result.post_ids)
     if result.operation_id is not None:
         message.operation_id = result.operation_id
     if result.guidance is not None:
@@ -571,6 +571,7 @@ def send_result_from_proto(result: types_pb2.SendResult) -> SendResult:
         guidance=(
             checked_guidance_from_proto(result.guidance) if result.HasField("guidance") else None
         ),
+        post_ids=tuple(result.post_ids),
     )
 
 

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from harness_contract._gen.harness.v1 import guidance_pb2 as harness_dot_v1_dot_guidance__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16harness/v1/types.proto\x12\nharness.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19harness/v1/guidance.proto\"\xb6\x01\n\x0b\x43ontentPart\x12,\n\x04text\x18\x01 \x01(\x0b\x32\x1c.harness.v1.ContentPart.TextH\x00\x12,\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x1c.harness.v1.ContentPart.DataH\x00\x1a\x14\n\x04Text\x12\x0c\n\x04text\x18\x01 \x01(\t\x1a-\n\x04\x44\x61ta\x12%\n\x05value\x18\x01 \x01(\x0b\x32\x16.google.protobuf.ValueB\x06\n\x04part\"1\n\x07\x43ontent\x12&\n\x05parts\x18\x01 \x03(\x0b\x32\x17.harness.v1.ContentPart\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"\x91\x01\n\x0b\x41nswerValue\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x16\n\x0cnumber_value\x18\x02 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x03 \x01(\x08H\x00\x12\x33\n\x11string_list_value\x18\x04 \x01(\x0b\x32\x16.harness.v1.StringListH\x00\x42\x07\n\x05value\"\x8e\x01\n\rAnswerContent\x12\x35\n\x06\x66ields\x18\x01 \x03(\x0b\x32%.harness.v1.AnswerContent.FieldsEntry\x1a\x46\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.harness.v1.AnswerValue:\x02\x38\x01\"\x94\x03\n\x13\x43ollectiveOperation\x12>\n\tmulticast\x18\x01 \x01(\x0b\x32).harness.v1.CollectiveOperation.MulticastH\x00\x12\x38\n\x06gather\x18\x02 \x01(\x0b\x32&.harness.v1.CollectiveOperation.GatherH\x00\x12?\n\nall_gather\x18\x03 \x01(\x0b\x32).harness.v1.CollectiveOperation.AllGatherH\x00\x1a\x0b\n\tMulticast\x1aU\n\x06Gather\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x01 \x01(\r\x12\x31\n\x10requested_schema\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x1aX\n\tAllGather\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x01 \x01(\r\x12\x31\n\x10requested_schema\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\n\x02op\"\xd3\x01\n\x12\x43ollectiveResponse\x12\x37\n\x06\x61\x63\x63\x65pt\x18\x01 \x01(\x0b\x32%.harness.v1.CollectiveResponse.AcceptH\x00\x12\x39\n\x07\x64\x65\x63line\x18\x02 \x01(\x0b\x32&.harness.v1.CollectiveResponse.DeclineH\x00\x1a\x34\n\x06\x41\x63\x63\x65pt\x12*\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x19.harness.v1.AnswerContent\x1a\t\n\x07\x44\x65\x63lineB\x08\n\x06\x61\x63tion\"\xa3\x02\n\tSendInput\x12\x30\n\x07message\x18\x01 \x01(\x0b\x32\x1d.harness.v1.SendInput.MessageH\x00\x12.\n\x06\x61nswer\x18\x02 \x01(\x0b\x32\x1c.harness.v1.SendInput.AnswerH\x00\x1aX\n\x07Message\x12\n\n\x02to\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x33\n\ncollective\x18\x03 \x01(\x0b\x32\x1f.harness.v1.CollectiveOperation\x1aQ\n\x06\x41nswer\x12\n\n\x02to\x18\x01 \x01(\t\x12;\n\x13\x63ollective_response\x18\x02 \x01(\x0b\x32\x1e.harness.v1.CollectiveResponseB\x07\n\x05input\"g\n\nSendResult\x12\x19\n\x0coperation_id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12-\n\x08guidance\x18\x02 \x01(\x0b\x32\x1b.harness.v1.CheckedGuidanceB\x0f\n\r_operation_id\"g\n\rDirectMessage\x12\x0f\n\x07post_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06sender\x18\x03 \x01(\t\x12$\n\x07\x63ontent\x18\x04 \x01(\x0b\x32\x13.harness.v1.Content\"w\n\x0cGroupMessage\x12\x0f\n\x07post_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06sender\x18\x03 \x01(\t\x12\x0f\n\x07members\x18\x04 \x03(\t\x12$\n\x07\x63ontent\x18\x05 \x01(\x0b\x32\x13.harness.v1.Content\"p\n\x0eInboundMessage\x12+\n\x06\x64irect\x18\x01 \x01(\x0b\x32\x19.harness.v1.DirectMessageH\x00\x12)\n\x05group\x18\x02 \x01(\x0b\x32\x18.harness.v1.GroupMessageH\x00\x42\x06\n\x04kind\"\xbd\x03\n\x17\x43ollectiveMemberOutcome\x12@\n\x08\x61nswered\x18\x01 \x01(\x0b\x32,.harness.v1.CollectiveMemberOutcome.AnsweredH\x00\x12@\n\x08\x64\x65\x63lined\x18\x02 \x01(\x0b\x32,.harness.v1.CollectiveMemberOutcome.DeclinedH\x00\x12>\n\x07invalid\x18\x03 \x01(\x0b\x32+.harness.v1.CollectiveMemberOutcome.InvalidH\x00\x12\x41\n\tno_answer\x18\x04 \x01(\x0b\x32,.harness.v1.CollectiveMemberOutcome.NoAnswerH\x00\x12(\n\x08withheld\x18\x05 \x01(\x0b\x32\x14.harness.v1.WithheldH\x00\x1a\x36\n\x08\x41nswered\x12*\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x19.harness.v1.AnswerContent\x1a\n\n\x08\x44\x65\x63lined\x1a\x19\n\x07Invalid\x12\x0e\n\x06reason\x18\x01 \x01(\t\x1a\n\n\x08NoAnswerB\x06\n\x04kind\"^\n\x16\x43ollectiveMemberResult\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x34\n\x07outcome\x18\x02 \x01(\x0b\x32#.harness.v1.CollectiveMemberOutcome\"<\n\rMulticastItem\x12+\n\x07message\x18\x01 \x01(\x0b\x32\x1a.harness.v1.InboundMessage\"\xd6\x01\n\x15\x43ollectiveRequestItem\x12$\n\x02op\x18\x01 \x01(\x0e\x32\x18.harness.v1.CollectiveOp\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07post_id\x18\x03 \x01(\t\x12\x14\n\x06sender\x18\x04 \x01(\tR\x04\x66rom\x12\n\n\x02to\x18\x05 \x01(\t\x12\x10\n\x08question\x18\x06 \x01(\t\x12\x31\n\x10requested_schema\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0b\x64\x65\x61\x64line_at\x18\x08 \x01(\x03\"\x95\x02\n\x14\x43ollectiveResultItem\x12$\n\x02op\x18\x01 \x01(\x0e\x32\x18.harness.v1.CollectiveOp\x12\n\n\x02id\x18\x02 \x01(\t\x12\n\n\x02to\x18\x03 \x01(\t\x12;\n\x08question\x18\x04 \x01(\x0b\x32).harness.v1.CollectiveResultItem.Question\x12\x34\n\x08outcomes\x18\x05 \x03(\x0b\x32\".harness.v1.CollectiveMemberResult\x1aL\n\x08Question\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x08withheld\x18\x02 \x01(\x0b\x32\x14.harness.v1.WithheldH\x00\x42\x06\n\x04kind\"<\n\x13OperationFailedItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\n\n\x02to\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\x82\x02\n\x0bInboundItem\x12.\n\tmulticast\x18\x01 \x01(\x0b\x32\x19.harness.v1.MulticastItemH\x00\x12?\n\x12\x63ollective_request\x18\x02 \x01(\x0b\x32!.harness.v1.CollectiveRequestItemH\x00\x12=\n\x11\x63ollective_result\x18\x03 \x01(\x0b\x32 .harness.v1.CollectiveResultItemH\x00\x12;\n\x10operation_failed\x18\x04 \x01(\x0b\x32\x1f.harness.v1.OperationFailedItemH\x00\x42\x06\n\x04kind\"}\n\x0fInboundDelivery\x12\x16\n\x0e\x64\x65livery_token\x18\x01 \x01(\t\x12%\n\x04item\x18\x02 \x01(\x0b\x32\x17.harness.v1.InboundItem\x12+\n\x08guidance\x18\x03 \x01(\x0b\x32\x19.harness.v1.LocalGuidance*e\n\x0c\x43ollectiveOp\x12\x1d\n\x19\x43OLLECTIVE_OP_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43OLLECTIVE_OP_GATHER\x10\x01\x12\x1c\n\x18\x43OLLECTIVE_OP_ALL_GATHER\x10\x02*n\n\x0f\x46\x61ilureDelivery\x12 \n\x1c\x46\x41ILURE_DELIVERY_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x41ILURE_DELIVERY_RESULT\x10\x01\x12\x1c\n\x18\x46\x41ILURE_DELIVERY_INBOUND\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16harness/v1/types.proto\x12\nharness.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19harness/v1/guidance.proto\"\xb6\x01\n\x0b\x43ontentPart\x12,\n\x04text\x18\x01 \x01(\x0b\x32\x1c.harness.v1.ContentPart.TextH\x00\x12,\n\x04\x64\x61ta\x18\x02 \x01(\x0b\x32\x1c.harness.v1.ContentPart.DataH\x00\x1a\x14\n\x04Text\x12\x0c\n\x04text\x18\x01 \x01(\t\x1a-\n\x04\x44\x61ta\x12%\n\x05value\x18\x01 \x01(\x0b\x32\x16.google.protobuf.ValueB\x06\n\x04part\"1\n\x07\x43ontent\x12&\n\x05parts\x18\x01 \x03(\x0b\x32\x17.harness.v1.ContentPart\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"\x91\x01\n\x0b\x41nswerValue\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x16\n\x0cnumber_value\x18\x02 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x03 \x01(\x08H\x00\x12\x33\n\x11string_list_value\x18\x04 \x01(\x0b\x32\x16.harness.v1.StringListH\x00\x42\x07\n\x05value\"\x8e\x01\n\rAnswerContent\x12\x35\n\x06\x66ields\x18\x01 \x03(\x0b\x32%.harness.v1.AnswerContent.FieldsEntry\x1a\x46\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12&\n\x05value\x18\x02 \x01(\x0b\x32\x17.harness.v1.AnswerValue:\x02\x38\x01\"\x94\x03\n\x13\x43ollectiveOperation\x12>\n\tmulticast\x18\x01 \x01(\x0b\x32).harness.v1.CollectiveOperation.MulticastH\x00\x12\x38\n\x06gather\x18\x02 \x01(\x0b\x32&.harness.v1.CollectiveOperation.GatherH\x00\x12?\n\nall_gather\x18\x03 \x01(\x0b\x32).harness.v1.CollectiveOperation.AllGatherH\x00\x1a\x0b\n\tMulticast\x1aU\n\x06Gather\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x01 \x01(\r\x12\x31\n\x10requested_schema\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x1aX\n\tAllGather\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x01 \x01(\r\x12\x31\n\x10requested_schema\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\n\x02op\"\xd3\x01\n\x12\x43ollectiveResponse\x12\x37\n\x06\x61\x63\x63\x65pt\x18\x01 \x01(\x0b\x32%.harness.v1.CollectiveResponse.AcceptH\x00\x12\x39\n\x07\x64\x65\x63line\x18\x02 \x01(\x0b\x32&.harness.v1.CollectiveResponse.DeclineH\x00\x1a\x34\n\x06\x41\x63\x63\x65pt\x12*\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x19.harness.v1.AnswerContent\x1a\t\n\x07\x44\x65\x63lineB\x08\n\x06\x61\x63tion\"\xa3\x02\n\tSendInput\x12\x30\n\x07message\x18\x01 \x01(\x0b\x32\x1d.harness.v1.SendInput.MessageH\x00\x12.\n\x06\x61nswer\x18\x02 \x01(\x0b\x32\x1c.harness.v1.SendInput.AnswerH\x00\x1aX\n\x07Message\x12\n\n\x02to\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x33\n\ncollective\x18\x03 \x01(\x0b\x32\x1f.harness.v1.CollectiveOperation\x1aQ\n\x06\x41nswer\x12\n\n\x02to\x18\x01 \x01(\t\x12;\n\x13\x63ollective_response\x18\x02 \x01(\x0b\x32\x1e.harness.v1.CollectiveResponseB\x07\n\x05input\"y\n\nSendResult\x12\x19\n\x0coperation_id\x18\x01 \x01(\tH\x00\x88\x01\x01\x12-\n\x08guidance\x18\x02 \x01(\x0b\x32\x1b.harness.v1.CheckedGuidance\x12\x10\n\x08post_ids\x18\x03 \x03(\tB\x0f\n\r_operation_id\"g\n\rDirectMessage\x12\x0f\n\x07post_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06sender\x18\x03 \x01(\t\x12$\n\x07\x63ontent\x18\x04 \x01(\x0b\x32\x13.harness.v1.Content\"w\n\x0cGroupMessage\x12\x0f\n\x07post_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06sender\x18\x03 \x01(\t\x12\x0f\n\x07members\x18\x04 \x03(\t\x12$\n\x07\x63ontent\x18\x05 \x01(\x0b\x32\x13.harness.v1.Content\"p\n\x0eInboundMessage\x12+\n\x06\x64irect\x18\x01 \x01(\x0b\x32\x19.harness.v1.DirectMessageH\x00\x12)\n\x05group\x18\x02 \x01(\x0b\x32\x18.harness.v1.GroupMessageH\x00\x42\x06\n\x04kind\"\xbd\x03\n\x17\x43ollectiveMemberOutcome\x12@\n\x08\x61nswered\x18\x01 \x01(\x0b\x32,.harness.v1.CollectiveMemberOutcome.AnsweredH\x00\x12@\n\x08\x64\x65\x63lined\x18\x02 \x01(\x0b\x32,.harness.v1.CollectiveMemberOutcome.DeclinedH\x00\x12>\n\x07invalid\x18\x03 \x01(\x0b\x32+.harness.v1.CollectiveMemberOutcome.InvalidH\x00\x12\x41\n\tno_answer\x18\x04 \x01(\x0b\x32,.harness.v1.CollectiveMemberOutcome.NoAnswerH\x00\x12(\n\x08withheld\x18\x05 \x01(\x0b\x32\x14.harness.v1.WithheldH\x00\x1a\x36\n\x08\x41nswered\x12*\n\x07\x63ontent\x18\x01 \x01(\x0b\x32\x19.harness.v1.AnswerContent\x1a\n\n\x08\x44\x65\x63lined\x1a\x19\n\x07Invalid\x12\x0e\n\x06reason\x18\x01 \x01(\t\x1a\n\n\x08NoAnswerB\x06\n\x04kind\"^\n\x16\x43ollectiveMemberResult\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x34\n\x07outcome\x18\x02 \x01(\x0b\x32#.harness.v1.CollectiveMemberOutcome\"<\n\rMulticastItem\x12+\n\x07message\x18\x01 \x01(\x0b\x32\x1a.harness.v1.InboundMessage\"\xd6\x01\n\x15\x43ollectiveRequestItem\x12$\n\x02op\x18\x01 \x01(\x0e\x32\x18.harness.v1.CollectiveOp\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07post_id\x18\x03 \x01(\t\x12\x14\n\x06sender\x18\x04 \x01(\tR\x04\x66rom\x12\n\n\x02to\x18\x05 \x01(\t\x12\x10\n\x08question\x18\x06 \x01(\t\x12\x31\n\x10requested_schema\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x13\n\x0b\x64\x65\x61\x64line_at\x18\x08 \x01(\x03\"\x95\x02\n\x14\x43ollectiveResultItem\x12$\n\x02op\x18\x01 \x01(\x0e\x32\x18.harness.v1.CollectiveOp\x12\n\n\x02id\x18\x02 \x01(\t\x12\n\n\x02to\x18\x03 \x01(\t\x12;\n\x08question\x18\x04 \x01(\x0b\x32).harness.v1.CollectiveResultItem.Question\x12\x34\n\x08outcomes\x18\x05 \x03(\x0b\x32\".harness.v1.CollectiveMemberResult\x1aL\n\x08Question\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x08withheld\x18\x02 \x01(\x0b\x32\x14.harness.v1.WithheldH\x00\x42\x06\n\x04kind\"<\n\x13OperationFailedItem\x12\n\n\x02id\x18\x01 \x01(\t\x12\n\n\x02to\x18\x02 \x01(\t\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\x82\x02\n\x0bInboundItem\x12.\n\tmulticast\x18\x01 \x01(\x0b\x32\x19.harness.v1.MulticastItemH\x00\x12?\n\x12\x63ollective_request\x18\x02 \x01(\x0b\x32!.harness.v1.CollectiveRequestItemH\x00\x12=\n\x11\x63ollective_result\x18\x03 \x01(\x0b\x32 .harness.v1.CollectiveResultItemH\x00\x12;\n\x10operation_failed\x18\x04 \x01(\x0b\x32\x1f.harness.v1.OperationFailedItemH\x00\x42\x06\n\x04kind\"}\n\x0fInboundDelivery\x12\x16\n\x0e\x64\x65livery_token\x18\x01 \x01(\t\x12%\n\x04item\x18\x02 \x01(\x0b\x32\x17.harness.v1.InboundItem\x12+\n\x08guidance\x18\x03 \x01(\x0b\x32\x19.harness.v1.LocalGuidance*e\n\x0c\x43ollectiveOp\x12\x1d\n\x19\x43OLLECTIVE_OP_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43OLLECTIVE_OP_GATHER\x10\x01\x12\x1c\n\x18\x43OLLECTIVE_OP_ALL_GATHER\x10\x02*n\n\x0f\x46\x61ilureDelivery\x12 \n\x1c\x46\x41ILURE_DELIVERY_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x46\x41ILURE_DELIVERY_RESULT\x10\x01\x12\x1c\n\x18\x46\x41ILURE_DELIVERY_INBOUND\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ANSWERCONTENT_FIELDSENTRY']._loaded_options = None
   _globals['_ANSWERCONTENT_FIELDSENTRY']._serialized_options = b'8\001'
-  _globals['_COLLECTIVEOP']._serialized_start=3567
-  _globals['_COLLECTIVEOP']._serialized_end=3668
-  _globals['_FAILUREDELIVERY']._serialized_start=3670
-  _globals['_FAILUREDELIVERY']._serialized_end=3780
+  _globals['_COLLECTIVEOP']._serialized_start=3585
+  _globals['_COLLECTIVEOP']._serialized_end=3686
+  _globals['_FAILUREDELIVERY']._serialized_start=3688
+  _globals['_FAILUREDELIVERY']._serialized_end=3798
   _globals['_CONTENTPART']._serialized_start=96
   _globals['_CONTENTPART']._serialized_end=278
   _globals['_CONTENTPART_TEXT']._serialized_start=203
@@ -76,37 +76,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SENDINPUT_ANSWER']._serialized_start=1477
   _globals['_SENDINPUT_ANSWER']._serialized_end=1558
   _globals['_SENDRESULT']._serialized_start=1569
-  _globals['_SENDRESULT']._serialized_end=1672
-  _globals['_DIRECTMESSAGE']._serialized_start=1674
-  _globals['_DIRECTMESSAGE']._serialized_end=1777
-  _globals['_GROUPMESSAGE']._serialized_start=1779
-  _globals['_GROUPMESSAGE']._serialized_end=1898
-  _globals['_INBOUNDMESSAGE']._serialized_start=1900
-  _globals['_INBOUNDMESSAGE']._serialized_end=2012
-  _globals['_COLLECTIVEMEMBEROUTCOME']._serialized_start=2015
-  _globals['_COLLECTIVEMEMBEROUTCOME']._serialized_end=2460
-  _globals['_COLLECTIVEMEMBEROUTCOME_ANSWERED']._serialized_start=2347
-  _globals['_COLLECTIVEMEMBEROUTCOME_ANSWERED']._serialized_end=2401
-  _globals['_COLLECTIVEMEMBEROUTCOME_DECLINED']._serialized_start=2403
-  _globals['_COLLECTIVEMEMBEROUTCOME_DECLINED']._serialized_end=2413
-  _globals['_COLLECTIVEMEMBEROUTCOME_INVALID']._serialized_start=2415
-  _globals['_COLLECTIVEMEMBEROUTCOME_INVALID']._serialized_end=2440
-  _globals['_COLLECTIVEMEMBEROUTCOME_NOANSWER']._serialized_start=2442
-  _globals['_COLLECTIVEMEMBEROUTCOME_NOANSWER']._serialized_end=2452
-  _globals['_COLLECTIVEMEMBERRESULT']._serialized_start=2462
-  _globals['_COLLECTIVEMEMBERRESULT']._serialized_end=2556
-  _globals['_MULTICASTITEM']._serialized_start=2558
-  _globals['_MULTICASTITEM']._serialized_end=2618
-  _globals['_COLLECTIVEREQUESTITEM']._serialized_start=2621
-  _globals['_COLLECTIVEREQUESTITEM']._serialized_end=2835
-  _globals['_COLLECTIVERESULTITEM']._serialized_start=2838
-  _globals['_COLLECTIVERESULTITEM']._serialized_end=3115
-  _globals['_COLLECTIVERESULTITEM_QUESTION']._serialized_start=3039
-  _globals['_COLLECTIVERESULTITEM_QUESTION']._serialized_end=3115
-  _globals['_OPERATIONFAILEDITEM']._serialized_start=3117
-  _globals['_OPERATIONFAILEDITEM']._serialized_end=3177
-  _globals['_INBOUNDITEM']._serialized_start=3180
-  _globals['_INBOUNDITEM']._serialized_end=3438
-  _globals['_INBOUNDDELIVERY']._serialized_start=3440
-  _globals['_INBOUNDDELIVERY']._serialized_end=3565
+  _globals['_SENDRESULT']._serialized_end=1690
+  _globals['_DIRECTMESSAGE']._serialized_start=1692
+  _globals['_DIRECTMESSAGE']._serialized_end=1795
+  _globals['_GROUPMESSAGE']._serialized_start=1797
+  _globals['_GROUPMESSAGE']._serialized_end=1916
+  _globals['_INBOUNDMESSAGE']._serialized_start=1918
+  _globals['_INBOUNDMESSAGE']._serialized_end=2030
+  _globals['_COLLECTIVEMEMBEROUTCOME']._serialized_start=2033
+  _globals['_COLLECTIVEMEMBEROUTCOME']._serialized_end=2478
+  _globals['_COLLECTIVEMEMBEROUTCOME_ANSWERED']._serialized_start=2365
+  _globals['_COLLECTIVEMEMBEROUTCOME_ANSWERED']._serialized_end=2419
+  _globals['_COLLECTIVEMEMBEROUTCOME_DECLINED']._serialized_start=2421
+  _globals['_COLLECTIVEMEMBEROUTCOME_DECLINED']._serialized_end=2431
+  _globals['_COLLECTIVEMEMBEROUTCOME_INVALID']._serialized_start=2433
+  _globals['_COLLECTIVEMEMBEROUTCOME_INVALID']._serialized_end=2458
+  _globals['_COLLECTIVEMEMBEROUTCOME_NOANSWER']._serialized_start=2460
+  _globals['_COLLECTIVEMEMBEROUTCOME_NOANSWER']._serialized_end=2470
+  _globals['_COLLECTIVEMEMBERRESULT']._serialized_start=2480
+  _globals['_COLLECTIVEMEMBERRESULT']._serialized_end=2574
+  _globals['_MULTICASTITEM']._serialized_start=2576
+  _globals['_MULTICASTITEM']._serialized_end=2636
+  _globals['_COLLECTIVEREQUESTITEM']._serialized_start=2639
+  _globals['_COLLECTIVEREQUESTITEM']._serialized_end=2853
+  _globals['_COLLECTIVERESULTITEM']._serialized_start=2856
+  _globals['_COLLECTIVERESULTITEM']._serialized_end=3133
+  _globals['_COLLECTIVERESULTITEM_QUESTION']._serialized_start=3057
+  _globals['_COLLECTIVERESULTITEM_QUESTION']._serialized_end=3133
+  _globals['_OPERATIONFAILEDITEM']._serialized_start=3135
+  _globals['_OPERATIONFAILEDITEM']._serialized_end=3195
+  _globals['_INBOUNDITEM']._serialized_start=3198
+  _globals['_INBOUNDITEM']._serialized_end=3456
+  _globals['_INBOUNDDELIVERY']._serialized_start=3458
+  _globals['_INBOUNDDELIVERY']._serialized_end=3583
 # @@protoc_insertion_point(module_scope)

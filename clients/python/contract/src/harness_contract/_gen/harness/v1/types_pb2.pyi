@@ -586,6 +586,7 @@ class SendResult(_message.Message):
 
     OPERATION_ID_FIELD_NUMBER: _builtins.int
     GUIDANCE_FIELD_NUMBER: _builtins.int
+    POST_IDS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     """"operationId": the `CollectiveId` of a gather, all_gather or answered request (or of
     a refusal routed inbound); unset for a multicast.
@@ -596,15 +597,24 @@ class SendResult(_message.Message):
         firewall pipeline is not empty.
         """
 
+    @_builtins.property
+    def post_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """A gateway extension: the `PostId`s of the posts this send certified, in the order it
+        bound them (one for a message or an answer, one per member conversation for a gather,
+        one for an all_gather; none for a refusal routed inbound). Each names the post in the
+        conversation's history and in the recipients' `DirectMessage`/`GroupMessage`.
+        """
+
     def __init__(
         self,
         *,
         operation_id: _builtins.str | None = ...,
         guidance: _guidance_pb2.CheckedGuidance | None = ...,
+        post_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_operation_id", b"_operation_id", "guidance", b"guidance", "operation_id", b"operation_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_operation_id", b"_operation_id", "guidance", b"guidance", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_operation_id", b"_operation_id", "guidance", b"guidance", "operation_id", b"operation_id", "post_ids", b"post_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__operation_id: _TypeAlias = _typing.Literal["operation_id"]  # noqa: Y015
     _WhichOneofArgType__operation_id: _TypeAlias = _typing.Literal["_operation_id", b"_operation_id"]  # noqa: Y015

@@ -1,0 +1,388 @@
+/**
+ * `connect` and `Endpoint`: one agent's HarnessEndpoint over gRPC (the Python client's
+ * `_endpoint.py`).
+ *
+ *     const endpoint = await connect("127.0.0.1:7770", { token });
+ *     await endpoint.send({ to: "agent:bob", text: "hello" });
+ *     for await (const delivery of endpoint.messages()) {
+ *       ...
+ *       await delivery.acknowledge();
+ *     }
+ *     await endpoint.close();
+ */
+
+import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import type { CallOptions, Client } from "@connectrpc/connect";
+
+import { AckBatcher } from "./acks.js";
+import {
+  DecodeFailed,
+  FAILURE_DELIVERY,
+  acknowledgeResultFromProto,
+  itemFromProto,
+  localGuidanceFromProto,
+  messageTextErrorFromProto,
+  sendInputFromProto,
+  sendInputToProto,
+  sendResultFromProto,
+  sendStateFromProto,
+} from "./convert.js";
+import {
+  AuthenticationError,
+  CollectiveError,
+  DeliveryAcknowledgeError,
+  EndpointClosedError,
+  FirewallSendError,
+  HarnessConnectError,
+  HarnessError,
+  IdempotencyConflictError,
+  InvalidRequestError,
+  ListenError,
+  PermissionDeniedError,
+  SendError,
+  TransportError,
+} from "./errors.js";
+import { HarnessEndpointService, SendRequestSchema } from "./gen/harness/v1/endpoint_pb.js";
+import type { MessagesResponse } from "./gen/harness/v1/endpoint_pb.js";
+import { Backoff, UNARY_RETRY, neverSent, shouldRetryKeyedSend, shouldRetryUnary, sleep, untilServing } from "./retry.js";
+import { decodeError } from "./status.js";
+import { streamDeliveries } from "./stream.js";
+import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport } from "./transport.js";
+import type { ChannelOptions } from "./transport.js";
+import type { FailureDelivery, InboundDelivery, SendInput, SendResult, SendState } from "./values.js";
+
+/** Milliseconds a `send` may take in all, retries of a keyed send included. */
+export const SEND_TIMEOUT_MS = 60_000;
+/** Milliseconds one `Acknowledge` call may take. */
+export const ACKNOWLEDGE_TIMEOUT_MS = 10_000;
+/** Milliseconds a `readSend` or `parseMessageText` call may take. */
+export const READ_TIMEOUT_MS = 5_000;
+/** Most tokens the gateway takes in one `Acknowledge` call. */
+export const ACKNOWLEDGE_MAX_TOKENS = 1_000;
+
+/** What `connect` takes. */
+export interface ConnectOptions extends ChannelOptions {
+  /** The agent's API token (`hat_…`). */
+  readonly token: string;
+}
+
+/** What `send` takes besides the input. */
+export interface SendOptions {
+  /** 1 to 128 UTF-8 bytes: a retry under the key returns the kept outcome. A keyed send
+   * lost in transit is sent again under its key until `timeoutMs` passed. */
+  readonly idempotencyKey?: string;
+  /** How a refused gather, all_gather or answer is reported; `"result"` by default. */
+  readonly failureDelivery?: FailureDelivery;
+  /** Milliseconds the send may take in all, retries included (60 s by default). */
+  readonly timeoutMs?: number;
+  /** Abandons the send: it fails `outcome-unknown` (or `network-unavailable` when it
+   * cannot have reached the gateway), and a keyed send is not sent again. */
+  readonly signal?: AbortSignal;
+}
+
+/** What `messages` takes. */
+export interface MessagesOptions {
+  /** End another open stream of this agent instead of failing `already-listening`. */
+  readonly takeover?: boolean;
+}
+
+/** An Endpoint's lifecycle: a closed one refuses every call with `EndpointClosedError`. */
+export type EndpointState = "open" | "closed";
+
+/** The failures `send` passes on as the gateway decided them. */
+const TYPED_SEND_FAILURES = [
+  SendError,
+  CollectiveError,
+  FirewallSendError,
+  IdempotencyConflictError,
+  AuthenticationError,
+  PermissionDeniedError,
+  InvalidRequestError,
+] as const;
+
+function typedSendFailure(error: HarnessError): boolean {
+  return TYPED_SEND_FAILURES.some((type) => error instanceof type);
+}
+
+/**
+ * Acquire the HarnessEndpoint of the agent `token` names.
+ *
+ * One authenticated call with no effect checks the gateway and the token within
+ * `connectTimeoutMs` (waiting out a gateway that is still starting). Rejects with
+ * `HarnessConnectError`: `transport-failed` (unreachable, or the token refused: the
+ * `AuthenticationError` is its `cause`), `incompatible-daemon` (no HarnessEndpointService).
+ */
+export async function connect(address: string, options: ConnectOptions): Promise<Endpoint> {
+  const endpoint = new Endpoint(address, options);
+  try {
+    await endpoint.checkToken(options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS);
+  } catch (error) {
+    await endpoint.close();
+    throw error;
+  }
+  return endpoint;
+}
+
+/** One agent's HarnessEndpoint. Close it with `close()` (or `await using`). */
+export class Endpoint {
+  private readonly client: Client<typeof HarnessEndpointService>;
+  private readonly acks: AckBatcher;
+  /** Aborts when the endpoint closes: every open call and stream ends. */
+  private readonly closing = new AbortController();
+
+  /** Use `connect`, which checks the token first. */
+  constructor(address: string, options: ConnectOptions) {
+    this.client = createClient(HarnessEndpointService, createTransport(address, options.token, options));
+    this.acks = new AckBatcher((tokens, signal) => this.acknowledgeBatch(tokens, signal));
+  }
+
+  /** The lifecycle state. */
+  get state(): EndpointState {
+    return this.closing.signal.aborted ? "closed" : "open";
+  }
+
+  /** Stop acknowledging, end every `messages()` iterator and open call; idempotent. */
+  async close(): Promise<void> {
+    if (this.closing.signal.aborted) {
+      return;
+    }
+    this.closing.abort();
+    await this.acks.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private checkOpen(): void {
+    if (this.closing.signal.aborted) {
+      throw new EndpointClosedError();
+    }
+  }
+
+  /** Call options: a deadline, and cancellation when the endpoint (or `signal`) aborts. */
+  private callOptions(timeoutMs: number, signal?: AbortSignal): CallOptions {
+    return { timeoutMs, signal: signal === undefined ? this.closing.signal : AbortSignal.any([this.closing.signal, signal]) };
+  }
+
+  /** A call's failure, or `EndpointClosedError` when the endpoint closed under it. */
+  private failure(error: unknown): HarnessError {
+    return this.closing.signal.aborted ? new EndpointClosedError({ cause: error }) : decodeError(error);
+  }
+
+  /** An idempotent unary call, retried on UNAVAILABLE (it had no effect). */
+  private async idempotent<T>(call: (options: CallOptions) => Promise<T>, timeoutMs: number): Promise<T> {
+    const backoff = new Backoff(UNARY_RETRY.initialMs, UNARY_RETRY.maxMs);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await call(this.callOptions(timeoutMs));
+      } catch (error) {
+        const failure = this.failure(error);
+        if (attempt >= UNARY_RETRY.attempts || !shouldRetryUnary(failure)) {
+          throw failure;
+        }
+      }
+      await sleep(backoff.nextDelayMs(), this.closing.signal);
+      this.checkOpen();
+    }
+  }
+
+  /** @internal One authenticated call with no effect: a refused token fails `connect`. */
+  async checkToken(timeoutMs: number): Promise<void> {
+    try {
+      await untilServing(
+        (left) => this.client.parseMessageText({ to: "agent:connect-check", text: "" }, this.callOptions(left)),
+        timeoutMs,
+        this.closing.signal,
+      );
+    } catch (error) {
+      const failure = decodeError(error);
+      const reason =
+        failure instanceof TransportError && failure.code === "UNIMPLEMENTED" ? "incompatible-daemon" : "transport-failed";
+      throw new HarnessConnectError(reason, { cause: failure });
+    }
+  }
+
+  // --- send ------------------------------------------------------------------------
+
+  /**
+   * Send; resolves once the post is certified (a gather: once its posts settled).
+   *
+   * Rejects with `SendError`, `CollectiveError`, `FirewallSendError`, or
+   * `IdempotencyConflictError` for a key bound to another send. A keyless send lost in
+   * transit fails `outcome-unknown` when it may have reached the gateway,
+   * `network-unavailable` when it cannot have.
+   */
+  async send(input: SendInput, options: SendOptions = {}): Promise<SendResult> {
+    this.checkOpen();
+    const request = create(SendRequestSchema, {
+      input: sendInputToProto(input),
+      failureDelivery: FAILURE_DELIVERY.toProto(options.failureDelivery ?? "result"),
+      ...(options.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey }),
+    });
+    const giveUpAt = Date.now() + (options.timeoutMs ?? SEND_TIMEOUT_MS);
+    const backoff = new Backoff();
+    let mayHaveArrived = false;
+    for (;;) {
+      let response;
+      try {
+        response = await this.client.send(request, this.callOptions(Math.max(1, giveUpAt - Date.now()), options.signal));
+      } catch (error) {
+        const failure = this.failure(error);
+        if (typedSendFailure(failure) || failure instanceof EndpointClosedError) {
+          throw failure;
+        }
+        mayHaveArrived ||= !neverSent(failure);
+        const left = giveUpAt - Date.now();
+        // The caller's own abort ends the send: it is never retried past it.
+        const abandoned = options.signal?.aborted === true;
+        if (options.idempotencyKey !== undefined && !abandoned && shouldRetryKeyedSend(failure) && left > 0) {
+          await sleep(Math.min(backoff.nextDelayMs(), left), this.closing.signal);
+          this.checkOpen();
+          continue;
+        }
+        throw new SendError(mayHaveArrived ? "outcome-unknown" : "network-unavailable", { cause: failure });
+      }
+      try {
+        return sendResultFromProto(response.result);
+      } catch (error) {
+        // The send succeeded, but this client cannot read what it returned.
+        throw new SendError("outcome-unknown", { cause: error });
+      }
+    }
+  }
+
+  // --- messages --------------------------------------------------------------------
+
+  /**
+   * The agent's deliveries in inbox order, as an async iterator (leave the `for await`
+   * loop, or call `return()`, to end the stream).
+   *
+   * Reconnects on its own with backoff, and skips replays of tokens it already yielded
+   * (each call starts with an empty memory). Rejects with `ListenError`:
+   * `already-listening` when another stream is open (unless `takeover`) or takes this one
+   * over, `transport-failed` after 5 minutes without a stream, `decode-failed`; or with the
+   * typed failure that ended the stream (`AuthenticationError` `revoked` for a revoked
+   * token). Closing the endpoint ends the iteration.
+   */
+  messages(options: MessagesOptions = {}): AsyncGenerator<InboundDelivery, void, undefined> {
+    this.checkOpen();
+    return streamDeliveries({
+      open: ({ takeover, signal, onHeader }) =>
+        this.client.messages({ takeover }, { signal: AbortSignal.any([signal, this.closing.signal]), onHeader, timeoutMs: 0 }),
+      decode: (response) => this.delivery(response),
+      takeover: options.takeover ?? false,
+      closed: this.closing.signal,
+    });
+  }
+
+  private delivery(response: MessagesResponse): InboundDelivery {
+    const delivery = response.delivery;
+    try {
+      if (delivery === undefined) {
+        throw new DecodeFailed("a response has no delivery");
+      }
+      const token = delivery.deliveryToken;
+      const acks = this.acks;
+      return {
+        token,
+        item: itemFromProto(delivery.item),
+        ...(delivery.guidance === undefined ? {} : { guidance: localGuidanceFromProto(delivery.guidance) }),
+        acknowledge: () => acks.acknowledge(token),
+      };
+    } catch (error) {
+      if (error instanceof DecodeFailed) {
+        throw new ListenError("decode-failed", { cause: error });
+      }
+      throw error;
+    }
+  }
+
+  // --- acknowledgments -------------------------------------------------------------
+
+  /**
+   * Acknowledge tokens directly, 1,000 per call; one result per token (undefined:
+   * retired). Rejects with the decoded failure of a call (`AuthenticationError`,
+   * `TransportError`). `delivery.acknowledge()` is the batched way for deliveries in hand.
+   */
+  async acknowledge(tokens: readonly string[]): Promise<(DeliveryAcknowledgeError | undefined)[]> {
+    this.checkOpen();
+    const results: (DeliveryAcknowledgeError | undefined)[] = [];
+    for (let start = 0; start < tokens.length; start += ACKNOWLEDGE_MAX_TOKENS) {
+      const chunk = tokens.slice(start, start + ACKNOWLEDGE_MAX_TOKENS);
+      const response = await this.idempotent(
+        (options) => this.client.acknowledge({ deliveryTokens: chunk }, options),
+        ACKNOWLEDGE_TIMEOUT_MS,
+      );
+      if (response.results.length !== chunk.length) {
+        throw new TransportError("INTERNAL", "acknowledge results do not match the tokens");
+      }
+      try {
+        results.push(...response.results.map(acknowledgeResultFromProto));
+      } catch (error) {
+        throw new TransportError("INTERNAL", "acknowledge results do not decode", { cause: error });
+      }
+    }
+    return results;
+  }
+
+  private async acknowledgeBatch(
+    tokens: readonly string[],
+    signal: AbortSignal,
+  ): Promise<(DeliveryAcknowledgeError | undefined)[]> {
+    if (signal.aborted) {
+      throw new DeliveryAcknowledgeError("transport-failed");
+    }
+    try {
+      return await this.acknowledge(tokens);
+    } catch (error) {
+      throw new DeliveryAcknowledgeError("transport-failed", { cause: error });
+    }
+  }
+
+  // --- pure and state reads --------------------------------------------------------
+
+  /** The send a message's text states; rejects with `MessageTextError` when it states an
+   * operation that does not fit its shape. */
+  async parseMessageText(to: string, text: string): Promise<SendInput> {
+    this.checkOpen();
+    const response = await this.idempotent(
+      (options) => this.client.parseMessageText({ to, text }, options),
+      READ_TIMEOUT_MS,
+    );
+    const result = response.result;
+    try {
+      switch (result.case) {
+        case "input":
+          return sendInputFromProto(result.value);
+        case "error":
+          throw messageTextErrorFromProto(result.value);
+        case undefined:
+          throw new DecodeFailed("a parse answered nothing");
+      }
+    } catch (error) {
+      if (error instanceof DecodeFailed) {
+        throw new TransportError("INTERNAL", "the parse answer does not decode", { cause: error });
+      }
+      throw error;
+    }
+  }
+
+  /** The state of an idempotency key: absent, pending, indeterminate or returned. */
+  async readSend(idempotencyKey: string): Promise<SendState> {
+    this.checkOpen();
+    const response = await this.idempotent(
+      (options) => this.client.readSend({ idempotencyKey }, options),
+      READ_TIMEOUT_MS,
+    );
+    try {
+      return sendStateFromProto(response);
+    } catch (error) {
+      if (error instanceof DecodeFailed) {
+        throw new TransportError("INTERNAL", "the send state does not decode", { cause: error });
+      }
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * One `messages()` iterator across a gateway restart (beyond the shared scenarios): it
+ * reconnects on its own, the acknowledged item never returns, and the unacknowledged one,
+ * replayed under its token, is skipped because this iterator already yielded it.
+ */
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { connect, connectManagement } from "@harness-gateway/client";
+import type { Endpoint, ManagementClient } from "@harness-gateway/client";
+
+import { GatewayProcess } from "./support/gateway.js";
+import { nextDelivery, within } from "./support/setting.js";
+
+test("an iterator survives a gateway restart and skips the replay it already yielded", async () => {
+  let gateway = await GatewayProcess.start();
+  const opened: (Endpoint | ManagementClient)[] = [];
+  try {
+    const admin = await connectManagement(gateway.address, { adminToken: gateway.adminToken });
+    opened.push(admin);
+    const alice = await connect(gateway.address, { token: (await admin.registerAgent("alice")).token });
+    const bob = await connect(gateway.address, { token: (await admin.registerAgent("bob")).token });
+    opened.push(alice, bob);
+    await alice.send({ to: "agent:bob", text: "one" });
+    await alice.send({ to: "agent:bob", text: "two" });
+    const stream = bob.messages();
+    const one = await nextDelivery(stream);
+    const two = await nextDelivery(stream);
+    await within(one.acknowledge(), "the acknowledgment");
+
+    // Same data directory and port: the clients' connections drop and come back.
+    const { address, dataDir } = gateway;
+    await gateway.stop({ keepData: true });
+    gateway = await GatewayProcess.start({ dataDir, listen: address });
+
+    // Keyless sends are not retried: wait until the gateway answers, as a caller would.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await alice.send({ to: "agent:bob", text: "three" });
+        break;
+      } catch (error) {
+        assert.ok(attempt < 50, `the gateway did not come back: ${String(error)}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+    const next = await nextDelivery(stream);
+    // "two" came back first (unacknowledged), under its token, and was skipped.
+    assert.notEqual(next.token, two.token);
+    assert.equal(next.item.kind === "multicast" && next.item.message.content[0]?.type === "text" && next.item.message.content[0].text, "three");
+    await within(Promise.all([two.acknowledge(), next.acknowledge()]), "the acknowledgments");
+    const status = await admin.agentStatus("bob");
+    assert.equal(status.backlog, 0n);
+  } finally {
+    for (const client of opened.reverse()) {
+      await client.close();
+    }
+    await gateway.stop();
+  }
+});
