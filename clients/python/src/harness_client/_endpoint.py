@@ -25,6 +25,7 @@ from harness_contract.errors import (
     InvalidRequestError,
     ListenError,
     ListenErrorReason,
+    MessageTextError,
     PermissionDeniedError,
     SendError,
     SendErrorReason,
@@ -247,20 +248,16 @@ class Endpoint:
         )
 
     def _delivery(self, response: endpoint_pb2.MessagesResponse) -> InboundDelivery:
-        delivery = response.delivery
         try:
-            return InboundDelivery(
-                token=delivery.delivery_token,
-                item=wire.item_from_proto(delivery.item),
-                guidance=(
-                    wire.local_guidance_from_proto(delivery.guidance)
-                    if delivery.HasField("guidance")
-                    else None
-                ),
-                _acknowledge=self._acks.acknowledge,
-            )
+            delivery = wire.delivery_from_proto(response.delivery)
         except InvalidRequestError:
             raise ListenError(ListenErrorReason.DECODE_FAILED) from None
+        return InboundDelivery(
+            token=delivery.token,
+            item=delivery.item,
+            guidance=delivery.guidance,
+            _acknowledge=self._acks.acknowledge,
+        )
 
     # --- acknowledgments -------------------------------------------------------------
 
@@ -324,18 +321,12 @@ class Endpoint:
             # A failed call; a gateway from before the `error` arm also refused a text so.
             raise decode_status(error) from None
         try:
-            match response.WhichOneof("result"):
-                case "input":
-                    return wire.send_input_from_proto(response.input)
-                case "error":
-                    failure = wire.message_text_error_from_proto(response.error)
-                case _:
-                    raise InvalidRequestError.of_field(
-                        "parse answered neither an input nor an error"
-                    )
+            parsed = wire.parse_result_from_proto(response)
         except InvalidRequestError:
             raise TransportError(grpc.StatusCode.INTERNAL, "parse answer does not decode") from None
-        raise failure
+        if isinstance(parsed, MessageTextError):
+            raise parsed
+        return parsed
 
     async def read_send(self, idempotency_key: str, *, deadline: float = READ_TIMEOUT) -> SendState:
         """The state of an idempotency key: absent, pending, indeterminate or returned."""
