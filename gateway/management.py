@@ -68,7 +68,9 @@ class ManagementQueries:
             hosted=True,
             stream_attached=runtime.inbox.listening,
             backlog=backlog,
-            oldest_unacked_age_seconds=0.0 if oldest is None else max(0.0, self._clock.time() - oldest),
+            oldest_unacked_age_seconds=0.0
+            if oldest is None
+            else max(0.0, self._clock.time() - oldest),
             set_aside=self._set_aside_of(runtime),
         )
 

@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 from dataclasses import dataclass
+from typing import Final
 
 import pytest
 from harness_client import cli
@@ -17,6 +18,9 @@ from harness_contract.errors import CollectiveError, RequestNone
 
 from tests.integration.rpc.conftest import Served, until
 from tests.integration.rpc.fake_core import text_item
+
+REFUSED_WITHIN: Final = 2.0
+"""Seconds a command may take to report a refused connection (the connect bound is 5 s)."""
 
 
 @dataclass
@@ -80,9 +84,17 @@ async def test_status_prints_the_gateway_status(harness, served):
 async def test_agents_register_prints_the_address_and_the_token_once(harness, served):
     run = await harness("agents", "register", "alice", "--json")
     assert run.code == 0
-    assert set(run.json) == {"address", "token"}
+    assert {"address", "token"} <= set(run.json)
     assert run.json["address"] == "agent:alice"
     assert served.core.tokens[run.json["token"]] == "alice"
+
+
+async def test_agents_register_prints_the_token_alone_so_a_shell_can_keep_it(harness, served):
+    run = await harness("agents", "register", "bob")
+    assert run.code == 0
+    [token] = run.lines
+    assert served.core.tokens[token] == "bob"
+    assert run.err == "registered agent:bob; its token is shown only this once\n"
 
 
 async def test_agents_list_show_rotate_and_revoke(harness, served):
@@ -109,11 +121,37 @@ async def test_a_management_failure_exits_one_with_its_reason(harness):
     assert run.err.splitlines()[-1] == "reason=not-found"
 
 
-async def test_a_wrong_admin_token_exits_three(harness, served):
+async def test_an_agent_token_on_an_operator_command_says_which_token_it_takes(harness, served):
     token = await served.register("alice")
     run = await harness("--admin-token", token, "status", admin=False)
     assert run.code == 3
-    assert "reason=wrong-role" in run.err
+    assert run.err.splitlines() == [
+        "permission denied: this is an agent's token; operator commands take the admin token "
+        "(--admin-token)",
+        "reason=wrong-role",
+    ]
+
+
+async def test_a_wrong_admin_token_leads_with_authentication_failed(harness):
+    run = await harness("--admin-token", "x" * 40, "status", admin=False)
+    assert run.code == 3
+    assert run.err.splitlines() == [
+        "authentication failed: the gateway does not know this admin token",
+        "reason=unknown",
+    ]
+
+
+async def test_a_wrong_agent_token_leads_with_authentication_failed(harness):
+    run = await harness("send", "agent:bob", "hi", token="hat_" + "x" * 43, admin=False)
+    assert run.code == 3
+    assert run.err.splitlines() == [
+        "authentication failed: the gateway does not know this agent token",
+        "reason=unknown",
+    ]
+    as_json = await harness(
+        "--json", "send", "agent:bob", "hi", token="hat_" + "x" * 43, admin=False
+    )
+    assert json.loads(as_json.err)["error"]["type"] == "AuthenticationError"
 
 
 async def test_the_admin_token_is_read_from_the_embedded_data_directory(harness, served, tmp_path):
@@ -130,13 +168,20 @@ async def test_a_missing_token_is_a_usage_error(harness):
     assert "no agent token" in run.err
 
 
-async def test_an_unreachable_gateway_exits_three(capsys):
+async def test_an_unreachable_gateway_is_named_with_its_cause_at_once(capsys):
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    # No --timeout: a refused connection must not wait out the connect bound.
     code = await asyncio.to_thread(
-        cli.main,
-        ["--url", "127.0.0.1:1", "--timeout", "0.5", "--token", "t", "parse", "agent:b", "x"],
+        cli.main, ["--url", "127.0.0.1:1", "--token", "t", "parse", "agent:b", "x"]
     )
+    took = loop.time() - started
     assert code == 3
-    assert "reason=transport-failed" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines() == [
+        "cannot reach 127.0.0.1:1: connection refused",
+        "reason=transport-failed",
+    ]
+    assert took < REFUSED_WITHIN, f"a refused connection took {took:.1f} s"
 
 
 async def test_send_reads_the_text_as_message_text_and_prints_the_send_result(harness, served):
@@ -147,6 +192,25 @@ async def test_send_reads_the_text_as_message_text_and_prints_the_send_result(ha
     assert run.json == {}
     [call] = served.core.endpoints["alice"].calls
     assert call.send_input.text == "hello bob"
+    text = await harness("send", "agent:bob", "again", "-o", "text", token=alice, admin=False)
+    assert text.lines == ["sent to agent:bob"]
+
+
+async def test_send_reads_its_text_from_stdin_or_a_file(harness, served, monkeypatch, tmp_path):
+    alice = await served.register("alice")
+    await served.register("bob")
+    monkeypatch.setattr("sys.stdin", io.StringIO("from stdin\n"))
+    piped = await harness("send", "agent:bob", "-", token=alice, admin=False)
+    # Past what one command-line argument may hold (128 KiB on Linux).
+    long_text = "x" * 200_000
+    (tmp_path / "long.txt").write_text(long_text + "\n", encoding="utf-8")
+    parsed = await harness(
+        "parse", "agent:bob", "--text-file", str(tmp_path / "long.txt"), token=alice, admin=False
+    )
+    assert (piped.code, parsed.code) == (0, 0)
+    [call] = served.core.endpoints["alice"].calls
+    assert call.send_input.text == "from stdin"
+    assert parsed.json == {"to": "agent:bob", "text": long_text}
 
 
 async def test_send_with_a_key_and_inbound_failures_passes_both(harness, served):
@@ -267,6 +331,9 @@ async def test_listen_text_prints_each_delivery_as_a_readable_line(harness, serv
     [line] = run.lines
     assert line.startswith(f"{token} message ")
     assert line.endswith(' from agent:carol: "m0"')
+    # -o text is the same readable form (the delivery is still unacknowledged).
+    again = await harness("listen", "-o", "text", "--max", "1", token=alice, admin=False)
+    assert again.lines == run.lines
 
 
 async def test_listen_stops_after_its_timeout_with_nothing_to_print(harness, served):
@@ -347,6 +414,8 @@ async def test_conversations_and_history(harness, served):
         ],
         "hasMore": False,
     }
+    text = await harness("history", "--agent", "alice", "agent:bob")
+    assert text.lines == ['rch_1 depth 1, pst_1 from agent:bob: "hello"']
 
 
 async def test_gather_sends_the_question_with_its_deadline_and_form(harness, served, tmp_path):
@@ -355,7 +424,8 @@ async def test_gather_sends_the_question_with_its_deadline_and_form(harness, ser
     alice = await served.register("alice")
     served.core.scripted["agent:bob"] = SendResult(operation_id="col_x")
     form = tmp_path / "form.json"
-    form.write_text('{"type": "object", "properties": {"slot": {"type": "string"}}}')
+    schema = '{"type": "object", "properties": {"slot": {"type": "string"}}}'
+    form.write_text(schema)
     run = await harness(
         "gather",
         "agent:bob",
@@ -369,7 +439,24 @@ async def test_gather_sends_the_question_with_its_deadline_and_form(harness, ser
     )
     assert run.code == 0
     assert run.json == {"operationId": "col_x"}
-    [call] = served.core.endpoints["alice"].calls
+    inline = await harness(
+        "gather",
+        "agent:bob",
+        "when?",
+        "--deadline",
+        "120",
+        "--schema",
+        schema,
+        "-o",
+        "text",
+        token=alice,
+        admin=False,
+    )
+    assert inline.code == 0
+    assert inline.lines[0].startswith("gather col_x asked in agent:bob; its result arrives")
+    first, second = served.core.endpoints["alice"].calls
+    assert first.send_input == second.send_input
+    call = first
     assert call.send_input == MessageInput(
         to="agent:bob",
         text="when?",

@@ -1,14 +1,39 @@
+"""`harness`'s arguments, tokens, environment and last guards, without a gateway: every way
+a command can go wrong before it dials ends in one line and an exit code, never a traceback."""
+
 from __future__ import annotations
 
 import argparse
+import io
 
 import pytest
 from harness_client import cli
 
 
 def namespace(**values: object) -> argparse.Namespace:
-    base = {"token": None, "token_file": None, "admin_token": None, "admin_token_file": None}
+    base = {
+        "token": None,
+        "token_file": None,
+        "admin_token": None,
+        "admin_token_file": None,
+        "url": None,
+    }
     return argparse.Namespace(**{**base, **values})
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    for name in (
+        "HARNESS_URL",
+        "HARNESS_TOKEN",
+        "HARNESS_TOKEN_FILE",
+        "HARNESS_ADMIN_TOKEN",
+        "HARNESS_ADMIN_TOKEN_FILE",
+        "HARNESS_CONNECT_TIMEOUT",
+        "HARNESS_DEBUG",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
 def test_a_flag_token_wins_over_the_environment(tmp_path):
@@ -21,8 +46,8 @@ def test_a_flag_token_wins_over_the_environment(tmp_path):
     assert cli.agent_token(namespace(), {"HARNESS_TOKEN_FILE": str(token_file)}) == "from-file"
 
 
-def test_no_agent_token_is_a_usage_error():
-    with pytest.raises(cli.UsageError, match="no agent token"):
+def test_no_agent_token_is_a_usage_error_that_says_where_tokens_come_from():
+    with pytest.raises(cli.UsageError, match=r"no agent token.*agents register NAME"):
         cli.agent_token(namespace(), {})
 
 
@@ -43,6 +68,23 @@ def test_a_missing_token_file_is_a_usage_error(tmp_path):
         cli.agent_token(namespace(token_file=str(tmp_path / "absent")), {})
 
 
+def test_a_token_with_characters_no_token_has_is_refused_naming_where_it_came_from():
+    with pytest.raises(cli.UsageError, match="HARNESS_TOKEN has characters"):
+        cli.agent_token(namespace(), {"HARNESS_TOKEN": "hat_a\nb"})
+    with pytest.raises(cli.UsageError, match="--admin-token has characters"):
+        cli.admin_token(namespace(admin_token="two words"), {})
+
+
+def test_the_url_comes_from_the_flag_the_environment_or_the_default_and_is_checked():
+    assert cli.gateway_url(namespace(), {}) == "127.0.0.1:7770"
+    assert cli.gateway_url(namespace(), {"HARNESS_URL": "grpc://gw:7770"}) == "grpc://gw:7770"
+    flag = namespace(url="grpcs://[::1]:7770")
+    assert cli.gateway_url(flag, {"HARNESS_URL": "x"}) == "grpcs://[::1]:7770"
+    for bad in ("::::", "gw", "gw:0", "gw:70000", "two words:1"):
+        with pytest.raises(cli.UsageError, match=r"HARNESS_URL .* is not HOST:PORT"):
+            cli.gateway_url(namespace(), {"HARNESS_URL": bad})
+
+
 def test_usage_errors_exit_two_and_help_exits_zero(capsys):
     assert cli.main(["no-such-command"]) == cli.EXIT_USAGE
     assert cli.main(["--help"]) == cli.EXIT_OK
@@ -50,14 +92,77 @@ def test_usage_errors_exit_two_and_help_exits_zero(capsys):
     capsys.readouterr()
 
 
-def test_json_may_follow_the_command_and_the_url_defaults_from_the_environment():
-    parser = cli.build_parser({"HARNESS_URL": "grpc://gw:7770"})
-    args = parser.parse_args(["agents", "register", "bob", "--json"])
-    assert args.output == "json"
-    assert args.url == "grpc://gw:7770"
-    assert parser.parse_args(["--json", "status"]).output == "json"
-    assert parser.parse_args(["status"]).output == "text"
-    assert cli.build_parser({}).parse_args(["status"]).url == "127.0.0.1:7770"
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--timeout", "abc", "status"], "argument --timeout: 'abc' is not a number of seconds"),
+        (["--connect-timeout", "-1", "status"], "'-1' is not a number of seconds above 0"),
+        (["listen", "--max", "two"], "argument --max: 'two' is not a whole number"),
+        (["gather", "agent:bob", "q", "--schema", "{}", "--deadline", "0"], "30 days"),
+        (["-o", "yaml", "status"], "invalid choice: 'yaml'"),
+    ],
+)
+def test_a_bad_flag_value_is_described_in_user_words(capsys, argv, says):
+    assert cli.main(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert says in err
+    assert "Traceback" not in err
+    assert "_positive" not in err
+    assert "invalid" not in err or "invalid choice" in err
+
+
+def every_action(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from every_action(sub)
+        else:
+            yield parser.prog, action
+
+
+def test_every_argument_of_every_command_has_help():
+    missing = [
+        f"{prog} {action.option_strings or action.dest}"
+        for prog, action in every_action(cli.build_parser({}))
+        if not action.help or action.help == argparse.SUPPRESS
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("HARNESS_URL", "::::", "HARNESS_URL '::::' is not HOST:PORT"),
+        ("HARNESS_CONNECT_TIMEOUT", "soon", "HARNESS_CONNECT_TIMEOUT: 'soon' is not a number"),
+        ("HARNESS_DEBUG", "maybe", "HARNESS_DEBUG='maybe': use 1 or 0"),
+        ("HARNESS_TOKEN", "hat_a b", "the token from HARNESS_TOKEN has characters"),
+    ],
+)
+def test_a_bad_environment_value_is_a_usage_error_naming_the_variable(
+    monkeypatch, capsys, variable, value, says
+):
+    monkeypatch.setenv(variable, value)
+    if variable != "HARNESS_TOKEN":
+        monkeypatch.setenv("HARNESS_TOKEN", "hat_x")
+    assert cli.main(["send", "agent:bob", "hi"]) == cli.EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"harness: error: {says}")
+
+
+def test_the_output_is_the_command_s_own_form_unless_one_is_asked_for():
+    parser = cli.build_parser({})
+
+    def form(*argv: str) -> tuple[cli.OutputForm, bool]:
+        out = cli.output_for(parser.parse_args(argv), io.StringIO(), io.StringIO())
+        return out.form, out.json_errors
+
+    assert form("status") == (cli.OutputForm.TEXT, False)
+    assert form("agents", "register", "bob", "--json") == (cli.OutputForm.JSON, True)
+    assert form("--json", "status") == (cli.OutputForm.JSON, True)
+    assert form("send", "agent:bob", "hi") == (cli.OutputForm.JSON, False)
+    assert form("send", "agent:bob", "hi", "-o", "text") == (cli.OutputForm.TEXT, False)
+    assert form("listen", "--text") == (cli.OutputForm.TEXT, False)
+    assert form("-o", "text", "listen") == (cli.OutputForm.TEXT, False)
 
 
 def test_json_output_writes_integral_numbers_as_integers():
@@ -65,3 +170,92 @@ def test_json_output_writes_integral_numbers_as_integers():
         cli.dumps({"deadline": 300.0, "n": 1.5, "xs": (1.0,)})
         == '{"deadline": 300, "n": 1.5, "xs": [1]}'
     )
+
+
+def context(stdin: str = "") -> cli.Context:
+    args = cli.build_parser({}).parse_args(["send", "agent:bob", "-"])
+    out = cli.output_for(args, io.StringIO(), io.StringIO())
+    return cli.Context(args=args, env={}, out=out, stdin=io.StringIO(stdin))
+
+
+def test_a_text_comes_from_the_argument_stdin_or_a_file_without_its_final_newline(tmp_path):
+    assert context().text("hi", None, what="text", flag="--text-file") == "hi"
+    assert context("hello\nworld\n").text("-", None, what="text", flag="--text-file") == (
+        "hello\nworld"
+    )
+    big = tmp_path / "big.txt"
+    big.write_text("x" * 200_000 + "\n", encoding="utf-8")
+    assert context().text(None, str(big), what="text", flag="--text-file") == "x" * 200_000
+    with pytest.raises(cli.UsageError, match="not both"):
+        context().text("hi", str(big), what="text", flag="--text-file")
+    with pytest.raises(cli.UsageError, match="no text: give it as an argument, - to read stdin"):
+        context().text(None, None, what="text", flag="--text-file")
+    with pytest.raises(cli.UsageError, match="cannot read the text file"):
+        context().text(None, str(tmp_path / "absent"), what="text", flag="--text-file")
+
+
+def test_a_schema_is_inline_json_or_a_file(tmp_path):
+    form = '{"type": "object", "properties": {"slot": {"type": "string"}}}'
+    expected = {"type": "object", "properties": {"slot": {"type": "string"}}}
+    assert cli.read_schema(form) == expected
+    path = tmp_path / "form.json"
+    path.write_text(form, encoding="utf-8")
+    assert cli.read_schema(str(path)) == expected
+    with pytest.raises(cli.UsageError, match="--schema is not JSON"):
+        cli.read_schema("{nope")
+    with pytest.raises(cli.UsageError, match=r"inline JSON starts with \{"):
+        cli.read_schema(str(tmp_path / "absent.json"))
+    path.write_text("[]", encoding="utf-8")
+    with pytest.raises(cli.UsageError, match="is not a JSON object"):
+        cli.read_schema(str(path))
+
+
+def test_an_unexpected_error_prints_one_line_and_debug_adds_the_traceback(monkeypatch, capsys):
+    async def broken(ctx: cli.Context) -> int:
+        raise RuntimeError("the disk fell off")
+
+    monkeypatch.setattr(cli, "_status", broken)
+    assert cli.main(["status"]) == cli.EXIT_INTERNAL
+    assert capsys.readouterr().err == (
+        "harness: unexpected error: RuntimeError: the disk fell off "
+        "(--debug or HARNESS_DEBUG=1 shows the traceback)\n"
+    )
+    assert cli.main(["--debug", "status"]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert err.endswith("harness: unexpected error: RuntimeError: the disk fell off\n")
+    monkeypatch.setenv("HARNESS_DEBUG", "1")
+    assert cli.main(["status"]) == cli.EXIT_INTERNAL
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, capsys):
+    async def interrupted(ctx: cli.Context) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_status", interrupted)
+    assert cli.main(["status"]) == cli.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == ""
+
+
+class ClosedPipe(io.StringIO):
+    """stdout after its reader (`head -1`) went away."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_stdout_ends_the_command_quietly(monkeypatch, capsys):
+    async def prints(ctx: cli.Context) -> int:
+        ctx.out.line("alice\thosted\tdetached\tbacklog=0")
+        return cli.EXIT_OK
+
+    monkeypatch.setattr(cli, "_agents_list", prints)
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    assert cli.main(["agents", "list"]) == cli.EXIT_BROKEN_PIPE
+    # argparse drops a failed write of its help; the flush after it finds the pipe closed.
+    assert cli.main(["--help"]) == cli.EXIT_BROKEN_PIPE
+    assert capsys.readouterr().err == ""

@@ -6,13 +6,21 @@ from __future__ import annotations
 import io
 import json
 
+import grpc
 from harness_client import (
+    Accept,
     Answered,
+    AskOperation,
+    AuthenticationError,
+    AuthenticationErrorReason,
     CheckedGuidance,
     CollectiveGuidance,
     CollectiveOp,
     CollectiveRequestItem,
     CollectiveResultItem,
+    ConnectError,
+    ConnectErrorReason,
+    Decline,
     Declined,
     DirectMessage,
     Expectation,
@@ -21,18 +29,35 @@ from harness_client import (
     FirewallSendError,
     GroupMessage,
     GuidanceSubject,
+    HarnessError,
     InboundDelivery,
     Invalid,
+    InvalidIdempotencyKeyError,
+    ListenError,
+    ListenErrorReason,
+    ManagementError,
+    ManagementErrorReason,
     MemberGuidance,
     MemberResult,
+    MessageInput,
     MulticastItem,
     NoAnswer,
     OperationFailedItem,
+    PermissionDeniedError,
+    PermissionDeniedReason,
+    ResponseInput,
+    SendAbsent,
+    SendError,
+    SendErrorReason,
+    SendResult,
+    SendReturned,
     TextPart,
+    TransportError,
     Uncertain,
     UncertainInstruction,
     Withheld,
     cli,
+    to_json,
 )
 
 PERMITTED = ExpectationInstruction(
@@ -176,7 +201,7 @@ def test_peer_text_is_quoted_so_it_cannot_forge_a_guidance_line():
     assert cli.describe_item(group) == ['message p_2 from agent:a in group:a,b,c: "x"']
 
 
-def test_a_request_and_a_failed_operation_print_one_line_each():
+def test_a_request_shows_its_form_and_how_to_answer_and_a_failed_operation_one_line():
     request = CollectiveRequestItem(
         op=CollectiveOp.GATHER,
         id="col_2",
@@ -188,7 +213,10 @@ def test_a_request_and_a_failed_operation_print_one_line_each():
         deadline_at=1_700_000_000_000,
     )
     assert cli.describe_item(request) == [
-        'gather col_2 from agent:alice in agent:alice, answer by 2023-11-14T22:13:20Z: "when?"'
+        'gather col_2 from agent:alice in agent:alice, answer by 2023-11-14T22:13:20Z: "when?"',
+        # The schema's keys sorted: a protobuf Struct keeps no order.
+        'form: {"properties": {}, "type": "object"}',
+        "answer with: harness answer agent:alice --accept JSON, or --decline",
     ]
     failed = OperationFailedItem(id="col_3", to="agent:bob", error="send refused")
     assert cli.describe_item(failed) == ["col_3 failed in agent:bob: send refused"]
@@ -204,9 +232,20 @@ REFUSED = FirewallSendError(
 )
 
 
-def test_a_firewall_refusal_prints_its_message_and_reason():
+SCENE = cli.Scene(command="send", role=cli.TokenRole.AGENT, address="127.0.0.1:7770")
+
+
+def output(*, json_errors: bool) -> tuple[cli.Output, io.StringIO]:
     stderr = io.StringIO()
-    cli.Output(json=False, stdout=io.StringIO(), stderr=stderr).failure(REFUSED)
+    form = cli.OutputForm.JSON
+    return cli.Output(form=form, json_errors=json_errors, stdout=io.StringIO(), stderr=stderr), (
+        stderr
+    )
+
+
+def test_a_firewall_refusal_prints_its_message_and_reason():
+    out, stderr = output(json_errors=False)
+    out.failure(cli.describe_failure(REFUSED, SCENE))
     assert stderr.getvalue().splitlines() == [
         "send refused by the local firewall (forbidden-recipient): "
         "acme agents may only message acme and ops agents",
@@ -215,8 +254,8 @@ def test_a_firewall_refusal_prints_its_message_and_reason():
 
 
 def test_a_firewall_refusal_prints_every_field_with_json():
-    stderr = io.StringIO()
-    cli.Output(json=True, stdout=io.StringIO(), stderr=stderr).failure(REFUSED)
+    out, stderr = output(json_errors=True)
+    out.failure(cli.describe_failure(REFUSED, SCENE))
     error = json.loads(stderr.getvalue())["error"]
     assert error == {
         "type": "FirewallSendError",
@@ -225,10 +264,187 @@ def test_a_firewall_refusal_prints_every_field_with_json():
         "middlewareId": "tenants",
         "ruleId": "acme-out",
         "instruction": "acme agents may only message acme and ops agents",
-        "guidance": REFUSED.guidance.to_json(),
+        "guidance": to_json(REFUSED.guidance),
     }
 
 
 def test_listen_refuses_text_and_json_together(capsys):
     assert cli.main(["--token", "t", "--json", "listen", "--text"]) == cli.EXIT_USAGE
     assert "not both" in capsys.readouterr().err
+
+
+# --- failures: what went wrong first, the contract's reason last --------------------------
+
+
+def failure_lines(error: HarnessError, scene: cli.Scene = SCENE) -> list[str]:
+    out, stderr = output(json_errors=False)
+    out.failure(cli.describe_failure(error, scene))
+    return stderr.getvalue().splitlines()
+
+
+def refused_at_connect(cause: HarnessError) -> ConnectError:
+    error = ConnectError(ConnectErrorReason.TRANSPORT_FAILED)
+    error.__cause__ = cause
+    return error
+
+
+UNKNOWN_TOKEN = AuthenticationError(
+    AuthenticationErrorReason.UNKNOWN, "the token is not known to this gateway"
+)
+ADMIN_SCENE = cli.Scene(command="status", role=cli.TokenRole.ADMIN, address="127.0.0.1:7770")
+
+
+def test_a_refused_token_reads_as_authentication_failed_with_the_token_s_role():
+    assert failure_lines(refused_at_connect(UNKNOWN_TOKEN)) == [
+        "authentication failed: the gateway does not know this agent token",
+        "reason=unknown",
+    ]
+    assert failure_lines(UNKNOWN_TOKEN, ADMIN_SCENE) == [
+        "authentication failed: the gateway does not know this admin token",
+        "reason=unknown",
+    ]
+    revoked = AuthenticationError(AuthenticationErrorReason.REVOKED, "the token was revoked")
+    assert failure_lines(refused_at_connect(revoked))[0].startswith(
+        "authentication failed: this agent token was revoked"
+    )
+    failure = cli.describe_failure(refused_at_connect(UNKNOWN_TOKEN), SCENE)
+    assert failure.exit_code == cli.EXIT_CONNECTION
+
+
+def test_a_token_of_the_other_role_names_the_token_each_side_takes():
+    wrong = PermissionDeniedError(PermissionDeniedReason.WRONG_ROLE, "wrong role")
+    assert failure_lines(wrong, ADMIN_SCENE) == [
+        "permission denied: this is an agent's token; operator commands take the admin "
+        "token (--admin-token)",
+        "reason=wrong-role",
+    ]
+    assert failure_lines(refused_at_connect(wrong))[0] == (
+        "permission denied: this is the admin token; agent commands take an agent's token (--token)"
+    )
+
+
+def test_a_transport_failure_has_the_contract_s_reason_not_a_grpc_code_name():
+    late = TransportError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    scene = cli.Scene(command="send-state", role=cli.TokenRole.AGENT, address="gw:7770")
+    assert failure_lines(late, scene) == [
+        "send-state failed: gw:7770 did not answer in time (--timeout sets the bound)",
+        "cause: Deadline Exceeded",
+        "reason=transport-failed",
+    ]
+    out, stderr = output(json_errors=True)
+    out.failure(cli.describe_failure(late, scene))
+    assert json.loads(stderr.getvalue()) == {
+        "error": {
+            "type": "TransportError",
+            "reason": "transport-failed",
+            "message": "Deadline Exceeded",
+        }
+    }
+
+
+def test_a_send_side_check_reads_as_the_failure_of_the_command_that_made_it():
+    bad_key = InvalidIdempotencyKeyError()
+    state = cli.Scene(command="send-state", role=cli.TokenRole.AGENT, address="gw:7770")
+    assert failure_lines(bad_key, state) == [
+        "send-state failed: an idempotency key is 1 to 128 bytes of UTF-8 text without NUL",
+        "reason=invalid-idempotency-key",
+    ]
+    assert failure_lines(bad_key)[0].startswith("send failed: an idempotency key")
+    bad_address = ManagementError(
+        ManagementErrorReason.INVALID_ADDRESS, "send failed: the address must be agent:<name>"
+    )
+    history = cli.Scene(command="history", role=cli.TokenRole.ADMIN, address="gw:7770")
+    assert failure_lines(bad_address, history) == [
+        "history failed: the address must be agent:<name>",
+        "reason=invalid-address",
+    ]
+
+
+def test_a_second_stream_says_how_to_take_over():
+    lines = failure_lines(ListenError(ListenErrorReason.ALREADY_LISTENING))
+    assert lines == [
+        "listen failed: another stream of this agent is open (--takeover ends it and takes "
+        "its place)",
+        "reason=already-listening",
+    ]
+
+
+def test_an_unreachable_gateway_is_named_with_the_cause_grpc_reported():
+    refused = (
+        "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7770: "
+        "Failed to connect to remote host: Connection refused"
+    )
+    assert cli.reach_cause(refused) == (cli.ReachCause.REFUSED, "connection refused")
+    unresolved = (
+        "errors resolving nosuch.invalid:7770: [field:hostname lookup error:address lookup "
+        "failed for nosuch.invalid:7770: Domain name not found]"
+    )
+    assert cli.reach_cause(unresolved)[0] is cli.ReachCause.UNRESOLVED
+    tls = "failed to connect to all addresses; last error: UNKNOWN: ipv4:1.2.3.4:1: Ssl handshake failed"
+    assert cli.reach_cause(tls)[0] is cli.ReachCause.TLS
+    other = "failed to connect to all addresses; last error: UNKNOWN: something new"
+    assert cli.reach_cause(other) == (
+        cli.ReachCause.OTHER,
+        "the connection failed: UNKNOWN: something new",
+    )
+    failure = cli.unreachable_failure(
+        cli.Unreachable("127.0.0.1:7770", cli.ReachCause.REFUSED, "connection refused")
+    )
+    assert (failure.headline, failure.reason, failure.exit_code) == (
+        "cannot reach 127.0.0.1:7770: connection refused",
+        "transport-failed",
+        cli.EXIT_CONNECTION,
+    )
+
+
+# --- readable results ----------------------------------------------------------------------
+
+GATHER = MessageInput(
+    to="group:alice,bob,carol",
+    text="Which day?",
+    collective=AskOperation(
+        op=CollectiveOp.GATHER, deadline=60, requested_schema={"type": "object", "properties": {}}
+    ),
+)
+
+
+def test_a_send_result_says_what_was_sent_and_where_a_result_will_arrive():
+    sent = SendResult(post_ids=("pst_1",))
+    assert cli.describe_send_result(MessageInput(to="agent:bob", text="hi"), sent) == [
+        "sent to agent:bob",
+        "post pst_1",
+    ]
+    [asked] = cli.describe_send_result(GATHER, SendResult(operation_id="col_1"))
+    assert asked.startswith("gather col_1 asked in group:alice,bob,carol; ")
+    assert "collectiveResult" in asked
+    answer = ResponseInput(to="agent:alice", response=Accept(content={"slot": "tue"}))
+    assert cli.describe_send_result(answer, SendResult(operation_id="col_1")) == [
+        "answered col_1 in agent:alice"
+    ]
+    decline = ResponseInput(to="agent:alice", response=Decline())
+    assert cli.describe_send_result(decline, SendResult(operation_id="col_1")) == [
+        "declined col_1 in agent:alice"
+    ]
+
+
+def test_a_send_input_and_a_send_state_read_as_text():
+    assert cli.describe_send_input(GATHER) == [
+        'gather to group:alice,bob,carol, open for 60s: "Which day?"',
+        '  form: {"properties": {}, "type": "object"}',
+    ]
+    accept = ResponseInput(to="agent:alice", response=Accept(content={"n": 2.0}))
+    assert cli.describe_send_input(accept) == ['answer in agent:alice: accept {"n": 2}']
+    returned = SendReturned(input=MessageInput(to="agent:bob", text="hi"), outcome=SendResult())
+    assert cli.describe_send_state(returned) == [
+        "returned",
+        '  message to agent:bob: "hi"',
+        "  outcome: success {}",
+    ]
+    failed = SendReturned(
+        input=MessageInput(to="agent:nobody", text="hi"),
+        outcome=SendError(SendErrorReason.UNKNOWN_AGENT, "agent:nobody is not registered"),
+    )
+    assert cli.describe_send_state(failed)[-1] == (
+        "  outcome: send failed: agent:nobody is not registered (reason=unknown-agent)"
+    )
+    assert cli.describe_send_state(SendAbsent()) == ["absent"]

@@ -61,12 +61,12 @@ STATUS_ERRORS: list[HarnessError] = [
 
 
 def contract_names() -> dict[str, object]:
-    names: dict[str, object] = {}
-    for module in CONTRACT_MODULES:
-        for name, value in vars(module).items():
-            if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__:
-                names[name] = value
-    return names
+    return {
+        name: value
+        for module in CONTRACT_MODULES
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    }
 
 
 def test_every_export_named_like_a_contract_value_is_the_contracts_own_object():
