@@ -1,7 +1,7 @@
 """`harness.v1.HarnessEndpointService` over the gateway core: the agent API.
 
 Each method checks that the gateway is SERVING, authenticates the agent token, converts
-the request (`gateway.rpc.convert`), calls the agent's `Endpoint`, and converts the answer.
+the request (`harness_contract.wire`), calls the agent's `Endpoint`, and converts the answer.
 Failures are statuses, translated once by the `unary_rpc`/`stream_rpc` wrappers.
 
 `Messages` and the agent's one stream slot (the rule is `AgentInbox.open_stream`'s; the

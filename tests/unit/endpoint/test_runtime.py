@@ -68,10 +68,11 @@ def texts(items) -> list[str]:
 async def test_a_multicast_to_a_co_hosted_agent_certifies_and_reaches_its_inbox(world):
     alice, bob = await hosted(world, "alice", "bob")
 
-    assert await alice.send(MessageInput(to="agent:bob", text="hello")) == SendResult()
+    result = await alice.send(MessageInput(to="agent:bob", text="hello"))
 
     [item] = await inbox_of(world, bob)
     assert isinstance(item, MulticastItem)
+    assert result == SendResult(post_ids=(item.message.post_id,))
     assert item.message.sender == "agent:alice"
     assert texts([item]) == ["hello"]
     assert world.observed["alice"].sends == [("multicast", None)]
@@ -254,6 +255,8 @@ async def test_a_keyed_send_runs_once_and_every_call_returns_its_one_outcome(wor
     first = await alice.send(send, idempotency_key="k-1")
     again = await alice.send(send, idempotency_key="k-1")
 
-    assert first == again == SendResult()
-    assert texts(await inbox_of(world, bob)) == ["once"]
+    [item] = await inbox_of(world, bob)
+    assert isinstance(item, MulticastItem)
+    assert first == again == SendResult(post_ids=(item.message.post_id,))
+    assert texts([item]) == ["once"]
     assert world.observed["alice"].sends == [("multicast", None), ("multicast", None)]
