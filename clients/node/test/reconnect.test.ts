@@ -58,3 +58,36 @@ test("an iterator survives a gateway restart and skips the replay it already yie
     await gateway.stop();
   }
 });
+
+test("an agent that leaves its stream and opens another at once gets it, unary calls between", async () => {
+  // The reopen race of a cancelled stream (the gateway's handover wait): grpc-js may send
+  // the new call before the old one's RST_STREAM, and the agent's unary calls in between
+  // must not make the new stream fail `already-listening`.
+  const gateway = await GatewayProcess.start();
+  const opened: (Endpoint | ManagementClient)[] = [];
+  try {
+    const admin = await connectManagement(gateway.address, { adminToken: gateway.adminToken });
+    opened.push(admin);
+    const alice = await connect(gateway.address, { token: (await admin.registerAgent("alice")).token });
+    const bob = await connect(gateway.address, { token: (await admin.registerAgent("bob")).token });
+    opened.push(alice, bob);
+    for (let round = 0; round < 20; round++) {
+      await alice.send({ to: "agent:bob", text: `round ${round}` });
+      const stream = bob.messages();
+      const delivery = await nextDelivery(stream);
+      await within(delivery.acknowledge(), "the acknowledgment");
+      // Leaving the iterator cancels its call; the next one opens straight away.
+      await stream.return(undefined);
+      await bob.readSend(`never-used-${round}`);
+      await bob.parseMessageText("agent:alice", "hello");
+    }
+    await alice.send({ to: "agent:bob", text: "last" });
+    const last = await nextDelivery(bob.messages());
+    assert.equal(last.item.kind === "multicast" && last.item.message.content[0]?.type === "text" && last.item.message.content[0].text, "last");
+  } finally {
+    for (const client of opened.reverse()) {
+      await client.close();
+    }
+    await gateway.stop();
+  }
+});
