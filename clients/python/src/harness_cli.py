@@ -23,9 +23,9 @@ import traceback
 GRPC_CORE_VERBOSITY = "NONE"
 """`GRPC_VERBOSITY` of a `harness` process whose user set neither it nor `GRPC_TRACE`."""
 EXIT_INTERRUPTED = 130
-"""Ctrl-C before the command started (`harness_client.cli.EXIT_INTERRUPTED`)."""
+"""Ctrl-C before the command started (`harness_client._cli.failures.EXIT_INTERRUPTED`)."""
 EXIT_BROKEN_INSTALL = 70
-"""The CLI could not be loaded (`harness_client.cli.EXIT_INTERNAL`)."""
+"""The CLI could not be loaded (`harness_client._cli.failures.EXIT_INTERNAL`)."""
 
 
 def main() -> int:

@@ -8,6 +8,19 @@ import io
 
 import pytest
 from harness_client import cli
+from harness_client._cli import commands
+from harness_client._cli.commands import Context, read_schema
+from harness_client._cli.env import admin_token, agent_token, gateway_url
+from harness_client._cli.failures import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+)
+from harness_client._cli.output import OutputForm, dumps
+from harness_client._cli.parser import build_parser, output_for
 
 
 def namespace(**values: object) -> argparse.Namespace:
@@ -40,55 +53,55 @@ def test_a_flag_token_wins_over_the_environment(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")
     env = {"HARNESS_TOKEN": "from-env"}
-    assert cli.agent_token(namespace(token="from-flag"), env) == "from-flag"
-    assert cli.agent_token(namespace(token_file=str(token_file)), env) == "from-file"
-    assert cli.agent_token(namespace(), env) == "from-env"
-    assert cli.agent_token(namespace(), {"HARNESS_TOKEN_FILE": str(token_file)}) == "from-file"
+    assert agent_token(namespace(token="from-flag"), env) == "from-flag"
+    assert agent_token(namespace(token_file=str(token_file)), env) == "from-file"
+    assert agent_token(namespace(), env) == "from-env"
+    assert agent_token(namespace(), {"HARNESS_TOKEN_FILE": str(token_file)}) == "from-file"
 
 
 def test_no_agent_token_is_a_usage_error_that_says_where_tokens_come_from():
-    with pytest.raises(cli.UsageError, match=r"no agent token.*agents register NAME"):
-        cli.agent_token(namespace(), {})
+    with pytest.raises(UsageError, match=r"no agent token.*agents register NAME"):
+        agent_token(namespace(), {})
 
 
 def test_the_admin_token_falls_back_to_the_embedded_data_directory(tmp_path):
     state = tmp_path / "state"
     (state / "harness-gateway").mkdir(parents=True)
     (state / "harness-gateway" / "admin-token").write_text("a" * 40 + "\n")
-    assert cli.admin_token(namespace(), {"XDG_STATE_HOME": str(state)}) == "a" * 40
+    assert admin_token(namespace(), {"XDG_STATE_HOME": str(state)}) == "a" * 40
     home = tmp_path / "home"
     (home / ".local/state/harness-gateway").mkdir(parents=True)
     (home / ".local/state/harness-gateway/admin-token").write_text("b" * 40)
-    assert cli.admin_token(namespace(), {"HOME": str(home)}) == "b" * 40
-    assert cli.admin_token(namespace(admin_token="flag"), {"HOME": str(home)}) == "flag"
+    assert admin_token(namespace(), {"HOME": str(home)}) == "b" * 40
+    assert admin_token(namespace(admin_token="flag"), {"HOME": str(home)}) == "flag"
 
 
 def test_a_missing_token_file_is_a_usage_error(tmp_path):
-    with pytest.raises(cli.UsageError, match="cannot read"):
-        cli.agent_token(namespace(token_file=str(tmp_path / "absent")), {})
+    with pytest.raises(UsageError, match="cannot read"):
+        agent_token(namespace(token_file=str(tmp_path / "absent")), {})
 
 
 def test_a_token_with_characters_no_token_has_is_refused_naming_where_it_came_from():
-    with pytest.raises(cli.UsageError, match="HARNESS_TOKEN has characters"):
-        cli.agent_token(namespace(), {"HARNESS_TOKEN": "hat_a\nb"})
-    with pytest.raises(cli.UsageError, match="--admin-token has characters"):
-        cli.admin_token(namespace(admin_token="two words"), {})
+    with pytest.raises(UsageError, match="HARNESS_TOKEN has characters"):
+        agent_token(namespace(), {"HARNESS_TOKEN": "hat_a\nb"})
+    with pytest.raises(UsageError, match="--admin-token has characters"):
+        admin_token(namespace(admin_token="two words"), {})
 
 
 def test_the_url_comes_from_the_flag_the_environment_or_the_default_and_is_checked():
-    assert cli.gateway_url(namespace(), {}) == "127.0.0.1:7770"
-    assert cli.gateway_url(namespace(), {"HARNESS_URL": "grpc://gw:7770"}) == "grpc://gw:7770"
+    assert gateway_url(namespace(), {}) == "127.0.0.1:7770"
+    assert gateway_url(namespace(), {"HARNESS_URL": "grpc://gw:7770"}) == "grpc://gw:7770"
     flag = namespace(url="grpcs://[::1]:7770")
-    assert cli.gateway_url(flag, {"HARNESS_URL": "x"}) == "grpcs://[::1]:7770"
+    assert gateway_url(flag, {"HARNESS_URL": "x"}) == "grpcs://[::1]:7770"
     for bad in ("::::", "gw", "gw:0", "gw:70000", "two words:1"):
-        with pytest.raises(cli.UsageError, match=r"HARNESS_URL .* is not HOST:PORT"):
-            cli.gateway_url(namespace(), {"HARNESS_URL": bad})
+        with pytest.raises(UsageError, match=r"HARNESS_URL .* is not HOST:PORT"):
+            gateway_url(namespace(), {"HARNESS_URL": bad})
 
 
 def test_usage_errors_exit_two_and_help_exits_zero(capsys):
-    assert cli.main(["no-such-command"]) == cli.EXIT_USAGE
-    assert cli.main(["--help"]) == cli.EXIT_OK
-    assert cli.main(["listen", "--max", "0"]) == cli.EXIT_USAGE
+    assert cli.main(["no-such-command"]) == EXIT_USAGE
+    assert cli.main(["--help"]) == EXIT_OK
+    assert cli.main(["listen", "--max", "0"]) == EXIT_USAGE
     capsys.readouterr()
 
 
@@ -103,7 +116,7 @@ def test_usage_errors_exit_two_and_help_exits_zero(capsys):
     ],
 )
 def test_a_bad_flag_value_is_described_in_user_words(capsys, argv, says):
-    assert cli.main(argv) == cli.EXIT_USAGE
+    assert cli.main(argv) == EXIT_USAGE
     err = capsys.readouterr().err
     assert says in err
     assert "Traceback" not in err
@@ -123,7 +136,7 @@ def every_action(parser: argparse.ArgumentParser):
 def test_every_argument_of_every_command_has_help():
     missing = [
         f"{prog} {action.option_strings or action.dest}"
-        for prog, action in every_action(cli.build_parser({}))
+        for prog, action in every_action(build_parser({}))
         if not action.help or action.help == argparse.SUPPRESS
     ]
     assert missing == []
@@ -144,38 +157,38 @@ def test_a_bad_environment_value_is_a_usage_error_naming_the_variable(
     monkeypatch.setenv(variable, value)
     if variable != "HARNESS_TOKEN":
         monkeypatch.setenv("HARNESS_TOKEN", "hat_x")
-    assert cli.main(["send", "agent:bob", "hi"]) == cli.EXIT_USAGE
+    assert cli.main(["send", "agent:bob", "hi"]) == EXIT_USAGE
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"harness: error: {says}")
 
 
 def test_the_output_is_the_command_s_own_form_unless_one_is_asked_for():
-    parser = cli.build_parser({})
+    parser = build_parser({})
 
-    def form(*argv: str) -> tuple[cli.OutputForm, bool]:
-        out = cli.output_for(parser.parse_args(argv), io.StringIO(), io.StringIO())
+    def form(*argv: str) -> tuple[OutputForm, bool]:
+        out = output_for(parser.parse_args(argv), io.StringIO(), io.StringIO())
         return out.form, out.json_errors
 
-    assert form("status") == (cli.OutputForm.TEXT, False)
-    assert form("agents", "register", "bob", "--json") == (cli.OutputForm.JSON, True)
-    assert form("--json", "status") == (cli.OutputForm.JSON, True)
-    assert form("send", "agent:bob", "hi") == (cli.OutputForm.JSON, False)
-    assert form("send", "agent:bob", "hi", "-o", "text") == (cli.OutputForm.TEXT, False)
-    assert form("listen", "--text") == (cli.OutputForm.TEXT, False)
-    assert form("-o", "text", "listen") == (cli.OutputForm.TEXT, False)
+    assert form("status") == (OutputForm.TEXT, False)
+    assert form("agents", "register", "bob", "--json") == (OutputForm.JSON, True)
+    assert form("--json", "status") == (OutputForm.JSON, True)
+    assert form("send", "agent:bob", "hi") == (OutputForm.JSON, False)
+    assert form("send", "agent:bob", "hi", "-o", "text") == (OutputForm.TEXT, False)
+    assert form("listen", "--text") == (OutputForm.TEXT, False)
+    assert form("-o", "text", "listen") == (OutputForm.TEXT, False)
 
 
 def test_json_output_writes_integral_numbers_as_integers():
     assert (
-        cli.dumps({"deadline": 300.0, "n": 1.5, "xs": (1.0,)})
+        dumps({"deadline": 300.0, "n": 1.5, "xs": (1.0,)})
         == '{"deadline": 300, "n": 1.5, "xs": [1]}'
     )
 
 
-def context(stdin: str = "") -> cli.Context:
-    args = cli.build_parser({}).parse_args(["send", "agent:bob", "-"])
-    out = cli.output_for(args, io.StringIO(), io.StringIO())
-    return cli.Context(args=args, env={}, out=out, stdin=io.StringIO(stdin))
+def context(stdin: str = "") -> Context:
+    args = build_parser({}).parse_args(["send", "agent:bob", "-"])
+    out = output_for(args, io.StringIO(), io.StringIO())
+    return Context(args=args, env={}, out=out, stdin=io.StringIO(stdin))
 
 
 def test_a_text_comes_from_the_argument_stdin_or_a_file_without_its_final_newline(tmp_path):
@@ -186,55 +199,55 @@ def test_a_text_comes_from_the_argument_stdin_or_a_file_without_its_final_newlin
     big = tmp_path / "big.txt"
     big.write_text("x" * 200_000 + "\n", encoding="utf-8")
     assert context().text(None, str(big), what="text", flag="--text-file") == "x" * 200_000
-    with pytest.raises(cli.UsageError, match="not both"):
+    with pytest.raises(UsageError, match="not both"):
         context().text("hi", str(big), what="text", flag="--text-file")
-    with pytest.raises(cli.UsageError, match="no text: give it as an argument, - to read stdin"):
+    with pytest.raises(UsageError, match="no text: give it as an argument, - to read stdin"):
         context().text(None, None, what="text", flag="--text-file")
-    with pytest.raises(cli.UsageError, match="cannot read the text file"):
+    with pytest.raises(UsageError, match="cannot read the text file"):
         context().text(None, str(tmp_path / "absent"), what="text", flag="--text-file")
 
 
 def test_a_schema_is_inline_json_or_a_file(tmp_path):
     form = '{"type": "object", "properties": {"slot": {"type": "string"}}}'
     expected = {"type": "object", "properties": {"slot": {"type": "string"}}}
-    assert cli.read_schema(form) == expected
+    assert read_schema(form) == expected
     path = tmp_path / "form.json"
     path.write_text(form, encoding="utf-8")
-    assert cli.read_schema(str(path)) == expected
-    with pytest.raises(cli.UsageError, match="--schema is not JSON"):
-        cli.read_schema("{nope")
-    with pytest.raises(cli.UsageError, match=r"inline JSON starts with \{"):
-        cli.read_schema(str(tmp_path / "absent.json"))
+    assert read_schema(str(path)) == expected
+    with pytest.raises(UsageError, match="--schema is not JSON"):
+        read_schema("{nope")
+    with pytest.raises(UsageError, match=r"inline JSON starts with \{"):
+        read_schema(str(tmp_path / "absent.json"))
     path.write_text("[]", encoding="utf-8")
-    with pytest.raises(cli.UsageError, match="is not a JSON object"):
-        cli.read_schema(str(path))
+    with pytest.raises(UsageError, match="is not a JSON object"):
+        read_schema(str(path))
 
 
 def test_an_unexpected_error_prints_one_line_and_debug_adds_the_traceback(monkeypatch, capsys):
-    async def broken(ctx: cli.Context) -> int:
+    async def broken(ctx: Context) -> int:
         raise RuntimeError("the disk fell off")
 
-    monkeypatch.setattr(cli, "_status", broken)
-    assert cli.main(["status"]) == cli.EXIT_INTERNAL
+    monkeypatch.setattr(commands, "status", broken)
+    assert cli.main(["status"]) == EXIT_INTERNAL
     assert capsys.readouterr().err == (
         "harness: unexpected error: RuntimeError: the disk fell off "
         "(--debug or HARNESS_DEBUG=1 shows the traceback)\n"
     )
-    assert cli.main(["--debug", "status"]) == cli.EXIT_INTERNAL
+    assert cli.main(["--debug", "status"]) == EXIT_INTERNAL
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
     assert err.endswith("harness: unexpected error: RuntimeError: the disk fell off\n")
     monkeypatch.setenv("HARNESS_DEBUG", "1")
-    assert cli.main(["status"]) == cli.EXIT_INTERNAL
+    assert cli.main(["status"]) == EXIT_INTERNAL
     assert "Traceback" in capsys.readouterr().err
 
 
 def test_ctrl_c_exits_130_without_a_traceback(monkeypatch, capsys):
-    async def interrupted(ctx: cli.Context) -> int:
+    async def interrupted(ctx: Context) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_status", interrupted)
-    assert cli.main(["status"]) == cli.EXIT_INTERRUPTED
+    monkeypatch.setattr(commands, "status", interrupted)
+    assert cli.main(["status"]) == EXIT_INTERRUPTED
     assert capsys.readouterr().err == ""
 
 
@@ -249,13 +262,13 @@ class ClosedPipe(io.StringIO):
 
 
 def test_a_closed_stdout_ends_the_command_quietly(monkeypatch, capsys):
-    async def prints(ctx: cli.Context) -> int:
+    async def prints(ctx: Context) -> int:
         ctx.out.line("alice\thosted\tdetached\tbacklog=0")
-        return cli.EXIT_OK
+        return EXIT_OK
 
-    monkeypatch.setattr(cli, "_agents_list", prints)
+    monkeypatch.setattr(commands, "agents_list", prints)
     monkeypatch.setattr("sys.stdout", ClosedPipe())
-    assert cli.main(["agents", "list"]) == cli.EXIT_BROKEN_PIPE
+    assert cli.main(["agents", "list"]) == EXIT_BROKEN_PIPE
     # argparse drops a failed write of its help; the flush after it finds the pipe closed.
-    assert cli.main(["--help"]) == cli.EXIT_BROKEN_PIPE
+    assert cli.main(["--help"]) == EXIT_BROKEN_PIPE
     assert capsys.readouterr().err == ""
