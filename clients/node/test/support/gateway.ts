@@ -67,8 +67,11 @@ export class GatewayProcess {
   ) {}
 
   /** Start a gateway and wait (bounded) for its `ready` line: on a fresh data directory
-   * and port 0 unless told otherwise (a restart passes the last ones). */
-  static async start(options: { readonly dataDir?: string; readonly listen?: string } = {}): Promise<GatewayProcess> {
+   * and port 0 unless told otherwise (a restart passes the last ones); `args` are more
+   * `serve` flags (`--tls-cert`, ...). */
+  static async start(
+    options: { readonly dataDir?: string; readonly listen?: string; readonly args?: readonly string[] } = {},
+  ): Promise<GatewayProcess> {
     const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "harness-node-")));
     const child = spawn(
       gatewayCommand(),
@@ -84,6 +87,7 @@ export class GatewayProcess {
         "2s",
         "--data-dir",
         dataDir,
+        ...(options.args ?? []),
       ],
       { stdio: ["ignore", "ignore", "pipe"], env: hermeticEnvironment() },
     );
