@@ -11,7 +11,7 @@ import { connect, connectManagement } from "@harness-gateway/client";
 import type { Endpoint, ManagementClient } from "@harness-gateway/client";
 
 import { GatewayProcess } from "./support/gateway.js";
-import { nextDelivery, within } from "./support/setting.js";
+import { inSetting, nextDelivery, within } from "./support/setting.js";
 
 test("an iterator survives a gateway restart and skips the replay it already yielded", async () => {
   let gateway = await GatewayProcess.start();
@@ -59,18 +59,13 @@ test("an iterator survives a gateway restart and skips the replay it already yie
   }
 });
 
-test("an agent that leaves its stream and opens another at once gets it, unary calls between", async () => {
+test("an agent that leaves its stream and opens another at once gets it, unary calls between", () =>
   // The reopen race of a cancelled stream (the gateway's handover wait): grpc-js may send
   // the new call before the old one's RST_STREAM, and the agent's unary calls in between
   // must not make the new stream fail `already-listening`.
-  const gateway = await GatewayProcess.start();
-  const opened: (Endpoint | ManagementClient)[] = [];
-  try {
-    const admin = await connectManagement(gateway.address, { adminToken: gateway.adminToken });
-    opened.push(admin);
-    const alice = await connect(gateway.address, { token: (await admin.registerAgent("alice")).token });
-    const bob = await connect(gateway.address, { token: (await admin.registerAgent("bob")).token });
-    opened.push(alice, bob);
+  inSetting(async (setting) => {
+    const alice = await setting.agent("alice");
+    const bob = await setting.agent("bob");
     for (let round = 0; round < 20; round++) {
       await alice.send({ to: "agent:bob", text: `round ${round}` });
       const stream = bob.messages();
@@ -84,10 +79,4 @@ test("an agent that leaves its stream and opens another at once gets it, unary c
     await alice.send({ to: "agent:bob", text: "last" });
     const last = await nextDelivery(bob.messages());
     assert.equal(last.item.kind === "multicast" && last.item.message.content[0]?.type === "text" && last.item.message.content[0].text, "last");
-  } finally {
-    for (const client of opened.reverse()) {
-      await client.close();
-    }
-    await gateway.stop();
-  }
-});
+  }));

@@ -739,7 +739,7 @@ class ConnectError(_EqualByFields, HarnessError):
 # the gateway's status text as its `message` (it never holds a token).
 
 
-class _StatusText(HarnessError):
+class _StatusText(_EqualByFields, HarnessError):
     """A failure whose message is the gateway's status text, with a closed reason."""
 
     def __init__(self, message: str) -> None:
@@ -753,15 +753,8 @@ class _StatusText(HarnessError):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.reason.value!r}, {self._message!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is type(self)
-            and isinstance(other, _StatusText)
-            and (other.reason, other.message) == (self.reason, self.message)
-        )
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.reason, self._message))
+    def _fields(self) -> tuple[object, ...]:
+        return (self.reason, self._message)
 
     @property
     def reason(self) -> enum.StrEnum:

@@ -132,12 +132,14 @@ def _fast_form(value: JsonValue) -> object:
         if number.is_integer() and abs(number) < _EXACT_INTEGER:
             return int(number)
         raise _NeedsReference
+    if kind is tuple or kind is list:
+        return [_fast_form(item) for item in value]  # type: ignore[union-attr]
     if isinstance(value, str):
         # A str subclass (a StrEnum member such as a failure's reason) is its text, never
         # the sequence of its characters.
         return str.__str__(value)
-    if kind is tuple or kind is list or isinstance(value, Sequence):
-        return [_fast_form(item) for item in value]  # type: ignore[union-attr]
+    if isinstance(value, Sequence):
+        return [_fast_form(item) for item in value]
     raise _NeedsReference
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from harness_contract.errors import HarnessError, StatusCode
+from harness_contract.errors import HarnessError, StatusCode, _EqualByFields
 from harness_contract.values import Content
 
 
@@ -41,7 +41,7 @@ _MANAGEMENT_STATUS = {
 }
 
 
-class ManagementError(HarnessError):
+class ManagementError(_EqualByFields, HarnessError):
     """A management call failed for a closed `reason`; `detail` is the operator's text."""
 
     def __init__(self, reason: ManagementErrorReason, detail: str) -> None:
@@ -64,14 +64,8 @@ class ManagementError(HarnessError):
     def __repr__(self) -> str:
         return f"ManagementError({self.management_reason.value!r}, {self.detail!r})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ManagementError) and (other.management_reason, other.detail) == (
-            self.management_reason,
-            self.detail,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.management_reason, self.detail))
+    def _fields(self) -> tuple[object, ...]:
+        return (self.management_reason, self.detail)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
