@@ -4,9 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
-SOURCES := gateway clients/python/src clients/python/contract/src clients/examples tests proto/generate.py bench
+SOURCES := gateway clients/python/src clients/python/contract/src clients/examples tests proto/generate.py bench deploy/kubernetes/render.py
 
-.PHONY: install serve test test-fast check lint typecheck generate check-generated bench clean node-install node-build test-node
+.PHONY: install serve test test-fast check lint typecheck generate check-generated manifests bench clean node-install node-build test-node
 
 install: $(STAMP)
 
@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(BIN)/buf format --exit-code --diff proto
 
 typecheck: $(STAMP)
-	$(BIN)/mypy gateway clients/python/src clients/python/contract/src clients/examples tests
+	$(BIN)/mypy gateway clients/python/src clients/python/contract/src clients/examples tests deploy/kubernetes/render.py
 
 generate: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python proto/generate.py
@@ -60,6 +60,11 @@ generate: $(STAMP) $(NODE_STAMP)
 check-generated: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python proto/generate.py --check
 	npm run generate:check --workspace clients/node
+	$(BIN)/python deploy/kubernetes/render.py --check
+
+# The plain Kubernetes manifests, rendered from the Helm chart (deploy/kubernetes/render.py).
+manifests: $(STAMP)
+	$(BIN)/python deploy/kubernetes/render.py
 
 check: lint typecheck check-generated test
 
