@@ -711,7 +711,11 @@ class Gateway(AsyncClosing):
 
     async def register_agent(self, name: str) -> RegisteredAgent:
         """Mint the agent's key, register its card, host it, and return its first token."""
-        return await self._composed().agents.register(name)
+        components = self._composed()
+        registered = await components.agents.register(name)
+        # harness_router_attachments counts hosted agents: the new one joins the feed's state.
+        self._attachment(components.network.state)
+        return registered
 
     def runtime(self, name: str) -> AgentRuntime:
         """A hosted agent's runtime (for tests and tools); raises `ManagementError`."""

@@ -1,30 +1,52 @@
 """The Grafana dashboard and the alert rules against operations.md §2.5 and §9, and against
-the metrics that `gateway/observability/metrics.py` really exports."""
+the metrics that `gateway/observability/metrics.py` really exports.
+
+Every query is read as a PromQL syntax tree (`promql_support`: Grafana's variables
+substituted as Grafana would, then `promql_parser`), so the checks see which metric each
+selector names, which labels it matches on, and which labels each aggregation groups by;
+`tests/integration/observability/test_dashboard_live.py` checks the same queries against a
+scrape of a gateway after real traffic."""
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import subprocess
-from pathlib import Path
-from typing import Any
 
+import promql_parser
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.observability.metrics import GRPC_SERVICE_METHODS, Metrics, Mode
+from tests.unit.observability.promql_support import (
+    DASHBOARD,
+    GRAFANA_VALUES,
+    INSTANCE_REGEX,
+    INSTANCE_VALUE,
+    NAMESPACE_VALUE,
+    ROOT,
+    RULES,
+    UnknownVariable,
+    all_queries,
+    counter_samples,
+    load_dashboard,
+    load_rules,
+    missing_labels,
+    panel_queries,
+    panels,
+    quantiles,
+    read_query,
+    rule_queries,
+    series_labels,
+    substitute,
+    unknown_metrics,
+    variable_queries,
+)
 
-ROOT = Path(__file__).resolve().parents[3]
-DASHBOARD = ROOT / "deploy/grafana/dashboards/harness-gateway.json"
 PROVIDER = ROOT / "deploy/grafana/provisioning/dashboards/harness.yaml"
 CONFIGMAP = ROOT / "deploy/kubernetes/grafana-dashboard-configmap.yaml"
-RULES = ROOT / "deploy/prometheus/harness-gateway.rules.yaml"
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-METRIC_NAME = re.compile(r"\b(?:harness|grpc_server|process|python)_[a-z0-9_]+\b|\bup\b")
-HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 ROWS = {
     "Traffic": {"grpc_server_handled_total", "harness_sends_total"},
@@ -69,35 +91,9 @@ ALERTS = {
 order (engine.md §5.10: "reported once (agent status, metric)")."""
 
 
-def load_dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text(encoding="utf-8"))
-    return loaded
-
-
-def load_rules() -> list[dict[str, Any]]:
-    document = yaml.safe_load(RULES.read_text(encoding="utf-8"))
-    groups = document["groups"]
-    assert len(groups) == 1
-    rules: list[dict[str, Any]] = groups[0]["rules"]
-    return rules
-
-
-def panels() -> list[dict[str, Any]]:
-    return [panel for panel in load_dashboard()["panels"] if panel["type"] != "row"]
-
-
-def exprs(panel: dict[str, Any]) -> list[str]:
-    return [target["expr"] for target in panel["targets"]]
-
-
-def exported_samples() -> set[str]:
-    """Every sample name a fully served process exports (`_bucket`, `_total`, ... included)."""
-    metrics = Metrics("1.2.3", Mode.EMBEDDED, grpc_services=list(GRPC_SERVICE_METHODS))
-    return {
-        sample.name
-        for family in text_string_to_metric_families(metrics.render())
-        for sample in family.samples
-    }
+def registry_exposition() -> str:
+    """A fully served process's exposition: every gRPC service's rows, every closed series."""
+    return Metrics("1.2.3", Mode.EMBEDDED, grpc_services=list(GRPC_SERVICE_METHODS)).render()
 
 
 def histograms() -> set[str]:
@@ -138,12 +134,88 @@ def test_the_dashboard_has_datasource_namespace_and_instance_variables():
         assert variables[name]["datasource"] == DATASOURCE
 
 
+# --- every query parses, after Grafana's substitution -------------------------------------------
+
+
+def test_grafana_variables_are_substituted_in_each_of_their_forms():
+    assert substitute('rate(x{namespace=~"$namespace"}[$__rate_interval])') == (
+        f'rate(x{{namespace=~"{NAMESPACE_VALUE}"}}[1m])'
+    )
+    assert substitute('x{instance=~"${instance}"}[${__range}]') == (
+        f'x{{instance=~"{INSTANCE_VALUE}"}}[21600s]'
+    )
+    assert substitute('x{instance=~"${instance:regex}"}[[[__interval]]]') == (
+        f'x{{instance=~"{INSTANCE_VALUE}"}}[30s]'
+    )
+    # Grafana's doubled backslash reaches Prometheus as one: a regex-escaped dot.
+    matcher = read_query("t", 'up{instance=~"$instance"}').selectors[0].matchers[0]
+    assert matcher.value == INSTANCE_REGEX == r"(10\.0\.0\.7:9464|10\.0\.0\.8:9464)"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        'x{namespace=~"$namspace"}',  # a typo would reach Prometheus as a literal string
+        "rate(x[${__rate_intervall}])",
+        'x{pod="[[pod]]"}',
+    ],
+)
+def test_a_variable_the_dashboard_does_not_define_is_refused(query: str):
+    with pytest.raises(UnknownVariable):
+        substitute(query)
+
+
+def test_every_panel_query_parses_after_substitution():
+    failures = []
+    for panel in panels():
+        for target in panel["targets"]:
+            try:
+                promql_parser.parse(substitute(target["expr"]))
+            except ValueError as error:  # UnknownVariable or a syntax error
+                failures.append((panel["title"], target["refId"], str(error)))
+    assert failures == []
+    assert len(panel_queries(panels()[0])) == len(panels()[0]["targets"])
+
+
+def test_every_variable_query_and_every_alert_expression_parses():
+    assert len(variable_queries()) == 2
+    failures = []
+    for rule in load_rules():
+        try:
+            # Prometheus substitutes nothing in an alert's expr: no variable may appear.
+            promql_parser.parse(substitute(rule["expr"], {}))
+        except ValueError as error:
+            failures.append((rule["alert"], str(error)))
+    assert failures == []
+    assert len(rule_queries()) == len(ALERTS)
+
+
+def test_the_substituted_values_are_every_variable_the_dashboard_uses():
+    # Each substituted value is used somewhere (the table holds no stale entries) ...
+    texts = [query.text for query in all_queries()]
+    used = {name for name in GRAFANA_VALUES if any(name in text for text in texts)}
+    assert used == {"__rate_interval", "namespace", "instance"}
+    # ... and no variable is defined on the dashboard that the table cannot substitute.
+    defined = {v["name"] for v in load_dashboard()["templating"]["list"]} - {"datasource"}
+    assert defined <= set(GRAFANA_VALUES)
+
+
+# --- what the queries select -------------------------------------------------------------------
+
+
 def test_every_query_filters_by_namespace_and_instance():
     for panel in panels():
-        for expr in exprs(panel):
-            for selector in re.findall(r"\{([^}]*)\}", expr):
-                assert 'namespace=~"$namespace"' in selector, (panel["title"], expr)
-                assert 'instance=~"$instance"' in selector, (panel["title"], expr)
+        for query in panel_queries(panel):
+            assert query.selectors, query.where
+            for selector in query.selectors:
+                namespace, instance = selector.matcher("namespace"), selector.matcher("instance")
+                # The substituted value proves the matcher was `=~"$namespace"` as written.
+                assert namespace is not None, (query.where, selector)
+                assert namespace.op == promql_parser.MatchOp.Re, query.where
+                assert namespace.value == NAMESPACE_VALUE, query.where
+                assert instance is not None, (query.where, selector)
+                assert instance.op == promql_parser.MatchOp.Re, query.where
+                assert instance.value == INSTANCE_REGEX, query.where
 
 
 def test_the_rows_are_those_of_operations_md_with_their_metrics():
@@ -152,56 +224,85 @@ def test_the_rows_are_those_of_operations_md_with_their_metrics():
         if panel["type"] == "row":
             rows.append((panel["title"], set()))
         else:
-            for expr in exprs(panel):
-                rows[-1][1].update(METRIC_NAME.findall(expr))
+            for query in panel_queries(panel):
+                rows[-1][1].update(query.metrics)
     assert [title for title, _ in rows] == list(ROWS)
     for title, names in rows:
         assert ROWS[title] <= names, (title, ROWS[title] - names)
 
 
 def test_the_certification_row_plots_p50_and_p99_by_op_and_kind():
-    quantiles = {
-        expr.split(",")[0]
+    found = {
+        (q, by)
         for panel in panels()
-        for expr in exprs(panel)
-        if "harness_certification_seconds_bucket" in expr and "by (le, op, kind)" in expr
+        for query in panel_queries(panel)
+        for q, by, metrics in quantiles(query.expr)
+        if metrics == {"harness_certification_seconds_bucket"}
     }
-    assert quantiles == {"histogram_quantile(0.5", "histogram_quantile(0.99"}
+    by_op_and_kind = frozenset({"le", "op", "kind"})
+    assert found == {(0.5, by_op_and_kind), (0.99, by_op_and_kind)}
 
 
-def queried_names() -> dict[str, set[str]]:
-    """Every metric name the dashboard and the rules query, by where it is queried."""
-    found: dict[str, set[str]] = {}
-    for panel in panels():
-        for expr in exprs(panel):
-            for name in METRIC_NAME.findall(expr):
-                found.setdefault(name, set()).add(f"dashboard: {panel['title']}")
-    for variable in load_dashboard()["templating"]["list"]:
-        for name in METRIC_NAME.findall(json.dumps(variable.get("definition", ""))):
-            found.setdefault(name, set()).add(f"variable: {variable['name']}")
-    for rule in load_rules():
-        for name in METRIC_NAME.findall(rule["expr"]):
-            found.setdefault(name, set()).add(f"alert: {rule['alert']}")
-    return found
+def test_every_histogram_quantile_groups_by_le():
+    for query in all_queries():
+        for q, by, metrics in quantiles(query.expr):
+            assert 0 < q < 1, query.where
+            assert "le" in by, query.where
+            assert metrics, query.where
+            assert all(metric.endswith("_bucket") for metric in metrics), query.where
 
 
 def test_every_metric_the_dashboard_and_the_rules_query_exists_in_the_registry():
-    samples, histogram_names = exported_samples(), histograms()
-    missing = []
-    for name, where in sorted(queried_names().items()):
-        if name == "up" or name in samples:
-            continue
-        stem = next((name.removesuffix(s) for s in HISTOGRAM_SUFFIXES if name.endswith(s)), None)
-        if stem is not None and stem in histogram_names:
-            continue
-        missing.append((name, sorted(where)))
-    assert missing == []
+    assert unknown_metrics(all_queries(), series_labels(registry_exposition())) == []
+
+
+def test_a_metric_outside_the_registry_is_reported():
+    queries = [read_query("t", "rate(harness_sent_total[5m]) + up"), read_query("t", '{a="b"}')]
+    assert unknown_metrics(queries, series_labels(registry_exposition())) == [
+        ("t", "harness_sent_total"),
+        ("t", '<no name: {a="b"}>'),
+    ]
+
+
+def test_every_label_a_query_matches_or_groups_by_is_a_label_of_its_metric():
+    assert missing_labels(all_queries(), series_labels(registry_exposition())) == []
+
+
+def test_a_label_the_metric_does_not_have_is_reported():
+    labels = series_labels(registry_exposition())
+    queries = [
+        read_query("by", "sum by (agent) (rate(harness_sends_total[5m]))"),
+        read_query("match", 'harness_streams_active{state="open"}'),
+        read_query("on", "harness_sends_total / on (op, reason) harness_auth_failures_total"),
+        read_query("le", "histogram_quantile(0.5, sum by (le) (harness_sends_total))"),
+        read_query("scrape", 'sum by (job, instance) (up{namespace="n"})'),
+    ]
+    assert missing_labels(queries, labels) == [
+        ("by", "harness_sends_total", "agent", "groups by"),
+        ("match", "harness_streams_active", "state", "matches"),
+        ("on", "harness_sends_total", "reason", "joins on"),
+        ("on", "harness_auth_failures_total", "op", "joins on"),
+        ("le", "harness_sends_total", "le", "groups by"),
+    ]
+
+
+def test_rate_and_increase_read_only_counters_and_histogram_series():
+    counters = counter_samples(registry_exposition())
+    ranged = {
+        (query.where, function, metric)
+        for query in all_queries()
+        for function, metric in query.ranged
+    }
+    assert ranged
+    assert {entry for entry in ranged if entry[2] not in counters} == set()
+    assert "harness_streams_active" not in counters
+    assert "harness_certification_seconds_bucket" in counters
 
 
 def test_histograms_are_queried_only_through_their_buckets_sums_and_counts():
     histogram_names = histograms()
-    for name, where in queried_names().items():
-        assert name not in histogram_names, (name, where)
+    for query in all_queries():
+        assert not (query.metrics & histogram_names), query.where
 
 
 def test_the_configmap_embeds_the_dashboard_verbatim_with_the_sidecar_label():
