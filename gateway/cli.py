@@ -359,7 +359,7 @@ async def _registry(settings: Settings) -> int:
             "data_dir": str(registry.data_dir),
             "peer_token_file": str(registry.peer_token_path),
             # Public, and what daemons pin with --registry-public-key (docs/deploy.md).
-            "registry_public_key": registry.registry_public_key(),
+            "registry_public_key": registry.registry_public_key,
         },
     )
 

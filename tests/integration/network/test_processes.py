@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import secrets
 import stat
 from collections.abc import AsyncIterator
@@ -63,6 +64,8 @@ async def test_standalone_processes_report_ready_serve_health_and_stop_in_order_
         assert str(router.ready_line["instance_id"]).startswith("rti_")
         assert registry.ready_line["role"] == "registry"
         assert registry.ready_line["data_dir"] == str(registry.data_dir)
+        # What --registry-public-key pins (docs/deploy.md): 32 bytes, unpadded base64url.
+        assert re.fullmatch(r"[A-Za-z0-9_-]{43}", str(registry.ready_line["registry_public_key"]))
         serving = health_pb2.HealthCheckResponse.SERVING
         for process, service in (
             (router, "harness.v1.RouterService"),
