@@ -1,7 +1,9 @@
 """Renders the plain manifests in deploy/kubernetes/ from the Helm chart (operations.md §9).
 
-`python deploy/kubernetes/render.py` writes them; `--check` exits 1, naming each file that
-differs from a fresh render (`make check-generated` and tests/unit/deploy/test_manifests.py run
+`python deploy/kubernetes/render.py` first copies the alert rules and the dashboard from
+deploy/ into the chart's files/ (helm reads only files inside the chart; deploy/ is their
+source), then writes the manifests; `--check` exits 1, naming each file that differs from a
+fresh copy or render (`make check-generated` and tests/unit/deploy/test_manifests.py run
 it). The chart is the one source: these files are for operators without Helm (`kubectl apply
 -k deploy/kubernetes`), rendered with `values.yaml` beside this script.
 """
@@ -22,6 +24,13 @@ RELEASE: Final = "harness-gateway"
 NAMESPACE: Final = "harness"
 KUBE_VERSION: Final = "1.27.0"
 """The chart's floor (`kubeVersion` in Chart.yaml): what renders there applies everywhere."""
+
+CHART_COPIES: Final = {
+    CHART / "files/harness-gateway.rules.yaml": ROOT
+    / "deploy/prometheus/harness-gateway.rules.yaml",
+    CHART / "files/harness-gateway.json": ROOT / "deploy/grafana/dashboards/harness-gateway.json",
+}
+"""Each chart file and its source in deploy/, copied byte for byte."""
 
 DASHBOARD_TEMPLATE: Final = "templates/dashboard-configmap.yaml"
 """The dashboard ConfigMap gets a file of its own (grafana-dashboard-configmap.yaml)."""
@@ -82,17 +91,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail when a file is stale")
     args = parser.parse_args(argv)
-    rendered = render()
     if args.check:
         stale = [
-            name
-            for name, text in rendered.items()
+            copy
+            for copy, source in CHART_COPIES.items()
+            if copy.read_bytes() != source.read_bytes()
+        ]
+        stale += [
+            HERE / name
+            for name, text in render().items()
             if not (HERE / name).exists() or (HERE / name).read_text(encoding="utf-8") != text
         ]
-        for name in stale:
-            print(f"deploy/kubernetes/{name} differs from a fresh render: run `make manifests`")
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run `make manifests`")
         return 1 if stale else 0
-    for name, text in rendered.items():
+    for copy, source in CHART_COPIES.items():
+        copy.write_bytes(source.read_bytes())
+    for name, text in render().items():
         (HERE / name).write_text(text, encoding="utf-8")
     return 0
 
