@@ -119,7 +119,17 @@ def _make_owner_only(path: Path) -> None:
     """Tighten `path` to 0700 when its group or others have any access, with a warning."""
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
-        os.chmod(path, DATA_DIR_MODE)
+        try:
+            os.chmod(path, DATA_DIR_MODE)
+        except PermissionError:
+            # Another user owns it: a volume's root, which the kubelet or a bind mount gives
+            # root ownership and group access. The daemon's data belongs in a directory of its
+            # own inside it, which it creates 0700 (the Helm chart uses <volume>/data).
+            raise PermissionError(
+                f"data directory {path} is mode {mode:04o} and owned by another user, so it "
+                "cannot be made owner-only; use a directory inside it, e.g. "
+                f"--data-dir {path / 'data'}"
+            ) from None
         logger.warning(
             "data directory %s was mode %04o; made it 0700 (it holds agent keys and tokens)",
             path,

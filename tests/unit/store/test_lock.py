@@ -80,3 +80,22 @@ def test_a_lock_file_without_a_pid_names_no_holder(tmp_path: Path) -> None:
         assert "(pid" not in str(refused.value)
     finally:
         first.release()
+
+
+def test_a_group_open_directory_of_another_user_is_refused_naming_a_directory_inside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Kubernetes volume's root: root-owned, mode 2775 by fsGroup; chmod by a non-owner fails.
+    tmp_path.chmod(0o2775)
+
+    def not_the_owner(path: object, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(os, "chmod", not_the_owner)
+    with pytest.raises(PermissionError) as refused:
+        DataDirLock.acquire(tmp_path)
+    assert str(refused.value) == (
+        f"data directory {tmp_path} is mode 2775 and owned by another user, so it cannot be "
+        f"made owner-only; use a directory inside it, e.g. --data-dir {tmp_path / 'data'}"
+    )
+    assert not (tmp_path / "LOCK").exists()
