@@ -2,9 +2,52 @@
 
 from __future__ import annotations
 
+import collections.abc
+from pathlib import Path
+
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.servers import NatsCluster, PostgresServer
 
 # Timings belong in benchmarks, not in tests that fail on a slow or busy machine: property
 # tests run without a per-example deadline, and a slow data generator is not a failure.
 settings.register_profile("harness", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("harness")
+
+
+# --- real servers, started once per session when a test asks (tests/servers.py) -------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> collections.abc.Iterator[PostgresServer]:
+    """One PostgreSQL 15 for the session; tests take a database each (`create_database`)."""
+    server = PostgresServer.start(Path(tmp_path_factory.mktemp("postgres")))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> collections.abc.Iterator[NatsCluster]:
+    """One JetStream node for the session; tests keep apart by subject prefix."""
+    cluster = NatsCluster.start(Path(tmp_path_factory.mktemp("nats")), nodes=1)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def nats_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> collections.abc.Iterator[NatsCluster]:
+    """A 3-node JetStream cluster for the session (tests that kill nodes start their own)."""
+    cluster = NatsCluster.start(Path(tmp_path_factory.mktemp("nats-cluster")), nodes=3)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
