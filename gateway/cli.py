@@ -113,6 +113,38 @@ def _add_registry_join_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_nats_flags(parser: argparse.ArgumentParser) -> None:
+    nats = parser.add_argument_group("NATS JetStream Router (with --router nats://...)")
+    nats.add_argument(
+        "--nats-creds", dest="nats_creds_file", help="NATS credentials file (user JWT and seed)"
+    )
+    nats.add_argument(
+        "--nats-tls-ca", dest="nats_tls_ca_file", help="PEM CA that NATS servers chain to"
+    )
+    nats.add_argument(
+        "--nats-tls-cert", dest="nats_tls_cert_file", help="PEM client certificate for NATS"
+    )
+    nats.add_argument(
+        "--nats-tls-key", dest="nats_tls_key_file", help="PEM private key of --nats-tls-cert"
+    )
+    nats.add_argument(
+        "--nats-subject-prefix", help="first token of the subjects and stream name (harness)"
+    )
+    nats.add_argument("--nats-replicas", help="Router stream replicas, 1-5 or auto (auto)")
+    nats.add_argument("--nats-max-age", help="how long the stream keeps an envelope (7d = 168h)")
+    nats.add_argument(
+        "--nats-duplicate-window", help="how long JetStream remembers a Nats-Msg-Id (2m)"
+    )
+
+
+def _add_store_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        help="postgresql://[USER@]HOST[:PORT]/DATABASE to keep the store in PostgreSQL "
+        "(default: SQLite in the data directory); the password goes in PGPASSWORD or a passfile",
+    )
+
+
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     _add_common_flags(parser, listen="127.0.0.1:7770", metrics="127.0.0.1:9770")
     parser.add_argument(
@@ -120,7 +152,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--router",
-        help="join a standalone Router, grpc:// or grpcs://HOST:PORT (default: in-process)",
+        help="join a standalone Router, grpc:// or grpcs://HOST:PORT, or a NATS JetStream "
+        "cluster, nats:// or tls://HOST:PORT[,HOST:PORT...] (default: in-process)",
+    )
+    _add_nats_flags(parser)
+    _add_store_flags(parser)
+    parser.add_argument(
+        "--store-owner",
+        help="the name this daemon's agents are kept under in a PostgreSQL store, held under "
+        "a lease (default: the host name)",
     )
     parser.add_argument(
         "--registry",
@@ -174,6 +214,12 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_common_flags(registry, listen=REGISTRY_LISTEN, metrics=REGISTRY_METRICS_LISTEN)
     registry.add_argument(
         "--data-dir", help="data directory (default $XDG_STATE_HOME/harness-registry)"
+    )
+    _add_store_flags(registry)
+    registry.add_argument(
+        "--registry-key-file",
+        help="with --store postgresql://: the signing key every replica shares (b64 Ed25519 "
+        "seed, owner-only; default <data-dir>/registry-key, created on first start)",
     )
     check = commands.add_parser(
         "check-config",

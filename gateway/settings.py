@@ -27,9 +27,14 @@ REGISTRY_METRICS_LISTEN: Final = "127.0.0.1:9772"
 """The standalone Registry's default `/metrics` address."""
 
 PEER_SCHEME: Final = "grpc://"
-"""The plaintext scheme of a Router or Registry to join (`nats://` and PostgreSQL come later)."""
+"""The plaintext scheme of a Router or Registry to join."""
 PEER_TLS_SCHEME: Final = "grpcs://"
 """The TLS scheme of a Router or Registry to join; `--peer-tls-ca` pins its CA."""
+NATS_SCHEMES: Final = ("nats://", "tls://")
+"""Schemes of a NATS JetStream Router (`--router nats://HOST:PORT[,HOST:PORT...]`); `tls://`
+asks for TLS, as NATS clients spell it."""
+POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+"""Schemes of a PostgreSQL store (`--store postgresql://...`), as libpq spells them."""
 
 
 KEEPALIVE_INTERVAL_MARGIN: Final = 2.0
@@ -73,7 +78,43 @@ class Settings:
     """Where the store, the lock and the generated admin token live."""
     router: str | None = None
     """A Router to join (`grpc://HOST:PORT`, or `grpcs://HOST:PORT` over TLS; `HOST:PORT` is
-    accepted and normalised to `grpc://`); None runs the in-process ring."""
+    accepted and normalised to `grpc://`), or a NATS JetStream cluster
+    (`nats://HOST:PORT[,HOST:PORT...]`, `tls://` for TLS; docs/scale-out.md); None runs the
+    in-process ring."""
+    nats_creds_file: Path | None = None
+    """A NATS credentials file (`--nats-creds`: the user JWT and NKey seed) for the
+    JetStream Router; None connects without one."""
+    nats_tls_ca_file: Path | None = None
+    """PEM CA bundle NATS servers are verified against (`--nats-tls-ca`); setting it (or a
+    `tls://` URL) turns TLS on."""
+    nats_tls_cert_file: Path | None = None
+    """PEM client certificate for NATS servers that require mTLS (`--nats-tls-cert`)."""
+    nats_tls_key_file: Path | None = None
+    """PEM private key of `nats_tls_cert_file` (`--nats-tls-key`)."""
+    nats_subject_prefix: str = "harness"
+    """First token of every subject and stream name this gateway uses, so several gateways
+    can share one NATS account."""
+    nats_replicas: int | None = None
+    """Replicas of the Router stream; None is 3 when the cluster has at least three servers,
+    else 1."""
+    nats_max_age: float = 7 * 86400.0
+    """Seconds the Router stream keeps an envelope (`MaxAge`; beside `ring_max_entries` as
+    `MaxMsgs` and `ring_max_bytes` as `MaxBytes`, all with `DiscardOld`)."""
+    nats_duplicate_window: float = 120.0
+    """Seconds JetStream remembers a `Nats-Msg-Id`, within which a retried publish is
+    answered with the original entry."""
+    store: str | None = None
+    """Where the daemon's store lives: None keeps SQLite in the data directory;
+    `postgresql://...` keeps it in PostgreSQL (one database may hold many daemons' stores,
+    each under its `store_owner`). For `registry`, where its cards live. A password belongs
+    in `PGPASSWORD` or a `passfile`, not here: this value is shown redacted."""
+    store_owner: str | None = None
+    """The name this daemon's agents are kept under in a shared PostgreSQL store, held under
+    a lease with a fencing token; None is the host name (a StatefulSet pod's is stable)."""
+    registry_key_file: Path | None = None
+    """The Registry's signing key (a b64 Ed25519 seed, owner-only) when its cards live in
+    PostgreSQL: every replica sharing the database signs with this one file. None creates
+    `<data-dir>/registry-key` on first start."""
     registry: str | None = None
     """A Registry to join (`grpc://HOST:PORT`, normalised as `router`); None runs it
     in-process. The standalone Router needs one to verify envelope signatures."""
@@ -182,6 +223,16 @@ class Settings:
         return any(url is not None and is_tls_peer(url) for url in (self.router, self.registry))
 
     @property
+    def router_is_nats(self) -> bool:
+        """True when the Router is a NATS JetStream cluster."""
+        return self.router is not None and is_nats_url(self.router)
+
+    @property
+    def store_is_postgres(self) -> bool:
+        """True when the store (or the Registry's cards) live in PostgreSQL."""
+        return self.store is not None
+
+    @property
     def exposes_router(self) -> bool:
         """True when the daemon serves its embedded Router to other daemons."""
         return self.role == "serve" and (self.expose_network or self.serve_router)
@@ -261,6 +312,111 @@ def _peer(text: str) -> str:
     return scheme + address
 
 
+def _router(text: str) -> str:
+    """A gRPC peer (`_peer`) or a NATS server list (`_nats_servers`)."""
+    stripped = text.strip()
+    if stripped.startswith(NATS_SCHEMES):
+        return _nats_servers(stripped)
+    return _peer(stripped)
+
+
+def _nats_servers(text: str) -> str:
+    """`nats://HOST:PORT[,HOST:PORT...]` (or `tls://`), each server checked, normalised to
+    one scheme-qualified URL per server, comma-separated."""
+    scheme = next(scheme for scheme in NATS_SCHEMES if text.startswith(scheme))
+    servers = []
+    for part in text.split(","):
+        address = part.strip()
+        for known in NATS_SCHEMES:
+            if address.startswith(known):
+                if known != scheme:
+                    raise ValueError(f"mixed nats:// and tls:// servers in {text!r}")
+                address = address.removeprefix(known)
+        address = address.rstrip("/")
+        host, sep, port = address.rpartition(":")
+        if "@" in address or "://" in address:
+            raise ValueError(
+                "a NATS server is HOST:PORT; credentials go in --nats-creds, not the URL"
+            )
+        if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"expected {scheme}HOST:PORT[,HOST:PORT...], got {text!r}")
+        servers.append(scheme + address)
+    return ",".join(servers)
+
+
+def is_nats_url(url: str) -> bool:
+    """True for a normalised Router URL naming NATS servers."""
+    return url.startswith(NATS_SCHEMES)
+
+
+def nats_servers(url: str) -> list[str]:
+    """The server URLs of a normalised NATS Router URL."""
+    return url.split(",")
+
+
+def _store(text: str) -> str:
+    """A PostgreSQL connection URL (`postgresql://` or `postgres://`)."""
+    stripped = text.strip()
+    if not stripped.startswith(POSTGRES_SCHEMES):
+        raise ValueError(
+            "expected postgresql://[USER@]HOST[:PORT]/DATABASE (SQLite is the default: leave "
+            "the store unset)"
+        )
+    return stripped
+
+
+def redact_url(url: str) -> str:
+    """`url` with any password replaced by `***`, for logs and `check-config`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    userinfo, at, host = rest.rpartition("@")
+    if at and ":" in userinfo:
+        user = userinfo.split(":", 1)[0]
+        rest = f"{user}:***@{host}"
+    # Query parameters may carry one too (`?password=`).
+    head, question, query = rest.partition("?")
+    if question:
+        parts = [
+            f"{key}=***" if key.lower() == "password" else f"{key}{eq}{value}"
+            for item in query.split("&")
+            for key, eq, value in [item.partition("=")]
+        ]
+        rest = head + "?" + "&".join(parts)
+    return f"{scheme}{sep}{rest}"
+
+
+_OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _store_owner(text: str) -> str:
+    owner = text.strip()
+    if not _OWNER.fullmatch(owner):
+        raise ValueError(
+            "expected 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return owner
+
+
+_SUBJECT_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _subject_prefix(text: str) -> str:
+    prefix = text.strip()
+    if not _SUBJECT_TOKEN.fullmatch(prefix):
+        raise ValueError("expected 1-32 letters, digits, '_' or '-' (one NATS subject token)")
+    return prefix
+
+
+def _replicas(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return None
+    value = int(text)
+    if not 1 <= value <= 5:
+        raise ValueError(f"expected 1 to 5 (JetStream's limit) or auto, got {text!r}")
+    return value
+
+
 def is_tls_peer(url: str) -> bool:
     """True for a normalised peer URL that speaks TLS (`grpcs://`)."""
     return url.startswith(PEER_TLS_SCHEME)
@@ -300,7 +456,18 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "listen": _address,
     "metrics_listen": _optional_address,
     "data_dir": Path,
-    "router": _peer,
+    "router": _router,
+    "nats_creds_file": Path,
+    "nats_tls_ca_file": Path,
+    "nats_tls_cert_file": Path,
+    "nats_tls_key_file": Path,
+    "nats_subject_prefix": _subject_prefix,
+    "nats_replicas": _replicas,
+    "nats_max_age": parse_duration,
+    "nats_duplicate_window": parse_duration,
+    "store": _store,
+    "store_owner": _store_owner,
+    "registry_key_file": Path,
     "registry": _peer,
     "registry_public_key": _public_key,
     "serve_router": parse_bool,
@@ -416,8 +583,11 @@ def _check_ranges(values: Mapping[str, object]) -> list[str]:
             )
         if ping <= 0 or accepted <= 0:
             errors.append("keepalive_time: keepalive intervals must be positive")
-    joins = values.get("router") is not None or values.get("registry") is not None
-    if joins and values.get("peer_token_file") is None:
+    router = values.get("router")
+    joins_grpc = (isinstance(router, str) and not is_nats_url(router)) or values.get(
+        "registry"
+    ) is not None
+    if joins_grpc and values.get("peer_token_file") is None:
         who = "the standalone Router" if values.get("role") == "router" else "joining"
         errors.append(
             f"peer_token_file: {who} needs --peer-token-file (HARNESS_PEER_TOKEN_FILE), the "
@@ -425,10 +595,62 @@ def _check_ranges(values: Mapping[str, object]) -> list[str]:
             "data directory"
         )
     errors.extend(_check_tls(values))
+    errors.extend(_check_network_backends(values))
     if values.get("role") == "router" and values.get("registry") is None:
         errors.append(
             "registry: the standalone Router needs a Registry (--registry grpc://HOST:PORT) "
             "to verify envelope signatures"
+        )
+    return errors
+
+
+def _check_network_backends(values: Mapping[str, object]) -> list[str]:
+    """NATS and PostgreSQL options that could never be used, and half configurations."""
+    errors = []
+    router = values.get("router")
+    nats = isinstance(router, str) and is_nats_url(router)
+    nats_options = [
+        name
+        for name in (
+            "nats_creds_file",
+            "nats_tls_ca_file",
+            "nats_tls_cert_file",
+            "nats_subject_prefix",
+            "nats_replicas",
+            "nats_max_age",
+            "nats_duplicate_window",
+        )
+        if name in values
+    ]
+    if nats_options and not nats:
+        errors.append(
+            f"{nats_options[0]}: a NATS option is set but --router is not nats://HOST:PORT, "
+            "so it would never be used"
+        )
+    cert, key = values.get("nats_tls_cert_file"), values.get("nats_tls_key_file")
+    if (cert is None) != (key is None):
+        errors.append(
+            f"nats_tls_cert_file: --nats-tls-cert and --nats-tls-key are set together "
+            f"(got cert {cert}, key {key})"
+        )
+    window, age = values.get("nats_duplicate_window"), values.get("nats_max_age")
+    if isinstance(window, float) and window <= 0:
+        errors.append("nats_duplicate_window: must be positive")
+    if isinstance(age, float) and age <= 0:
+        errors.append("nats_max_age: must be positive")
+    if isinstance(window, float) and isinstance(age, float) and window > age:
+        errors.append("nats_duplicate_window: must not exceed nats_max_age")
+    role = values.get("role", "serve")
+    if role == "router" and values.get("store") is not None:
+        errors.append("store: the standalone Router keeps no store")
+    if values.get("store_owner") is not None and values.get("store") is None:
+        errors.append("store_owner: only a PostgreSQL store (--store postgresql://...) has owners")
+    if values.get("registry_key_file") is not None and (
+        role != "registry" or values.get("store") is None
+    ):
+        errors.append(
+            "registry_key_file: only `harness-gateway registry --store postgresql://...` "
+            "reads a signing key file (SQLite keeps the key in its database)"
         )
     return errors
 
@@ -471,8 +693,11 @@ SECRET_FIELDS: Final = frozenset({"admin_token_file", "peer_token_file"})
 
 def describe(settings: Settings) -> dict[str, object]:
     """The effective settings as plain values, for `check-config` (no secret is read)."""
-    return {
+    described: dict[str, object] = {
         item.name: (str(value) if isinstance(value, Path) else value)
         for item in dataclasses.fields(settings)
         for value in [getattr(settings, item.name)]
     }
+    if settings.store is not None:
+        described["store"] = redact_url(settings.store)
+    return described

@@ -20,6 +20,11 @@ process is a `gateway.testing.GatewayProcess`, the same supervisor `run_daemon` 
 
 The Router and the Registry keep their first port across `start()`s, because daemons name
 them by address; a daemon may come back on another port (`address` then says which).
+
+On existing engines (docs/scale-out.md): `run_network(3, nats=cluster.url, store=dsn)` starts
+no Router process (every daemon joins `--router <nats>`) and keeps the Registry's cards and
+every daemon's store in the PostgreSQL database `store` names, daemon `daemon-<n>` under
+`--store-owner daemon-<n>`. The servers themselves are the caller's (tests/servers.py).
 """
 
 from __future__ import annotations
@@ -56,7 +61,10 @@ class RunningNetwork:
     """The processes `run_network` started, in start order."""
 
     registry: NetworkProcess
-    router: NetworkProcess
+    router_process: NetworkProcess | None
+    """The standalone Router, or None when the daemons join NATS JetStream."""
+    router_target: str
+    """What every daemon passes as `--router`."""
     daemons: list[NetworkProcess]
     root: Path
     """The temporary directory holding every data directory (removed at the end)."""
@@ -64,11 +72,21 @@ class RunningNetwork:
     """The peer token's file, created by the Registry in its data directory."""
     daemon_args: list[str] = field(default_factory=list)
     """Extra flags every daemon started (also by `add_daemon`)."""
+    store: str | None = None
+    """The PostgreSQL store every daemon and the Registry keep their rows in, or None."""
+
+    @property
+    def router(self) -> NetworkProcess:
+        """The standalone Router process (absent when the Router is NATS JetStream)."""
+        if self.router_process is None:
+            raise AttributeError(f"this network's Router is {self.router_target}, not a process")
+        return self.router_process
 
     @property
     def processes(self) -> list[NetworkProcess]:
         """Every process, daemons first: the order they are stopped in."""
-        return [*self.daemons, self.router, self.registry]
+        router = [] if self.router_process is None else [self.router_process]
+        return [*self.daemons, *router, self.registry]
 
     def logs(self) -> str:
         """Every process's stderr, each under its name: for a failure message."""
@@ -86,8 +104,10 @@ class RunningNetwork:
     def _daemon(self, number: int, extra_args: Sequence[str]) -> NetworkProcess:
         data_dir = self.root / f"daemon-{number}"
         data_dir.mkdir(mode=0o700)
-        args = ["--router", self.router.target, "--registry", self.registry.target]
+        args = ["--router", self.router_target, "--registry", self.registry.target]
         args += ["--peer-token-file", str(self.peer_token_file)]
+        if self.store is not None:
+            args += ["--store", self.store, "--store-owner", f"daemon-{number}"]
         return NetworkProcess(
             "serve",
             f"daemon-{number}",
@@ -113,12 +133,16 @@ async def run_network(
     *,
     daemon_args: Sequence[str] = (),
     router_args: Sequence[str] = (),
+    nats: str | None = None,
+    store: str | None = None,
 ) -> AsyncIterator[RunningNetwork]:
     """A Registry, a Router and `daemons` joined daemons, each a real process on
     127.0.0.1:0, once every one logged `ready`.
 
     `daemon_args` are extra `serve` flags for every daemon, `router_args` extra `router`
-    flags. Every process is always stopped
+    flags. `nats` (a `nats://` server list) replaces the Router process; `store` (a
+    PostgreSQL URL) keeps the Registry's and the daemons' rows there. Every process is
+    always stopped
     when the block ends (daemons first, SIGTERM then SIGKILL past the bound), whether the
     block raised or not, and the temporary directories are removed afterwards."""
     if daemons < 0:
@@ -128,20 +152,34 @@ async def run_network(
         registry_dir = root / "registry"
         registry_dir.mkdir(mode=0o700)
         token_file = registry_dir / PEER_TOKEN_FILE
-        registry = NetworkProcess("registry", "registry", data_dir=registry_dir, args=[])
-        router = NetworkProcess("router", "router", data_dir=None, args=list(router_args))
+        registry_args = [] if store is None else ["--store", store]
+        registry = NetworkProcess("registry", "registry", data_dir=registry_dir, args=registry_args)
+        router = (
+            None
+            if nats is not None
+            else NetworkProcess("router", "router", data_dir=None, args=list(router_args))
+        )
         network = RunningNetwork(
             registry=registry,
-            router=router,
+            router_process=router,
+            router_target=nats or "",
             daemons=[],
             root=root,
             peer_token_file=token_file,
             daemon_args=list(daemon_args),
+            store=store,
         )
         try:
             await registry.start()
-            router.args = ["--registry", registry.target, "--peer-token-file", str(token_file)]
-            await router.start()
+            if router is not None:
+                router.args = [
+                    "--registry",
+                    registry.target,
+                    "--peer-token-file",
+                    str(token_file),
+                ]
+                await router.start()
+                network.router_target = router.target
             network.daemons.extend(network._daemon(n, ()) for n in range(1, daemons + 1))
             await _start_all(network.daemons)
             yield network
@@ -151,7 +189,7 @@ async def run_network(
                 await asyncio.gather(
                     *(daemon.close() for daemon in network.daemons), return_exceptions=True
                 )
-                for process in (router, registry):
+                for process in (*([] if router is None else [router]), registry):
                     try:
                         await process.close()
                     except Exception:
