@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import ClassVar, Final, Self
+from typing import TYPE_CHECKING, ClassVar, Final, Self
 
 from gateway import __version__
 from gateway.engine import protocol as p
@@ -54,6 +54,9 @@ from gateway.observability.metrics import (
 )
 from gateway.observability.metrics_server import MetricsServer
 from gateway.registry import RegistryClient, SqliteRegistry
+
+if TYPE_CHECKING:
+    from gateway.registry.postgres import PostgresRegistry
 from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter, RingSettings, VerifiedEnvelope
 from gateway.rpc.keepalive import KeepalivePolicy
@@ -321,8 +324,15 @@ class StandaloneRouter(_StandaloneProcess):
             await self._registry_port.close()
 
 
+REGISTRY_KEY_FILE: Final = "registry-key"
+"""The signing key a PostgreSQL-backed Registry creates in its data directory when no
+`--registry-key-file` names one (SQLite keeps its key in the database)."""
+
+
 class StandaloneRegistry(_StandaloneProcess):
-    """`harness-gateway registry`: a `SqliteRegistry` behind `RegistryService`."""
+    """`harness-gateway registry`: a `SqliteRegistry` (in the data directory) or a
+    `PostgresRegistry` (with `--store postgresql://...`; replicas share the database and
+    one key file) behind `RegistryService`."""
 
     GRPC_SERVICE = REGISTRY_SERVICE
 
@@ -330,7 +340,7 @@ class StandaloneRegistry(_StandaloneProcess):
         """Use `start`; nothing is opened here."""
         super().__init__(settings)
         self._lock: DataDirLock | None = None
-        self._registry: SqliteRegistry | None = None
+        self._registry: SqliteRegistry | PostgresRegistry | None = None
 
     @property
     def registry_public_key(self) -> str:
@@ -351,16 +361,36 @@ class StandaloneRegistry(_StandaloneProcess):
         self._lock = DataDirLock.acquire(settings.data_dir)
         token, self.peer_token_path = ensure_peer_token(settings)
         guard = PeerGuard(token)
-        path = settings.data_dir / REGISTRY_FILE
-        # Owner-only before SQLite opens it: the file holds the Registry's private seed.
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        self._registry = await SqliteRegistry.open(path)
+        if settings.store is not None:
+            self._registry = await self._open_postgres(settings.store)
+        else:
+            path = settings.data_dir / REGISTRY_FILE
+            # Owner-only before SQLite opens it: the file holds the Registry's private seed.
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            self._registry = await SqliteRegistry.open(path)
         server = await build_peer_server(
             settings,
             [RegistryService(self._registry, guard).binding()],
             interceptors=[MetricsInterceptor(self.metrics)],
         )
         await self._serve(server)
+
+    async def _open_postgres(self, dsn: str) -> PostgresRegistry:
+        # Imported here: psycopg is loaded only by a Registry that uses it.
+        from gateway.registry.postgres import (
+            PostgresRegistry,
+            ensure_signing_seed,
+            read_signing_seed,
+        )
+
+        key_file = self.settings.registry_key_file
+        if key_file is not None:
+            # Named by the operator and shared by every replica: it must exist already.
+            seed = read_signing_seed(key_file)
+        else:
+            # A single replica's convenience; `ensure_signing_seed` logs its creation.
+            seed, _ = ensure_signing_seed(self.settings.data_dir / REGISTRY_KEY_FILE)
+        return await PostgresRegistry.open(dsn, signing_seed=seed)
 
     async def _close_backend(self) -> None:
         try:

@@ -1,7 +1,9 @@
 """The Registry: names mapped to immutable Registry-signed agent cards (engine.md §3).
 
 `RegistryPort` is the seam every backend implements: `SqliteRegistry` (in-process,
-its own SQLite file), `MemoryRegistry` (unit tests), and a gRPC client in `gateway/rpc/`.
+its own SQLite file), `MemoryRegistry` (unit tests), `PostgresRegistry` (replicas sharing
+one PostgreSQL database; import `gateway.registry.postgres` itself, so psycopg loads only
+where it is used), and a gRPC client in `gateway/rpc/`.
 The daemon resolves agents through `RegistryClient`, which verifies, caches and
 collapses lookups.
 """
