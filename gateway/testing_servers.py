@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -149,10 +150,14 @@ class NatsCluster:
                     root=node_root,
                 )
             )
-        for node in cluster.nodes:
-            cluster._launch(node)
-        for node in cluster.nodes:
-            cluster._wait_ready(node)
+        try:
+            for node in cluster.nodes:
+                cluster._launch(node)
+            for node in cluster.nodes:
+                cluster._wait_ready(node)
+        except BaseException:
+            cluster.close()  # no node outlives a start that failed
+            raise
         return cluster
 
     @property
@@ -284,11 +289,19 @@ class PostgresServer:
         root.mkdir(parents=True, exist_ok=True)
         # The folder PostgreSQL owns must be reachable by it: a pytest tmp folder under
         # /tmp/pytest-of-root is 0700 root, so the cluster lives in a folder of its own.
-        home = Path(os.environ.get("HARNESS_PG_ROOT", "/tmp")) / f"harness-pg-{os.getpid()}"
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(mode=0o700)
+        # mkdtemp: a folder of its own (0700) for every server, several per process included.
+        home = Path(tempfile.mkdtemp(prefix="harness-pg-", dir=os.environ.get("HARNESS_PG_ROOT")))
         _own_for_postgres(home)
         server = cls(root=home, port=free_port(), bin_dir=bin_dir)
+        try:
+            server._init_and_start()
+        except BaseException:
+            server.close()  # no server (or folder) outlives a start that failed
+            raise
+        return server
+
+    def _init_and_start(self) -> None:
+        bin_dir, home = self.bin_dir, self.root
         log = home / "initdb.log"
         with log.open("wb") as out:
             done = subprocess.run(
@@ -313,8 +326,7 @@ class PostgresServer:
             )
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed:\n{_tail(log)}")
-        server.start_again()
-        return server
+        self.start_again()
 
     @property
     def log(self) -> Path:
