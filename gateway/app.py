@@ -12,7 +12,8 @@ agents, then readiness SERVING. A start that fails closes what it opened, in rev
 The Router and Registry are chosen by the settings (operations.md §1): in-process (the
 embedded mode) unless `router` / `registry` name a standalone process to join, through the
 gRPC clients of `gateway/rpc/` (the Registry key pinned from a setting or fetched once at
-start). With `expose_network` the embedded Router and Registry are also served to other
+start), or `router` names a NATS JetStream cluster; the store is SQLite in the data
+directory or PostgreSQL (`gateway.backends` opens whichever is chosen). With `expose_network` the embedded Router and Registry are also served to other
 daemons on this daemon's own gRPC port, behind the peer token.
 
 The gateway is the `GatewayCore` the gRPC services call; each call is handed to the
@@ -35,6 +36,7 @@ from typing import Final, Protocol
 
 from gateway import __version__
 from gateway.agents import AgentDirectory, Hosting
+from gateway.backends import StoreWiring, open_nats_router, open_store
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.closing import AsyncClosing
 from gateway.endpoint.api import (
@@ -85,13 +87,11 @@ from gateway.rpc.server import RpcServer, ServiceBinding, build_server
 from gateway.rpc.tls import peer_channel_credentials
 from gateway.secret_file import ensure_secret, read_secret
 from gateway.settings import Settings
-from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
+from gateway.store import CommitWriterSettings, DataDirLock
 from gateway.store.port import Store
 
 logger = logging.getLogger(__name__)
 
-STORE_FILE: Final = "gateway.sqlite3"
-"""The store's file in the data directory."""
 REGISTRY_FILE: Final = "registry.sqlite3"
 """The embedded Registry's file in the data directory."""
 ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secret
@@ -212,6 +212,8 @@ class Gateway(AsyncClosing):
     def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         """Use `start`; nothing is opened here."""
         self.settings = settings
+        self._run_id = secrets.token_hex(8)
+        """This process's run: marks idempotency reservations and a PostgreSQL lease."""
         self._clock = clock
         """The one clock every component reads the time through."""
         self._state = GatewayState.STARTING
@@ -278,7 +280,10 @@ class Gateway(AsyncClosing):
             )
             opened.push_async_callback(firewall.close)
             _log_firewall(firewall, "firewall in force")
-        joining = settings.router is not None or settings.registry is not None
+        # A NATS Router authenticates with its own credentials, not the peer token.
+        joining = (
+            settings.router is not None and not settings.router_is_nats
+        ) or settings.registry is not None
         # Joining needs the token of the process serving the Router and Registry; read it
         # before anything opens, so a missing file is the one error shown.
         peer_token = read_peer_token(settings.peer_token_file) if joining else None
@@ -290,7 +295,20 @@ class Gateway(AsyncClosing):
         if settings.exposes_router or settings.exposes_registry:
             served_token, self.peer_token_path = ensure_peer_token(settings)
             guard = PeerGuard(served_token)
-        store = await self._open_store()
+        if settings.registry is None:
+            # The embedded Registry holds its private seed: owner-only before SQLite opens it.
+            os.close(os.open(settings.data_dir / REGISTRY_FILE, os.O_CREAT | os.O_WRONLY, 0o600))
+        store = await open_store(
+            settings,
+            StoreWiring(
+                writer_settings=CommitWriterSettings(
+                    commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
+                ),
+                observer=StoreMetrics(self.metrics),
+                on_fatal=self._on_fatal,
+                run_id=self._run_id,
+            ),
+        )
         opened.push_async_callback(store.close)
 
         registry_port: RegistryBackend
@@ -330,6 +348,10 @@ class Gateway(AsyncClosing):
             if guard is not None and settings.exposes_router:
                 router_service = RouterService(ring, guard)
             router = ring
+        elif settings.router_is_nats:
+            router = await open_nats_router(
+                settings, RegistryEnvelopeVerifier(registry, cache=cache)
+            )
         else:
             # A Router that is down at start is fine: the feed retries while DETACHED.
             assert peer_token is not None  # read above whenever a Router is joined
@@ -393,22 +415,6 @@ class Gateway(AsyncClosing):
             firewall=firewall,
         )
 
-    async def _open_store(self) -> SqliteStore:
-        settings = self.settings
-        # The store holds agents' private seeds: create both files owner-only before SQLite
-        # opens them (its -wal and -shm files copy the database file's mode).
-        files = (STORE_FILE,) if settings.registry is not None else (STORE_FILE, REGISTRY_FILE)
-        for name in files:
-            os.close(os.open(settings.data_dir / name, os.O_CREAT | os.O_WRONLY, 0o600))
-        return await SqliteStore.open(
-            settings.data_dir / STORE_FILE,
-            writer_settings=CommitWriterSettings(
-                commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
-            ),
-            observer=StoreMetrics(self.metrics),
-            on_fatal=self._on_fatal,
-        )
-
     def _hosting(
         self, registry_public_key: str, cache: VerifyCache, firewall: Firewall | None
     ) -> Hosting:
@@ -421,7 +427,7 @@ class Gateway(AsyncClosing):
                 attach=settings.router_attach_timeout, certify=settings.send_certify_timeout
             ),
             history_export_dir=settings.history_export_dir,
-            run_id=secrets.token_hex(8),
+            run_id=self._run_id,
             inbox_observer=_inbox_observer(self.metrics),
             send_observer=_send_observer(self.metrics),
             clock=self._clock,

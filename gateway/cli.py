@@ -414,7 +414,8 @@ async def _serve(settings: Settings) -> int:
     from gateway.app import Gateway
     from gateway.firewall.config import FirewallConfigError
     from gateway.registry import RegistryError
-    from gateway.store import DataDirLocked
+    from gateway.router import RouterUnavailable
+    from gateway.store import DataDirLocked, StoreError
 
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -428,9 +429,10 @@ async def _serve(settings: Settings) -> int:
             logger.error("cannot start: %s", problem)
             print(f"harness-gateway: {problem}", file=sys.stderr)
         return 1
-    except (OSError, ValueError, RegistryError) as error:
-        # A bind failure, an unusable peer setting, or a Registry to join that could not
-        # be reached for its key.
+    except (OSError, ValueError, RegistryError, StoreError, RouterUnavailable) as error:
+        # A bind failure, an unusable peer setting, a Registry to join that could not be
+        # reached for its key, a store that refused (schema, lease, unreachable) or a NATS
+        # Router that did not answer.
         return _cannot_start(error)
     return await _run_until_stopped(
         gateway,

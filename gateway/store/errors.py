@@ -8,10 +8,15 @@ the write it concerns is the point of the tree:
     ├── DataDirLocked           another process holds `<data-dir>/LOCK`; nothing was opened
     ├── StoreClosed             refused: the store is closing or closed; nothing was written
     ├── StoreFailed             refused or abandoned after a fatal store error; nothing written
+    │   ├── StoreUnavailable    PostgreSQL could not take the write; nothing written, retry later
+    │   └── StoreLeaseLost      another daemon took this owner's lease; this one must stop
     ├── CommitAmbiguous         the group's COMMIT failed: the write may or may not be durable
     ├── ConstraintViolation     a write broke a uniqueness rule; its batch was not applied
     ├── StoreCorrupt            `PRAGMA quick_check` failed or the file is not a database
-    └── SchemaVersionMismatch   the file's version is not this build's; the file is untouched
+    ├── SchemaVersionMismatch   the file's version is not this build's; the file is untouched
+    │   └── DatabaseSchemaMismatch  the same for a PostgreSQL store, with what to do about it
+    ├── StoreLeaseHeld          another daemon holds this owner's lease; nothing was opened
+    └── StoreDsnInvalid         the PostgreSQL DSN is not a connection string (also a ValueError)
 
 A write unit's own exception (anything it raises itself) reaches its caller as it is,
 never wrapped: only that unit's writes were rolled back.
@@ -72,6 +77,16 @@ class StoreFailed(StoreError):
     """
 
 
+class StoreUnavailable(StoreFailed):
+    """PostgreSQL could not take this write before its COMMIT was sent: the server was
+    unreachable, the connection was lost, or the server failed the whole transaction (a
+    deadlock, a full disk). The write was not committed, and the store is not FAILED.
+
+    A network store's outage is expected and transient: later writes and reads reconnect
+    and succeed once the server is back. Reads raise it too (nothing was read).
+    """
+
+
 class ConstraintViolation(StoreError):
     """A write broke a uniqueness rule (a reused token, a second record at one depth).
 
@@ -112,7 +127,8 @@ class SchemaVersionMismatch(StoreError):
     `expected` this build's. The store fails closed: no migration, no write.
     """
 
-    path: Path
+    path: Path | str
+    """The store file; for a PostgreSQL store, its DSN without the password."""
     key: str
     found: str | None
     expected: str
@@ -127,3 +143,78 @@ class SchemaVersionMismatch(StoreError):
             f"store file {path} has {shown} but this harness-gateway expects {expected}; "
             "refusing to open it (the file was left untouched)"
         )
+
+
+class DatabaseSchemaMismatch(SchemaVersionMismatch):
+    """A PostgreSQL store's `harness_meta` is not this build's, or the database holds
+    tables but no `harness_meta`; nothing was changed.
+
+    `path` is the DSN without its password; `advice` says what the operator can do (run
+    `harness-gateway migrate` for an older schema this build can migrate).
+    """
+
+    advice: str
+
+    def __init__(
+        self, store: str, *, key: str, found: str | None, expected: str, advice: str
+    ) -> None:
+        self.path = store
+        self.key = key
+        self.found = found
+        self.expected = expected
+        self.advice = advice
+        shown = f"no {key}" if found is None else f"{key} {found}"
+        StoreError.__init__(
+            self,
+            f"PostgreSQL store {store} has {shown} but this harness-gateway expects "
+            f"{expected}; refusing to open it (the database was left untouched): {advice}",
+        )
+
+
+class StoreLeaseHeld(StoreError):
+    """Another daemon holds the lease of `owner` in the PostgreSQL store (engine.md §8
+    Exclusive ownership); nothing was opened or written.
+
+    `holder` is what the holder wrote into its lease row (its run id, host and pid), when
+    there is one.
+    """
+
+    owner: str
+    holder: str | None
+
+    def __init__(self, owner: str, holder: str | None) -> None:
+        self.owner = owner
+        self.holder = holder
+        by = "another daemon" if not holder else f"another daemon ({holder})"
+        super().__init__(
+            f"{by} holds the lease of store owner {owner!r}: "
+            "one daemon owns an owner's agents at a time"
+        )
+
+
+class StoreLeaseLost(StoreFailed):
+    """Another daemon took this daemon's lease: its fencing token is no longer the lease's.
+
+    Every write checks the fence, so nothing was written past the loss; the writer is
+    FAILED and `on_fatal` stops the daemon (the new holder owns the agents now).
+    `found` is the lease's fence now (None when its row is gone).
+    """
+
+    owner: str
+    fence: int
+    found: int | None
+
+    def __init__(self, owner: str, *, fence: int, found: int | None) -> None:
+        self.owner = owner
+        self.fence = fence
+        self.found = found
+        now = "no lease row" if found is None else f"fence {found}"
+        super().__init__(
+            f"the lease of store owner {owner!r} was taken (this daemon holds fence {fence}, "
+            f"the lease has {now}): stopping writes"
+        )
+
+
+class StoreDsnInvalid(StoreError, ValueError):
+    """The PostgreSQL store's DSN is not a connection string libpq accepts; the message
+    shows it without its password. Nothing was opened."""

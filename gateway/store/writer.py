@@ -31,10 +31,17 @@ ROLLBACK or RELEASE what they did not open (the writer treats an ended transacti
 fatal), and must not keep the connection after they return. The event loop never runs
 SQLite: the commit loop is the one task the writer owns, and all blocking work happens on
 its single thread.
+
+`GroupCommitter` is the backend-free half: the bounded queue, the grouping window, the
+answers, the FAILED state and the close order. `CommitWriter` runs its groups on the SQLite
+thread; the PostgreSQL store (`gateway.store.postgres`) runs them on its network connection.
+A backend decides only how one group runs (`_run_group`, reporting a `GroupReport`) and
+how its connection is released (`_release`).
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import enum
@@ -45,7 +52,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final, TypeAlias, TypeVar, assert_never, cast
+from typing import Final, Generic, TypeAlias, TypeVar, assert_never, cast
 
 from gateway.closing import AsyncClosing
 from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreError, StoreFailed
@@ -54,6 +61,9 @@ from gateway.store.observer import NullStoreObserver, StoreObserver
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+UnitT = TypeVar("UnitT")
+"""One unit as a backend runs it: a function of an SQLite connection, or the PostgreSQL
+store's planned statements."""
 
 COMMIT_DELAY: Final = 0.002
 """Seconds the commit loop waits after taking a unit, gathering more into its group.
@@ -135,102 +145,89 @@ class CommitWriterSettings:
 
 
 @dataclass(slots=True, kw_only=True, eq=False)
-class _WriteRequest:
+class _WriteRequest(Generic[UnitT]):
     """One submitted unit and the future its caller awaits."""
 
-    unit: Callable[[sqlite3.Connection], object]
+    unit: UnitT
     future: asyncio.Future[object]
     submitted_at: float
 
 
 @dataclass(frozen=True, slots=True)
-class _Returned:
+class UnitReturned:
+    """A unit that ran and returned `value`; its caller gets it once the group commits."""
+
     value: object
 
 
 @dataclass(frozen=True, slots=True)
-class _Raised:
+class UnitRaised:
+    """A unit whose caller gets `error`: its own exception, or its group's failure."""
+
     error: BaseException
 
 
-_Outcome: TypeAlias = _Returned | _Raised
+UnitOutcome: TypeAlias = UnitReturned | UnitRaised
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _GroupReport:
-    """What the writer thread did with one group, one outcome per unit in order."""
+class GroupReport:
+    """What a backend did with one group, one outcome per unit in order."""
 
-    outcomes: Sequence[_Outcome]
+    outcomes: Sequence[UnitOutcome]
     seconds: float
+    """From BEGIN to the end of COMMIT (`StoreObserver.on_commit`)."""
     committed: bool
     fatal: BaseException | None
+    """An error that must stop the writer (FAILED, then `on_fatal`), or None."""
 
 
-class CommitWriter(AsyncClosing):
-    """Owns the write connection and commits submitted units in groups.
+class GroupCommitter(AsyncClosing, Generic[UnitT]):
+    """The queue, the grouping window and the answers of group commit, for any backend.
 
-    Obtain one with `await CommitWriter.start(connect)`; an async context manager whose
-    exit calls `close()`.
+    A subclass runs one group in `_run_group` and releases its connection in `_release`;
+    it starts the commit loop with `_start_loop()` once its connection is open, and gives
+    callers a typed `submit` over `_submit`. Everything the module docstring promises
+    about queueing, answers, FAILED and close lives here.
     """
 
     def __init__(
         self,
-        connection: sqlite3.Connection,
-        executor: ThreadPoolExecutor,
         *,
         settings: CommitWriterSettings,
         observer: StoreObserver,
         on_fatal: FatalHandler | None,
     ) -> None:
-        """Wrap an open connection and its thread; use `CommitWriter.start` instead."""
-        self._connection = connection
-        self._executor = executor
         self._settings = settings
         self._observer = observer
         self._on_fatal = on_fatal
         self._state = CommitWriterState.RUNNING
         self._failure: BaseException | None = None
         # None is a wake-up: it gets the loop past `get()` to notice a state change.
-        self._queue: asyncio.Queue[_WriteRequest | None] = asyncio.Queue(
+        self._queue: asyncio.Queue[_WriteRequest[UnitT] | None] = asyncio.Queue(
             maxsize=settings.queue_capacity
         )
         # Submitters past the state check whose unit is not queued yet (waiting for room);
         # the loop does not stop while any remain, so each of them is answered.
         self._admitting = 0
-        self._group: list[_WriteRequest] = []
+        self._group: list[_WriteRequest[UnitT]] = []
         self._group_started = False
         self._close_started = False
         self._closed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
 
-    @classmethod
-    async def start(
-        cls,
-        connect: Callable[[], sqlite3.Connection],
-        *,
-        settings: CommitWriterSettings | None = None,
-        observer: StoreObserver | None = None,
-        on_fatal: FatalHandler | None = None,
-    ) -> CommitWriter:
-        """Run `connect()` on a new writer thread and start the commit loop.
+    @abc.abstractmethod
+    async def _run_group(self, units: Sequence[UnitT]) -> GroupReport:
+        """Run `units` in one transaction; one outcome per unit, in order."""
 
-        `connect` returns a connection in autocommit mode (`isolation_level=None`); it runs
-        on the writer thread, which alone uses the connection from then on, so the
-        connection needs no `check_same_thread=False`. Whatever `connect` raises propagates
-        and nothing is left running.
-        """
-        connection, executor = await connect_on_own_thread(connect, thread_name=WRITER_THREAD_NAME)
-        writer = cls(
-            connection,
-            executor,
-            settings=settings or CommitWriterSettings(),
-            observer=observer or NullStoreObserver(),
-            on_fatal=on_fatal,
+    @abc.abstractmethod
+    async def _release(self) -> None:
+        """Close the connection: after the loop ended, or was cancelled mid-group."""
+
+    def _start_loop(self) -> None:
+        self._loop_task = asyncio.get_running_loop().create_task(
+            self._commit_loop(), name="harness-store-commit-loop"
         )
-        writer._loop_task = asyncio.get_running_loop().create_task(
-            writer._commit_loop(), name="harness-store-commit-loop"
-        )
-        return writer
 
     @property
     def state(self) -> CommitWriterState:
@@ -247,19 +244,9 @@ class CommitWriter(AsyncClosing):
         """Units waiting for the next group (the `harness_store_queue_depth` gauge)."""
         return self._queue.qsize()
 
-    async def submit(self, unit: Callable[[sqlite3.Connection], T]) -> T:
-        """Queue `unit` and return its result once its group has committed.
-
-        Waits for room when the queue is full.
-
-        Raises:
-            StoreClosed: the writer is CLOSING or CLOSED; nothing was queued.
-            StoreFailed: the writer is FAILED, or a fatal error abandoned the unit's group;
-                it was not committed.
-            CommitAmbiguous: the group's COMMIT failed or its transaction ended early;
-                the unit's writes may or may not be durable.
-            Exception: whatever `unit` raised, as it is; its writes were rolled back.
-        """
+    async def _submit(self, unit: UnitT) -> object:
+        """Queue `unit` and return its outcome once its group has committed (see
+        `CommitWriter.submit` for what each failure means)."""
         self._check_accepting()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
@@ -272,10 +259,10 @@ class CommitWriter(AsyncClosing):
             if self._admitting == 0 and self._state is not CommitWriterState.RUNNING:
                 self._wake()
         self._notify(self._observer.on_queue_depth, self._queue.qsize())
-        return cast(T, await future)
+        return await future
 
     async def close(self) -> None:
-        """Commit everything accepted, then close the connection and the thread.
+        """Commit everything accepted, then release the connection.
 
         Idempotent; a concurrent call waits for the first to finish. Units submitted after
         this starts get `StoreClosed`.
@@ -291,13 +278,9 @@ class CommitWriter(AsyncClosing):
             if self._loop_task is not None:
                 await self._loop_task
         finally:
-            # The executor runs jobs in order, so the connection closes on its own thread
-            # after any group still running there (if the loop was cancelled mid-group).
             try:
-                await asyncio.wrap_future(self._executor.submit(self._connection.close))
+                await self._release()
             finally:
-                # The thread is idle now; it exits on its own, so the loop never joins it.
-                self._executor.shutdown(wait=False)
                 self._state = CommitWriterState.CLOSED
                 self._closed.set()
                 logger.debug("store writer closed")
@@ -349,7 +332,7 @@ class CommitWriter(AsyncClosing):
             self._refuse_queued()
             raise
 
-    async def _collect_group(self, first: _WriteRequest) -> None:
+    async def _collect_group(self, first: _WriteRequest[UnitT]) -> None:
         group = self._group = [first]
         limit = self._settings.max_batch
         if self._state is CommitWriterState.RUNNING and self._queue.qsize() < limit - 1:
@@ -363,22 +346,19 @@ class CommitWriter(AsyncClosing):
                 group.append(request)
 
     async def _commit_group(self) -> None:
-        loop = asyncio.get_running_loop()
         self._group_started = True
-        report = await loop.run_in_executor(
-            self._executor, _run_group, self._connection, [r.unit for r in self._group]
-        )
+        report = await self._run_group([r.unit for r in self._group])
         self._answer_group(report)
 
-    def _answer_group(self, report: _GroupReport) -> None:
+    def _answer_group(self, report: GroupReport) -> None:
         group, self._group, self._group_started = self._group, [], False
         now = asyncio.get_running_loop().time()
         for request, outcome in zip(group, report.outcomes, strict=True):
             match outcome:
-                case _Returned(value=value):
+                case UnitReturned(value=value):
                     if not request.future.done():
                         request.future.set_result(value)
-                case _Raised(error=error):
+                case UnitRaised(error=error):
                     if not request.future.done():
                         request.future.set_exception(error)
                 case _:
@@ -408,7 +388,7 @@ class CommitWriter(AsyncClosing):
                 continue
             error: StoreError
             if started:
-                # A group handed to the thread may still commit there.
+                # A group handed to the backend may still commit there.
                 error = CommitAmbiguous("the store writer stopped while this write's group ran")
             elif cause is None:
                 error = StoreClosed("the store writer", "CLOSED")
@@ -425,6 +405,7 @@ class CommitWriter(AsyncClosing):
                 request.future.set_exception(StoreClosed("the store writer", "CLOSED"))
 
     def _fail(self, cause: BaseException) -> None:
+        """Mark the writer FAILED and call `on_fatal` once; later calls change nothing."""
         if self._state in (CommitWriterState.FAILED, CommitWriterState.CLOSED):
             return
         self._state = CommitWriterState.FAILED
@@ -448,16 +429,95 @@ class CommitWriter(AsyncClosing):
             logger.exception("store observer failed")
 
 
+class CommitWriter(GroupCommitter[Callable[[sqlite3.Connection], object]]):
+    """Owns the SQLite write connection and commits submitted units in groups.
+
+    Obtain one with `await CommitWriter.start(connect)`; an async context manager whose
+    exit calls `close()`.
+    """
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        executor: ThreadPoolExecutor,
+        *,
+        settings: CommitWriterSettings,
+        observer: StoreObserver,
+        on_fatal: FatalHandler | None,
+    ) -> None:
+        """Wrap an open connection and its thread; use `CommitWriter.start` instead."""
+        super().__init__(settings=settings, observer=observer, on_fatal=on_fatal)
+        self._connection = connection
+        self._executor = executor
+
+    @classmethod
+    async def start(
+        cls,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        settings: CommitWriterSettings | None = None,
+        observer: StoreObserver | None = None,
+        on_fatal: FatalHandler | None = None,
+    ) -> CommitWriter:
+        """Run `connect()` on a new writer thread and start the commit loop.
+
+        `connect` returns a connection in autocommit mode (`isolation_level=None`); it runs
+        on the writer thread, which alone uses the connection from then on, so the
+        connection needs no `check_same_thread=False`. Whatever `connect` raises propagates
+        and nothing is left running.
+        """
+        connection, executor = await connect_on_own_thread(connect, thread_name=WRITER_THREAD_NAME)
+        writer = cls(
+            connection,
+            executor,
+            settings=settings or CommitWriterSettings(),
+            observer=observer or NullStoreObserver(),
+            on_fatal=on_fatal,
+        )
+        writer._start_loop()
+        return writer
+
+    async def submit(self, unit: Callable[[sqlite3.Connection], T]) -> T:
+        """Queue `unit` and return its result once its group has committed.
+
+        Waits for room when the queue is full.
+
+        Raises:
+            StoreClosed: the writer is CLOSING or CLOSED; nothing was queued.
+            StoreFailed: the writer is FAILED, or a fatal error abandoned the unit's group;
+                it was not committed.
+            CommitAmbiguous: the group's COMMIT failed or its transaction ended early;
+                the unit's writes may or may not be durable.
+            Exception: whatever `unit` raised, as it is; its writes were rolled back.
+        """
+        return cast(T, await self._submit(unit))
+
+    async def _run_group(
+        self, units: Sequence[Callable[[sqlite3.Connection], object]]
+    ) -> GroupReport:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, _run_group, self._connection, units)
+
+    async def _release(self) -> None:
+        # The executor runs jobs in order, so the connection closes on its own thread
+        # after any group still running there (if the loop was cancelled mid-group).
+        try:
+            await asyncio.wrap_future(self._executor.submit(self._connection.close))
+        finally:
+            # The thread is idle now; it exits on its own, so the loop never joins it.
+            self._executor.shutdown(wait=False)
+
+
 def _run_group(
     connection: sqlite3.Connection, units: Sequence[Callable[[sqlite3.Connection], object]]
-) -> _GroupReport:
+) -> GroupReport:
     """Run one group on the writer thread: BEGIN, a savepoint per unit, one COMMIT."""
     started = time.perf_counter()
     try:
         connection.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as error:
         return _abandon(connection, [], len(units), error, started, unit_ran=False)
-    outcomes: list[_Outcome] = []
+    outcomes: list[UnitOutcome] = []
     for unit in units:
         try:
             connection.execute(f"SAVEPOINT {_SAVEPOINT}")
@@ -478,7 +538,7 @@ def _run_group(
                 return _abandon(
                     connection, outcomes, len(units), rollback_error, started, unit_ran=True
                 )
-            outcomes.append(_Raised(error))
+            outcomes.append(UnitRaised(error))
             continue
         if not connection.in_transaction:
             cause = _transaction_ended(None)
@@ -487,38 +547,38 @@ def _run_group(
             connection.execute(f"RELEASE {_SAVEPOINT}")
         except sqlite3.Error as error:
             return _abandon(connection, outcomes, len(units), error, started, unit_ran=True)
-        outcomes.append(_Returned(value))
+        outcomes.append(UnitReturned(value))
     try:
         connection.execute("COMMIT")
     except sqlite3.Error as error:
         _rollback_quietly(connection)
-        settled: list[_Outcome] = [
-            _Raised(_in_doubt(error)) if isinstance(outcome, _Returned) else outcome
+        settled: list[UnitOutcome] = [
+            UnitRaised(_in_doubt(error)) if isinstance(outcome, UnitReturned) else outcome
             for outcome in outcomes
         ]
         # A deferred constraint failing at COMMIT belongs to the group's units; anything
         # else at COMMIT is the disk or the process (engine.md §8).
         fatal = None if isinstance(error, sqlite3.IntegrityError) else error
-        return _GroupReport(
+        return GroupReport(
             outcomes=settled,
             seconds=time.perf_counter() - started,
             committed=False,
             fatal=fatal,
         )
-    return _GroupReport(
+    return GroupReport(
         outcomes=outcomes, seconds=time.perf_counter() - started, committed=True, fatal=None
     )
 
 
 def _abandon(
     connection: sqlite3.Connection,
-    finished: Sequence[_Outcome],
+    finished: Sequence[UnitOutcome],
     total: int,
     cause: BaseException,
     started: float,
     *,
     unit_ran: bool,
-) -> _GroupReport:
+) -> GroupReport:
     """Give up a group after a fatal error; `finished` are the units done before it."""
     # Our own statements never end the transaction before COMMIT; if it has ended, a unit
     # or SQLite ended it, and what the units before wrote may already be durable.
@@ -534,17 +594,17 @@ def _abandon(
         error.__cause__ = cause
         return error
 
-    outcomes: list[_Outcome] = [
-        _Raised(ran_failure()) if isinstance(outcome, _Returned) else outcome
+    outcomes: list[UnitOutcome] = [
+        UnitRaised(ran_failure()) if isinstance(outcome, UnitReturned) else outcome
         for outcome in finished
     ]
     if unit_ran:
-        outcomes.append(_Raised(ran_failure()))
+        outcomes.append(UnitRaised(ran_failure()))
     while len(outcomes) < total:
         not_run = StoreFailed("a fatal store error abandoned this write's group before it ran")
         not_run.__cause__ = cause
-        outcomes.append(_Raised(not_run))
-    return _GroupReport(
+        outcomes.append(UnitRaised(not_run))
+    return GroupReport(
         outcomes=outcomes,
         seconds=time.perf_counter() - started,
         committed=False,

@@ -1,0 +1,378 @@
+"""`PostgresStore`: the `Store` seam on PostgreSQL, for daemons that share one database.
+
+`store = await PostgresStore.open(dsn, owner=...)` checks the schema (creating it in an
+empty database), claims the owner's lease (`gateway.store.postgres.lease`), starts the
+writer (`gateway.store.postgres.writer`) on its own connection and opens a small pool of
+reader connections. Callers may rely on:
+
+- Everything `SqliteStore` promises about `apply` and the reads, row for row (the store
+  contract suite runs on both), for the agents of this owner: `identities`, `token`,
+  `cursor` and `unread_summary` see only the owner's rows.
+- While PostgreSQL is down, writes fail `StoreUnavailable` (not committed) or
+  `CommitAmbiguous` (lost during COMMIT) and reads fail `StoreUnavailable`, each within a
+  bound; nothing is fatal, and service resumes when the server is back. `on_fatal` is
+  called only when the lease is taken by another daemon or the server reports damaged
+  data: then the writer is FAILED and the daemon must stop.
+- `close()` refuses new calls, ends the reads, commits every accepted write, then releases
+  the lease; idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, TypeVar
+
+import psycopg
+from harness_contract.ids import RandomId
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+
+from gateway.closing import AsyncClosing
+from gateway.store.errors import StoreClosed, StoreError
+from gateway.store.observer import StoreObserver
+from gateway.store.postgres import schema, tables
+from gateway.store.postgres.connection import CONNECT_TIMEOUT, Connection, ConnectSettings
+from gateway.store.postgres.lease import LEASE_RETRY_INTERVAL, Lease, LeaseState
+from gateway.store.postgres.writer import WRITER_ROLE, PostgresWriter
+from gateway.store.records import (
+    AgentSnapshot,
+    ConversationRow,
+    DeliveryRow,
+    IdentityRow,
+    InboxRow,
+    IntentRow,
+    RecordRow,
+    SendRow,
+    Write,
+)
+from gateway.store.writer import CommitWriterSettings, CommitWriterState, FatalHandler
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+READ_POOL_SIZE: Final = 4
+"""Most reader connections; the pool keeps one open and grows on demand.
+
+Reads are rehydration snapshots and management lookups, short and few; a handful keeps one
+slow read from stalling the rest without holding many server sessions per daemon."""
+
+READ_TIMEOUT: Final = 15.0
+"""Seconds one read may take, its wait for a pooled connection included."""
+
+READER_RECONNECT_TIMEOUT: Final = 5.0
+"""Seconds the pool keeps replacing a lost reader connection in the background (with its
+growing backoff) before it gives up; after that the next read asks for a connection at
+once, so reads work again soon after a long outage instead of after the backoff."""
+
+READER_ROLE: Final = "reader"
+"""The reader connections' role: their `application_name` is `harness-reader:<owner>`."""
+
+
+def default_holder() -> str:
+    """What a lease row says about its holder when the caller names none: host and pid."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def _mint_local_instance() -> str:
+    return RandomId.ROUTER_INSTANCE.mint()
+
+
+class StoreState(enum.Enum):
+    """Where a `PostgresStore` is in its life."""
+
+    OPEN = "open"
+    """Serving reads and writes (writes fail once the writer is FAILED)."""
+    CLOSING = "closing"
+    """`close()` was called: refusing new calls, finishing accepted writes."""
+    CLOSED = "closed"
+    """Every connection is closed and the lease released."""
+
+
+class PostgresStore(AsyncClosing):
+    """A `Store` in a PostgreSQL database shared by owners; every row is keyed by agent.
+
+    Obtain one with `await PostgresStore.open(dsn, owner=...)`; an async context manager
+    whose exit calls `close()`.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: ConnectSettings,
+        lease: Lease,
+        writer: PostgresWriter,
+        pool: AsyncConnectionPool[Connection],
+    ) -> None:
+        """Wrap what `open` opened; use `PostgresStore.open` instead."""
+        self._settings = settings
+        self._lease = lease
+        self._writer = writer
+        self._pool = pool
+        self._owner = settings.owner
+        self._state = StoreState.OPEN
+        self._closed = asyncio.Event()
+        self.local_instance_id: Final = lease.local_instance_id
+        """The owner's durable local instance id (engine.md §5.10): never changes."""
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        owner: str,
+        holder: str | None = None,
+        writer_settings: CommitWriterSettings | None = None,
+        observer: StoreObserver | None = None,
+        on_fatal: FatalHandler | None = None,
+        pool_size: int = READ_POOL_SIZE,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        lease_retry_interval: float = LEASE_RETRY_INTERVAL,
+    ) -> PostgresStore:
+        """Check or create the schema, claim the owner's lease, start the writer and readers.
+
+        Args:
+            dsn: a libpq connection string or `postgresql://` URL (a password is better in
+                PGPASSWORD or a passfile; it is never logged either way).
+            owner: the name this daemon's agents are kept under (e.g. the pod's host name).
+            holder: what the lease row says about this daemon (run id, host, pid), shown to
+                a second daemon that is refused; default host and pid.
+            writer_settings: group commit settings (`Settings.commit_delay`, `commit_max_batch`).
+            observer: receives the writer's measurements (backend `postgresql`).
+            on_fatal: called once if the lease is lost or the server reports damaged data.
+            pool_size: most reader connections, at least 1.
+            connect_timeout: seconds one connection attempt may take.
+            lease_retry_interval: seconds between attempts to take the lease's lock again
+                after its connection dropped.
+
+        Raises:
+            StoreDsnInvalid: `dsn` is not a connection string.
+            StoreUnavailable: the server cannot be reached; nothing was written.
+            DatabaseSchemaMismatch: the database is of another version (or foreign); it
+                was left untouched.
+            StoreLeaseHeld: another daemon holds this owner's lease; nothing was written.
+        """
+        if pool_size < 1:
+            raise ValueError(f"a store needs at least one reader connection, got {pool_size}")
+        settings = ConnectSettings.parse(dsn, owner=owner, connect_timeout=connect_timeout)
+        connection = await settings.connect(WRITER_ROLE)
+        lease: Lease | None = None
+        writer: PostgresWriter | None = None
+        try:
+            try:
+                await schema.prepare(connection, settings.redacted)
+            except psycopg.Error as error:
+                raise settings.unavailable(
+                    f"checking the schema of {settings.redacted} failed", error
+                ) from None
+            lease = await Lease.acquire(
+                settings,
+                holder=holder or default_holder(),
+                mint_instance=_mint_local_instance,
+                retry_interval=lease_retry_interval,
+            )
+            writer = PostgresWriter.start(
+                connection,
+                connect=settings,
+                fence=lease.fence,
+                settings=writer_settings,
+                observer=observer,
+                on_fatal=on_fatal,
+            )
+            lease.watch(writer.lose_lease)
+            pool = await _open_pool(settings, pool_size)
+        except BaseException:
+            if writer is not None:
+                await writer.close()
+            else:
+                await connection.close()
+            if lease is not None:
+                await lease.release()
+            raise
+        logger.info(
+            "store opened backend=postgresql store=%s owner=%s fence=%d schema_version=%d",
+            settings.redacted,
+            owner,
+            lease.fence,
+            schema.SCHEMA_VERSION,
+        )
+        return cls(settings=settings, lease=lease, writer=writer, pool=pool)
+
+    @property
+    def owner(self) -> str:
+        """The owner this store's agents are kept under."""
+        return self._owner
+
+    @property
+    def fence(self) -> int:
+        """This daemon's fencing token for the owner's lease."""
+        return self._lease.fence
+
+    @property
+    def lease_state(self) -> LeaseState:
+        """The lease's current state (RECONNECTING while its lock connection is down)."""
+        return self._lease.state
+
+    @property
+    def state(self) -> StoreState:
+        """The store's current state."""
+        return self._state
+
+    @property
+    def writer_state(self) -> CommitWriterState:
+        """The writer's state (FAILED after a lost lease or damaged data)."""
+        return self._writer.state
+
+    async def apply(self, writes: Sequence[Write]) -> None:
+        """Commit `writes` atomically as one unit of a group commit (see `PostgresWriter.submit`)."""
+        if not writes:
+            return
+        self._check_open()
+        await self._writer.submit(tables.plan_unit(self._owner, writes))
+
+    async def identities(self) -> list[IdentityRow]:
+        return await self._read(lambda c: tables.read_identities(c, self._owner))
+
+    async def token(self, token_digest: str) -> tuple[str, bool] | None:
+        return await self._read(lambda c: tables.read_token(c, self._owner, token_digest))
+
+    async def cursor(self, subscription: str) -> bytes | None:
+        return await self._read(lambda c: tables.read_cursor(c, self._owner, subscription))
+
+    async def snapshot(self, agent_id: str) -> AgentSnapshot:
+        return await self._read(lambda c: tables.read_snapshot(c, agent_id))
+
+    async def unread(self, agent_id: str, after_seq: int, limit: int) -> list[InboxRow]:
+        return await self._read(lambda c: tables.read_unread(c, agent_id, after_seq, limit))
+
+    async def pending_deliveries(self, agent_id: str, limit: int) -> list[DeliveryRow]:
+        return await self._read(lambda c: tables.read_pending_deliveries(c, agent_id, limit))
+
+    async def inbox_item(self, agent_id: str, token: str) -> InboxRow | None:
+        return await self._read(lambda c: tables.read_inbox_by_token(c, agent_id, token))
+
+    async def inbox_items(self, agent_id: str, tokens: Sequence[str]) -> dict[str, InboxRow]:
+        return await self._read(lambda c: tables.read_inbox_by_tokens(c, agent_id, tokens))
+
+    async def unread_summary(self) -> dict[str, tuple[int, float]]:
+        return await self._read(lambda c: tables.read_unread_summary(c, self._owner))
+
+    async def oldest_unread(self, agent_id: str) -> float | None:
+        return await self._read(lambda c: tables.read_oldest_unread(c, agent_id))
+
+    async def unread_count(self, agent_id: str) -> int:
+        return await self._read(lambda c: tables.read_unread_count(c, agent_id))
+
+    async def conversations(self, agent_id: str) -> list[ConversationRow]:
+        return await self._read(lambda c: tables.read_conversations(c, agent_id))
+
+    async def records(
+        self, agent_id: str, conversation_id: str, after_depth: int, limit: int
+    ) -> list[RecordRow]:
+        return await self._read(
+            lambda c: tables.read_records(c, agent_id, conversation_id, after_depth, limit)
+        )
+
+    async def record(self, agent_id: str, record_hash: str) -> RecordRow | None:
+        return await self._read(lambda c: tables.read_record_by_hash(c, agent_id, record_hash))
+
+    async def completed_reanchor(
+        self, agent_id: str, conversation_id: str, previous_anchor_hash: str
+    ) -> bytes | None:
+        return await self._read(
+            lambda c: tables.read_completed_reanchor(
+                c, agent_id, conversation_id, previous_anchor_hash
+            )
+        )
+
+    async def intent(self, agent_id: str, post_id: str) -> IntentRow | None:
+        return await self._read(lambda c: tables.read_intent(c, agent_id, post_id))
+
+    async def send_row(self, agent_id: str, key: str) -> SendRow | None:
+        return await self._read(lambda c: tables.read_send(c, agent_id, key))
+
+    async def close(self) -> None:
+        """Close the readers, commit every accepted write, release the lease; idempotent."""
+        if self._state is not StoreState.OPEN:
+            await self._closed.wait()
+            return
+        self._state = StoreState.CLOSING
+        try:
+            await self._pool.close()
+        finally:
+            try:
+                # The writer flushes under the lease, so the lease goes last.
+                await self._writer.close()
+            finally:
+                await self._lease.release()
+                self._state = StoreState.CLOSED
+                self._closed.set()
+                logger.info(
+                    "store closed backend=postgresql store=%s owner=%s",
+                    self._settings.redacted,
+                    self._owner,
+                )
+
+    def _check_open(self) -> None:
+        if self._state is not StoreState.OPEN:
+            raise StoreClosed("the store", self._state.name)
+
+    async def _read(self, fn: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run `fn` on a pooled reader connection, within `READ_TIMEOUT`.
+
+        A pooled connection may have died with a server restart since its last use: a read
+        that fails on a lost connection is tried once more on a fresh one (reads are
+        idempotent). Then `StoreUnavailable`.
+        """
+        self._check_open()
+        for attempt in (1, 2):
+            try:
+                async with asyncio.timeout(READ_TIMEOUT), self._pool.connection() as connection:
+                    return await fn(connection)
+            except PoolClosed:
+                raise StoreClosed("the store", self._state.name) from None
+            except psycopg.OperationalError as error:
+                if attempt == 1 and _retryable(error):
+                    continue
+                raise self._settings.unavailable("a store read failed", error) from None
+            except TimeoutError as error:
+                raise self._settings.unavailable("a store read timed out", error) from None
+            except psycopg.Error as error:
+                raise StoreError(
+                    f"a store read failed: {self._settings.describe(error)}"
+                ) from error
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _retryable(error: psycopg.OperationalError) -> bool:
+    """A read worth one more try: its pooled connection was lost, not a pool timeout."""
+    return not isinstance(error, PoolTimeout)
+
+
+async def _open_pool(settings: ConnectSettings, size: int) -> AsyncConnectionPool[Connection]:
+    pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+        settings.dsn,
+        kwargs=settings.kwargs(READER_ROLE),
+        min_size=1,
+        max_size=size,
+        open=False,
+        timeout=settings.connect_timeout,
+        reconnect_timeout=READER_RECONNECT_TIMEOUT,
+        name=f"harness-reader:{settings.owner}",
+        num_workers=1,
+    )
+    try:
+        await pool.open(wait=True, timeout=settings.connect_timeout)
+    except psycopg.Error as error:
+        await pool.close()
+        raise settings.unavailable(
+            f"cannot open reader connections to {settings.redacted}", error
+        ) from None
+    except BaseException:
+        await pool.close()
+        raise
+    return pool

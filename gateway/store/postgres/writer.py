@@ -1,0 +1,377 @@
+"""Group commit on PostgreSQL: one writer task, one write connection (engine.md §8).
+
+`PostgresWriter` is a `GroupCommitter` (gateway.store.writer): the same bounded queue,
+grouping window (`commit_delay`, `max_batch`), answers, FAILED state and close order as
+the SQLite `CommitWriter`. A unit is a `UnitPlan` (the statements of one `Store.apply`).
+One group is one transaction, in two round trips when nothing fails:
+
+1. in one pipeline: `BEGIN`, the fence check (`FENCE_CHECK`), the group's record bodies,
+   then per unit `SAVEPOINT`, its statements, `RELEASE`; then one sync;
+2. `COMMIT`, once the fence was found to be ours.
+
+A unit that fails on its own (a unique, foreign-key or data error: `ConstraintViolation`)
+is rolled back to its savepoint and only its caller fails; the units after it are sent
+again in a new pipeline of the same transaction (one more round trip per failing unit).
+
+Failures and what callers may rely on:
+
+- The fence is not ours (another daemon claimed the lease): the transaction is rolled back,
+  every unit fails `StoreLeaseLost`, the writer is FAILED and `on_fatal` is called.
+- The server cannot be reached, the connection is lost, or the server fails the whole
+  transaction before COMMIT (deadlock, full disk): every unit not failed on its own gets
+  `StoreUnavailable` (definitely not committed). The writer is *not* FAILED: the
+  connection is dropped and the next group connects again (bounded by the connect
+  timeout), so service resumes when PostgreSQL does. SQLite's I/O errors are fatal
+  because the disk is local and a failing disk does not come back; a network store's
+  outage is expected and transient, and stopping the daemon would only turn it into a
+  restart loop. The engine maps the failures (§6: `persistence-failed`,
+  `delivery-pending`).
+- COMMIT fails or its answer is lost: the units that had run get `CommitAmbiguous` (may
+  or may not be durable); not fatal here either, the callers decide.
+- Only errors that mean memory and the database may diverge call `on_fatal`: a lost lease,
+  and data corruption reported by the server (SQLSTATE XX001, XX002).
+- Every round trip is bounded (`WRITE_TIMEOUT`); a stuck server counts as unreachable
+  (or as an ambiguous COMMIT when the COMMIT was in flight).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Final
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from gateway.store.errors import (
+    CommitAmbiguous,
+    ConstraintViolation,
+    StoreError,
+    StoreFailed,
+    StoreLeaseLost,
+    StoreUnavailable,
+)
+from gateway.store.observer import NullStoreObserver, StoreObserver
+from gateway.store.postgres.connection import (
+    Connection,
+    ConnectSettings,
+    is_connection_error,
+    is_corruption,
+)
+from gateway.store.postgres.tables import FENCE_CHECK, INSERT_BODIES, UnitPlan, group_bodies
+from gateway.store.writer import (
+    CommitWriterSettings,
+    FatalHandler,
+    GroupCommitter,
+    GroupReport,
+    UnitOutcome,
+    UnitRaised,
+    UnitReturned,
+)
+
+logger = logging.getLogger(__name__)
+
+WRITE_TIMEOUT: Final = 15.0
+"""Seconds one round trip of a group (its statements, or its COMMIT) may take.
+
+Far above a healthy group's few milliseconds; below it a stuck server or a silent network
+is only noticed by TCP keepalives (about 25 s)."""
+
+WRITER_ROLE: Final = "writer"
+"""The write connection's role: its `application_name` is `harness-writer:<owner>`."""
+
+_SAVEPOINT: Final = "harness_unit"
+
+
+class _GroupFailed(Exception):
+    """The group cannot commit; `cause` says why, `settled` holds the outcomes known."""
+
+    def __init__(self, cause: BaseException, settled: list[UnitOutcome | None]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.settled = settled
+
+
+class PostgresWriter(GroupCommitter[UnitPlan]):
+    """Owns the write connection and commits planned units in groups, fenced by the lease.
+
+    Obtain one with `PostgresWriter.start(...)`; an async context manager whose exit
+    calls `close()`.
+    """
+
+    def __init__(
+        self,
+        connection: Connection | None,
+        *,
+        connect: ConnectSettings,
+        fence: int,
+        settings: CommitWriterSettings,
+        observer: StoreObserver,
+        on_fatal: FatalHandler | None,
+    ) -> None:
+        """Wrap an open connection; use `PostgresWriter.start` instead."""
+        super().__init__(settings=settings, observer=observer, on_fatal=on_fatal)
+        self._connect = connect
+        self._connection = connection
+        self._fence = fence
+
+    @classmethod
+    def start(
+        cls,
+        connection: Connection | None,
+        *,
+        connect: ConnectSettings,
+        fence: int,
+        settings: CommitWriterSettings | None = None,
+        observer: StoreObserver | None = None,
+        on_fatal: FatalHandler | None = None,
+    ) -> PostgresWriter:
+        """Start the commit loop on `connection` (opened with `connect.connect(WRITER_ROLE)`;
+        None connects at the first group). Writes are fenced by `fence`."""
+        writer = cls(
+            connection,
+            connect=connect,
+            fence=fence,
+            settings=settings or CommitWriterSettings(),
+            observer=observer or NullStoreObserver(),
+            on_fatal=on_fatal,
+        )
+        writer._start_loop()
+        return writer
+
+    async def submit(self, plan: UnitPlan) -> None:
+        """Queue `plan` and return once its group has committed.
+
+        Raises:
+            StoreClosed: the writer is CLOSING or CLOSED; nothing was queued.
+            StoreFailed: the writer is FAILED (lease lost, corruption): not committed.
+            StoreUnavailable: PostgreSQL could not take the group; not committed.
+            StoreLeaseLost: the lease was taken; not committed (the writer is FAILED now).
+            CommitAmbiguous: the group's COMMIT failed; the unit may or may not be durable.
+            ConstraintViolation: this unit broke a constraint; it alone was rolled back.
+        """
+        await self._submit(plan)
+
+    def lose_lease(self, error: StoreLeaseLost) -> None:
+        """The lease watcher found the lease taken: stop writing (FAILED, `on_fatal`)."""
+        self._fail(error)
+
+    async def _release(self) -> None:
+        await self._drop_connection()
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await connection.close()
+
+    async def _connected(self) -> Connection:
+        connection = self._connection
+        if connection is not None and not (connection.closed or connection.broken):
+            return connection
+        await self._drop_connection()
+        self._connection = await self._connect.connect(WRITER_ROLE)
+        return self._connection
+
+    async def _run_group(self, units: Sequence[UnitPlan]) -> GroupReport:
+        started = time.perf_counter()
+        try:
+            connection = await self._connected()
+        except StoreUnavailable as error:
+            return self._not_committed(units, [None] * len(units), error, started, fatal=None)
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                settled = await self._run_units(connection, units)
+        except StoreLeaseLost as lost:
+            await self._abandon(connection)
+            return self._not_committed(units, [None] * len(units), lost, started, fatal=lost)
+        except _GroupFailed as failed:
+            await self._abandon(connection)
+            cause = failed.cause
+            fatal = cause if is_corruption(cause) else None
+            return self._not_committed(units, failed.settled, cause, started, fatal=fatal)
+        except TimeoutError as error:
+            await self._drop_connection()
+            return self._not_committed(units, [None] * len(units), error, started, fatal=None)
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                await connection.execute("COMMIT")
+        except (psycopg.Error, OSError, TimeoutError) as error:
+            await self._abandon(connection)
+            logger.error(
+                "store group commit failed; the group is in doubt units=%d cause=%s",
+                len(units),
+                self._connect.describe(error),
+            )
+            return GroupReport(
+                outcomes=[
+                    UnitRaised(_in_doubt(error)) if isinstance(outcome, UnitReturned) else outcome
+                    for outcome in settled
+                ],
+                seconds=time.perf_counter() - started,
+                committed=False,
+                fatal=error if is_corruption(error) else None,
+            )
+        return GroupReport(
+            outcomes=settled, seconds=time.perf_counter() - started, committed=True, fatal=None
+        )
+
+    async def _run_units(
+        self, connection: Connection, units: Sequence[UnitPlan]
+    ) -> list[UnitOutcome]:
+        """Run the group's units in one open transaction; every unit's outcome (those
+        that failed on their own rolled back to their savepoints)."""
+        settled: list[UnitOutcome | None] = [None] * len(units)
+        hashes, bodies = group_bodies(units)
+        fence = connection.cursor()
+        head = connection.cursor()
+        start = 0
+        first = True
+        while True:
+            markers: list[psycopg.AsyncCursor[tuple[object, ...]]] = []
+            error: psycopg.Error | None = None
+            try:
+                async with connection.pipeline():
+                    if first:
+                        await connection.execute("BEGIN")
+                        await fence.execute(FENCE_CHECK, (self._connect.owner,))
+                        if hashes:
+                            await head.execute(INSERT_BODIES, (hashes, bodies))
+                    for plan in units[start:]:
+                        await connection.execute(f"SAVEPOINT {_SAVEPOINT}")
+                        for sql, parameters in plan.statements:
+                            await connection.execute(sql, parameters)
+                        marker = connection.cursor()
+                        await marker.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                        markers.append(marker)
+            except psycopg.Error as caught:
+                error = caught
+            if first:
+                first = False
+                await self._check_fence(fence, error, settled)
+                if hashes and head.pgresult is None:
+                    # The group's record bodies did not go in: no unit ran.
+                    raise _GroupFailed(
+                        error or StoreError("the record bodies went missing"), settled
+                    )
+            # A unit is done when its RELEASE answered; the first one that did not is
+            # where the pipeline stopped (the rest were skipped by the server).
+            done = next((i for i, m in enumerate(markers) if m.pgresult is None), len(markers))
+            for index in range(start, start + done):
+                settled[index] = UnitReturned(None)
+            if error is None:
+                return [outcome or UnitReturned(None) for outcome in settled]
+            failed = start + done
+            own = (
+                failed < len(units)
+                and isinstance(error, psycopg.IntegrityError | psycopg.DataError)
+                and connection.info.transaction_status is TransactionStatus.INERROR
+            )
+            if not own:
+                raise _GroupFailed(error, settled)
+            settled[failed] = UnitRaised(_own_failure(error))
+            try:
+                await connection.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                await connection.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+            except psycopg.Error as rollback_error:
+                # Not this unit's failure after all if its savepoint cannot be found.
+                settled[failed] = None
+                raise _GroupFailed(rollback_error, settled) from None
+            start = failed + 1
+            if start == len(units):
+                return [outcome or UnitReturned(None) for outcome in settled]
+
+    async def _check_fence(
+        self,
+        fence: psycopg.AsyncCursor[tuple[object, ...]],
+        error: psycopg.Error | None,
+        settled: list[UnitOutcome | None],
+    ) -> None:
+        """Raise unless the lease's fence, read first in the transaction, is ours."""
+        if fence.pgresult is None:
+            # BEGIN or the check itself did not run: nothing of the group did.
+            raise _GroupFailed(error or StoreError("the fence check returned nothing"), settled)
+        row = await fence.fetchone()
+        found = None if row is None else int(str(row[0]))
+        if found != self._fence:
+            raise StoreLeaseLost(self._connect.owner, fence=self._fence, found=found)
+
+    async def _abandon(self, connection: Connection) -> None:
+        """End the failed transaction; a connection that cannot is dropped."""
+        if connection.closed or connection.broken:
+            await self._drop_connection()
+            return
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                if connection.info.transaction_status is not TransactionStatus.IDLE:
+                    await connection.execute("ROLLBACK")
+        except (psycopg.Error, OSError, TimeoutError):
+            await self._drop_connection()
+
+    def _not_committed(
+        self,
+        units: Sequence[UnitPlan],
+        settled: Sequence[UnitOutcome | None],
+        cause: BaseException,
+        started: float,
+        *,
+        fatal: BaseException | None,
+    ) -> GroupReport:
+        """Every unit that did not fail on its own fails with the group's definite failure."""
+        if not isinstance(cause, StoreLeaseLost):
+            logger.warning(
+                "store group not committed units=%d cause=%s",
+                len(units),
+                self._connect.describe(cause),
+            )
+        outcomes: list[UnitOutcome] = [
+            outcome
+            if isinstance(outcome, UnitRaised)
+            else UnitRaised(self._definite_failure(cause))
+            for outcome in settled
+        ]
+        return GroupReport(
+            outcomes=outcomes,
+            seconds=time.perf_counter() - started,
+            committed=False,
+            fatal=fatal,
+        )
+
+    def _definite_failure(self, cause: BaseException) -> StoreError:
+        if isinstance(cause, StoreLeaseLost):
+            return StoreLeaseLost(cause.owner, fence=cause.fence, found=cause.found)
+        if isinstance(cause, StoreUnavailable):
+            failure: StoreError = StoreUnavailable(str(cause))
+        elif is_corruption(cause):
+            failure = StoreFailed("PostgreSQL reported damaged data; this write was not committed")
+        elif is_connection_error(cause, self._connection):
+            failure = StoreUnavailable(
+                "the connection to PostgreSQL was lost before this write's COMMIT; "
+                f"not committed: {self._connect.describe(cause)}"
+            )
+        else:
+            failure = StoreUnavailable(
+                "PostgreSQL failed this write's group before its COMMIT; not committed: "
+                f"{self._connect.describe(cause)}"
+            )
+        failure.__cause__ = cause
+        return failure
+
+
+def _own_failure(error: psycopg.Error) -> ConstraintViolation:
+    """A unit's own constraint or data error, named without the row's values."""
+    diagnostic = error.diag
+    primary = diagnostic.message_primary or type(error).__name__
+    constraint = diagnostic.constraint_name
+    violation = ConstraintViolation(primary if constraint is None else f"{primary} ({constraint})")
+    violation.__cause__ = error
+    return violation
+
+
+def _in_doubt(cause: BaseException) -> CommitAmbiguous:
+    error = CommitAmbiguous("the group commit failed; this write may or may not be durable")
+    error.__cause__ = cause
+    return error
