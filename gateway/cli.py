@@ -1,4 +1,5 @@
-"""`harness-gateway`: the process entry point (serve, router, registry, check-config, version).
+"""`harness-gateway`: the process entry point (serve, router, registry, migrate, check-config,
+version).
 
 `serve` with no flags is the embedded default: in-process Router and Registry, SQLite under
 the data directory, 127.0.0.1 only. `serve --router grpc://HOST:7771 --registry
@@ -226,6 +227,33 @@ def _build_parser() -> argparse.ArgumentParser:
         help="validate settings and the firewall file and print the effective values",
     )
     _add_serve_flags(check)
+    migrate = commands.add_parser(
+        "migrate",
+        help="bring a store (or with --registry, a Registry's cards) to this build's schema",
+        description="Create or migrate the tables of a daemon's store (SQLite in --data-dir, "
+        "or PostgreSQL with --store) or, with --registry, of a Registry. Prints one JSON line: "
+        "the version found and the version now. A schema this build does not know is refused "
+        "and left untouched (exit 1). Stop the daemons first for a SQLite store (its data "
+        "directory is locked while one runs); PostgreSQL migrations serialise on a lock.",
+    )
+    migrate.add_argument(
+        "--data-dir",
+        help="the data directory of a SQLite store (default $XDG_STATE_HOME/harness-gateway, "
+        "or $XDG_STATE_HOME/harness-registry with --registry)",
+    )
+    _add_store_flags(migrate)
+    migrate.add_argument(
+        "--registry",
+        dest="migrate_registry",
+        action="store_true",
+        help="the Registry's tables instead of a daemon's store",
+    )
+    migrate.add_argument(
+        "--check",
+        dest="migrate_check",
+        action="store_true",
+        help="change nothing: report the versions, exit 1 when a migration is due or refused",
+    )
     commands.add_parser("version", help="print the version")
     return parser
 
@@ -263,15 +291,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"harness-gateway {__version__}")
         return 0
-    flags = {name: value for name, value in vars(args).items() if name != "command"}
+    options = vars(args)
+    migrate_only = {name: options.pop(name) for name in ("migrate_registry", "migrate_check")}
+    flags = {name: value for name, value in options.items() if name != "command"}
+    command = args.command
+    if command == "migrate" and migrate_only["migrate_registry"]:
+        command = "registry"  # the Registry's data directory and settings
     try:
-        settings = load_settings(flags=flags, defaults=_role_defaults(args.command))
+        settings = load_settings(flags=flags, defaults=_role_defaults(command))
     except SettingsError as error:
         for problem in error.errors:
             print(f"harness-gateway: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.command == "check-config":
         return _check_config(settings)
+    if args.command == "migrate":
+        return asyncio.run(
+            _migrate(
+                settings,
+                registry=bool(migrate_only["migrate_registry"]),
+                check=bool(migrate_only["migrate_check"]),
+            )
+        )
     from gateway.observability.logs import configure_logging
 
     configure_logging(log_format=settings.log_format, level=settings.log_level)
@@ -303,6 +344,105 @@ def _check_config(settings: Settings) -> int:
         ]
     print(json.dumps(described, indent=2, sort_keys=True))
     return 0
+
+
+async def _migrate(settings: Settings, *, registry: bool, check: bool) -> int:
+    """`harness-gateway migrate`: one JSON line `{component, backend, target, found, now,
+    state}`; exit 0 when the schema is (or now is) this build's, 1 when refused or, with
+    `--check`, when a migration is due."""
+    from gateway.registry import RegistryError
+    from gateway.settings import redact_url
+    from gateway.store import DataDirLocked, StoreError
+
+    component = "registry" if registry else "store"
+    backend = "postgresql" if settings.store is not None else "sqlite"
+    target = redact_url(settings.store) if settings.store is not None else str(settings.data_dir)
+    try:
+        found, now = await _migrate_one(settings, registry=registry, check=check)
+    except (DataDirLocked, StoreError, RegistryError, OSError, ValueError) as error:
+        print(f"harness-gateway: migrate {component} at {target}: {error}", file=sys.stderr)
+        return 1
+    if found is not None and found > now:
+        print(
+            f"harness-gateway: migrate {component} at {target}: schema version {found} is newer "
+            f"than this build's {now}; run the release that wrote it",
+            file=sys.stderr,
+        )
+        return 1
+    if check:
+        state = "current" if found == now else ("empty" if found is None else "due")
+    else:
+        state = "current" if found == now else ("created" if found is None else "migrated")
+    report = {"component": component, "backend": backend, "target": target}
+    print(json.dumps({**report, "found": found, "now": now, "state": state}))
+    return 0 if state in ("current", "created", "migrated") else 1
+
+
+async def _migrate_one(
+    settings: Settings, *, registry: bool, check: bool
+) -> tuple[int | None, int]:
+    """(version found, version now or expected) of the one component `migrate` names."""
+    if settings.store is not None and not registry:
+        from gateway.store.postgres import (
+            SCHEMA_VERSION,
+            SchemaState,
+            migrate,
+            redact_dsn,
+            schema_status,
+        )
+        from gateway.store.postgres.schema import refusal
+
+        if check:
+            status = await schema_status(settings.store)
+            if status.state is SchemaState.REFUSED:
+                raise refusal(status, redact_dsn(settings.store))
+            return status.found, SCHEMA_VERSION
+        return await migrate(settings.store)
+    if settings.store is not None:
+        from gateway.registry.postgres import (
+            SCHEMA_VERSION as REGISTRY_SCHEMA_VERSION,
+        )
+        from gateway.registry.postgres import migrate_registry, registry_schema_version
+
+        if check:
+            return await registry_schema_version(settings.store), REGISTRY_SCHEMA_VERSION
+        return await migrate_registry(settings.store)
+    return await _migrate_sqlite(settings, registry=registry, check=check)
+
+
+async def _migrate_sqlite(
+    settings: Settings, *, registry: bool, check: bool
+) -> tuple[int | None, int]:
+    """A SQLite store or Registry file, under its data directory's lock: a running daemon's
+    file is never migrated beneath it (`DataDirLocked` names the directory)."""
+    from gateway.store import DataDirLock
+    from gateway.store.migrate import migrate_sqlite, stored_version
+    from gateway.store.sqlite_store import SCHEMA, STORE_FILE
+
+    if registry:
+        from gateway.registry import SqliteRegistry
+        from gateway.standalone import REGISTRY_FILE
+
+        # The Registry file has one layout so far: opening it creates or checks it.
+        if not check:
+            settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            lock = DataDirLock.acquire(settings.data_dir)
+            try:
+                existed = (settings.data_dir / REGISTRY_FILE).exists()
+                await (await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)).close()
+            finally:
+                lock.release()
+            return (1 if existed else None), 1
+        return (1 if (settings.data_dir / REGISTRY_FILE).exists() else None), 1
+    path = settings.data_dir / STORE_FILE
+    if check:
+        return stored_version(path), SCHEMA.version
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = DataDirLock.acquire(settings.data_dir)
+    try:
+        return await migrate_sqlite(path)
+    finally:
+        lock.release()
 
 
 def _cannot_start(error: BaseException) -> int:

@@ -494,6 +494,28 @@ async def migrate_registry(
     return found, SCHEMA_VERSION
 
 
+async def registry_schema_version(
+    dsn: str, *, connect_timeout: float = CONNECT_TIMEOUT
+) -> int | None:
+    """The `registry_*` tables' schema version at `dsn`, None for none, changing nothing
+    (`harness-gateway migrate --registry --check`). Raises as `migrate_registry`."""
+    conninfo, target, password = _conninfo(dsn, connect_timeout)
+    try:
+        async with asyncio.timeout(connect_timeout + OPERATION_TIMEOUT):
+            connection = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+            async with connection:
+                return await _schema_version(connection, target)
+    except TimeoutError:
+        raise RegistryUnavailable(
+            f"cannot read the registry database {target}: no answer in "
+            f"{connect_timeout + OPERATION_TIMEOUT:g} s"
+        ) from None
+    except psycopg.Error as error:
+        raise RegistryUnavailable(
+            f"cannot read the registry database {target}: {_redact(error, password)}"
+        ) from error
+
+
 # --- cards -------------------------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ STORE_FILE_MODE: Final = 0o600
 """Mode of a store file this creates: it holds agents' private seeds."""
 
 
-def _stored_version(path: Path) -> int | None:
+def stored_version(path: Path) -> int | None:
     """The file's `meta.schema_version`, only read (as the open's own check reads it); None
     for a new or empty file, and for one the open will refuse, which then says why."""
     if not path.exists() or path.stat().st_size == 0:
@@ -49,7 +49,7 @@ async def migrate_sqlite(path: Path | str) -> tuple[int | None, int]:
         StoreCorrupt: the file is damaged or is not a database; untouched.
     """
     file = Path(path)
-    found = _stored_version(file)
+    found = stored_version(file)
     # The file holds agents' seeds: create it owner-only before SQLite opens it (its -wal
     # and -shm files copy its mode), as the daemon does.
     os.close(os.open(file, os.O_CREAT | os.O_WRONLY, STORE_FILE_MODE))
