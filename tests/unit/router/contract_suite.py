@@ -6,6 +6,10 @@ in-process ring now, the gRPC client and JetStream later). The suite speaks only
 `RouterPort`: `RingSettings` are the bounds a backend is asked to apply, and the verifier is
 the keyless `FakeVerifier` unless a test passes its own. Orders start at 1 on a fresh
 instance, so tests may name them; cursors they build are `Cursor(instance, order)`.
+
+Backends differ where engine.md §4 lets them: a class attribute says which rule a backend
+follows (`exact_retry_identities`), and each test written for one rule has a variant for
+the other, which skips with the variant's name, so no behaviour goes untested.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+import pytest
 from harness_contract.ids import b64
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -55,6 +60,10 @@ WAKE_BOUND = 5.0
 
 SHORT_HOLD = 0.05
 """Seconds of hold in tests that let a hold expire."""
+
+PROPERTY_EXAMPLES = 100
+"""Examples of the one-order property per backend; a backend whose instances are costly
+to create overrides the test with fewer, running the same `check_one_order`."""
 
 
 class RouterFactory(Protocol):
@@ -145,6 +154,21 @@ _plans = st.builds(
 class RouterContract:
     """The behavioural tests; subclasses provide the `router_factory` fixture."""
 
+    exact_retry_identities: bool = True
+    """True when a retry identity lives exactly as long as its entry and a `retry` never
+    appends (the ring, engine.md §4 step 3). False for a backend that publishes both modes
+    alike and deduplicates within a time window (JetStream, §4 "Backend guarantees"): an
+    identical duplicate is the original `accepted`, a retry never seen is appended, and
+    an identity whose entry was evicted is still known, as `retry_identity_unknown`."""
+
+    def _only_exact(self, variant: str) -> None:
+        if not self.exact_retry_identities:
+            pytest.skip(f"deduplicates in a window: {variant} runs instead")
+
+    def _only_windowed(self, variant: str) -> None:
+        if self.exact_retry_identities:
+            pytest.skip(f"exact retry identities: {variant} runs instead")
+
     # --- Send (engine.md §4 steps 1-4, §10 vector 10) ---
 
     async def test_a_first_send_is_accepted_with_the_digest_of_its_bytes(self, router_factory):
@@ -156,12 +180,26 @@ class RouterContract:
             assert outcome == Accepted(instance_id=instance, digest=envelope_digest(data))
 
     async def test_an_initial_duplicate_is_an_idempotency_conflict(self, router_factory):
+        self._only_exact("test_an_identical_initial_duplicate_returns_the_original_answer")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory() as router:
             instance = await router.instance_id()
             expect_accepted(await router.send(instance, SendMode.INITIAL, data), data)
             assert await router.send(instance, SendMode.INITIAL, data) == IdempotencyConflict()
+            entries, _ = await read_to_tail(
+                router, frozenset({bob}), Cursor(instance_id=instance, order=0)
+            )
+            assert [entry.order for entry in entries] == [1]
+
+    async def test_an_identical_initial_duplicate_returns_the_original_answer(self, router_factory):
+        self._only_windowed("test_an_initial_duplicate_is_an_idempotency_conflict")
+        alice, bob = agent_ids(2)
+        data = signed_envelope(sender=alice, recipients=[alice, bob])
+        async with router_factory() as router:
+            instance = await router.instance_id()
+            first = expect_accepted(await router.send(instance, SendMode.INITIAL, data), data)
+            assert await router.send(instance, SendMode.INITIAL, data) == first
             entries, _ = await read_to_tail(
                 router, frozenset({bob}), Cursor(instance_id=instance, order=0)
             )
@@ -206,6 +244,7 @@ class RouterContract:
     async def test_a_retry_never_seen_is_retry_identity_unknown_and_appends_nothing(
         self, router_factory
     ):
+        self._only_exact("test_a_retry_never_seen_is_appended_once_and_repeats_return_its_answer")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory() as router:
@@ -217,9 +256,29 @@ class RouterContract:
             assert batch.entries == ()
             assert batch.cursor.order == 0
 
+    async def test_a_retry_never_seen_is_appended_once_and_repeats_return_its_answer(
+        self, router_factory
+    ):
+        self._only_windowed("test_a_retry_never_seen_is_retry_identity_unknown_and_appends_nothing")
+        alice, bob = agent_ids(2)
+        data = signed_envelope(sender=alice, recipients=[alice, bob])
+        async with router_factory() as router:
+            instance = await router.instance_id()
+            first = expect_accepted(await router.send(instance, SendMode.RETRY, data), data)
+            assert await router.send(instance, SendMode.RETRY, data) == first
+            assert await router.send(instance, SendMode.INITIAL, data) == first
+            entries, cursor = await read_to_tail(
+                router, frozenset({bob}), Cursor(instance_id=instance, order=0)
+            )
+            assert [(entry.order, entry.signed_envelope) for entry in entries] == [(1, data)]
+            assert cursor.order == 1
+
     async def test_an_evicted_identity_is_retry_identity_unknown_and_a_rewrapped_initial_is_accepted(
         self, router_factory
     ):
+        self._only_exact(
+            "test_an_identity_whose_entry_was_evicted_is_unknown_in_both_modes_until_rewrapped"
+        )
         alice, bob = agent_ids(2)
         first, *rest = [signed_envelope(sender=alice, recipients=[alice, bob]) for _ in range(3)]
         async with router_factory(settings=RingSettings(max_entries=2)) as router:
@@ -232,6 +291,27 @@ class RouterContract:
             )
             rewrapped = rewrap(first)
             expect_accepted(await router.send(instance, SendMode.INITIAL, rewrapped), rewrapped)
+
+    async def test_an_identity_whose_entry_was_evicted_is_unknown_in_both_modes_until_rewrapped(
+        self, router_factory
+    ):
+        self._only_windowed(
+            "test_an_evicted_identity_is_retry_identity_unknown_and_a_rewrapped_initial_is_accepted"
+        )
+        alice, bob = agent_ids(2)
+        first, *rest = [signed_envelope(sender=alice, recipients=[alice, bob]) for _ in range(3)]
+        async with router_factory(settings=RingSettings(max_entries=2)) as router:
+            instance = await router.instance_id()
+            await send_all(router, [first, *rest])
+            # The duplicate window still knows the identity, but not the bytes to compare.
+            for mode in SendMode:
+                assert await router.send(instance, mode, first) == RetryIdentityUnknown()
+            rewrapped = rewrap(first)
+            expect_accepted(await router.send(instance, SendMode.INITIAL, rewrapped), rewrapped)
+            entries, _ = await read_to_tail(
+                router, frozenset({bob}), Cursor(instance_id=instance, order=2)
+            )
+            assert [entry.signed_envelope for entry in entries] == [rest[1], rewrapped]
 
     async def test_an_expected_instance_mismatch_is_router_restarted_with_nothing_appended(
         self, router_factory
@@ -312,6 +392,7 @@ class RouterContract:
     async def test_concurrent_initial_sends_of_one_identity_accept_exactly_one(
         self, router_factory
     ):
+        self._only_exact("test_concurrent_initial_sends_of_one_identity_append_exactly_one")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory(verifier=FakeVerifier(yields=lambda _: 2)) as router:
@@ -323,6 +404,25 @@ class RouterContract:
                 "Accepted",
                 "IdempotencyConflict",
                 "IdempotencyConflict",
+            ]
+            entries, _ = await read_to_tail(
+                router, frozenset({bob}), Cursor(instance_id=instance, order=0)
+            )
+            assert len(entries) == 1
+
+    async def test_concurrent_initial_sends_of_one_identity_append_exactly_one(
+        self, router_factory
+    ):
+        self._only_windowed("test_concurrent_initial_sends_of_one_identity_accept_exactly_one")
+        alice, bob = agent_ids(2)
+        data = signed_envelope(sender=alice, recipients=[alice, bob])
+        async with router_factory(verifier=FakeVerifier(yields=lambda _: 2)) as router:
+            instance = await router.instance_id()
+            outcomes = await asyncio.gather(
+                *(router.send(instance, SendMode.INITIAL, data) for _ in range(3))
+            )
+            assert outcomes == [
+                Accepted(instance_id=instance, digest=envelope_digest(data)) for _ in range(3)
             ]
             entries, _ = await read_to_tail(
                 router, frozenset({bob}), Cursor(instance_id=instance, order=0)
@@ -649,78 +749,88 @@ class RouterContract:
     # --- The one-order property ---
 
     @settings(
-        max_examples=100,
+        max_examples=PROPERTY_EXAMPLES,
         deadline=None,
-        # The factory is stateless: each example makes and closes its own Router.
-        suppress_health_check=[HealthCheck.function_scoped_fixture],
+        # The factory is stateless: each example makes and closes its own Router; and
+        # each backend's subclass runs this one test function, on its own factory.
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
     )
     @given(plan=_plans)
     async def test_every_reader_sees_the_restriction_of_one_global_order_under_any_interleaving(
         self, router_factory, plan
     ):
-        ring = RingSettings(
-            batch_max_entries=plan.batch_max_entries, batch_max_bytes=plan.batch_max_bytes
+        await check_one_order(router_factory, plan)
+
+
+async def check_one_order(router_factory: RouterFactory, plan: _Plan) -> None:
+    """The one-order property for one plan: readers anchoring as the sends start, sends
+    finishing in a shuffled order, each reader's entries exactly the restriction of the
+    one order to its recipients, within the batch limits."""
+    ring = RingSettings(
+        batch_max_entries=plan.batch_max_entries, batch_max_bytes=plan.batch_max_bytes
+    )
+    verifier = FakeVerifier(yields=crc_yields(plan.spread))
+    envelopes = [
+        signed_envelope(
+            sender=PROPERTY_AGENTS[sender],
+            recipients=[PROPERTY_AGENTS[index] for index in sorted(recipients)],
+            message_id=fixed_message_id(number),
+            body=bytes(length),
         )
-        verifier = FakeVerifier(yields=crc_yields(plan.spread))
-        envelopes = [
-            signed_envelope(
-                sender=PROPERTY_AGENTS[sender],
-                recipients=[PROPERTY_AGENTS[index] for index in sorted(recipients)],
-                message_id=fixed_message_id(number),
-                body=bytes(length),
-            )
-            for number, (sender, recipients, length) in enumerate(plan.sends)
-        ]
-        readers = [frozenset(PROPERTY_AGENTS[index] for index in reader) for reader in plan.readers]
-        expected_counts = [
-            sum(1 for _, recipients, _ in plan.sends if recipients & reader)
-            for reader in plan.readers
-        ]
+        for number, (sender, recipients, length) in enumerate(plan.sends)
+    ]
+    readers = [frozenset(PROPERTY_AGENTS[index] for index in reader) for reader in plan.readers]
+    expected_counts = [
+        sum(1 for _, recipients, _ in plan.sends if recipients & reader) for reader in plan.readers
+    ]
 
-        async def read(router: RouterPort, recipients: frozenset[str], count: int) -> list[Entry]:
-            cursor = await anchor(router, recipients)
-            received: list[Entry] = []
-            while len(received) < count:
-                batch = expect_batch(await router.poll(recipients, cursor, hold=POLL_HOLD))
-                assert len(batch.entries) <= ring.batch_max_entries
-                assert (
-                    len(batch.entries) <= 1
-                    or sum(len(entry.signed_envelope) for entry in batch.entries)
-                    <= ring.batch_max_bytes
+    async def read(router: RouterPort, recipients: frozenset[str], count: int) -> list[Entry]:
+        cursor = await anchor(router, recipients)
+        received: list[Entry] = []
+        while len(received) < count:
+            batch = expect_batch(await router.poll(recipients, cursor, hold=POLL_HOLD))
+            assert len(batch.entries) <= ring.batch_max_entries
+            assert (
+                len(batch.entries) <= 1
+                or sum(len(entry.signed_envelope) for entry in batch.entries)
+                <= ring.batch_max_bytes
+            )
+            received.extend(batch.entries)
+            cursor = batch.cursor
+        return received
+
+    async with router_factory(settings=ring, verifier=verifier) as router:
+        instance = await router.instance_id()
+        async with asyncio.timeout(WAKE_BOUND * 2), asyncio.TaskGroup() as group:
+            reads = [
+                group.create_task(read(router, recipients, count))
+                for recipients, count in zip(readers, expected_counts, strict=True)
+            ]
+            await let_tasks_run()
+            sends = [
+                group.create_task(router.send(instance, SendMode.INITIAL, data))
+                for data in envelopes
+            ]
+        for task, data in zip(sends, envelopes, strict=True):
+            expect_accepted(task.result(), data)
+        everything, _ = await read_to_tail(
+            router, frozenset(PROPERTY_AGENTS), Cursor(instance_id=instance, order=0)
+        )
+        assert [entry.order for entry in everything] == list(range(1, len(envelopes) + 1))
+        assert sorted(entry.signed_envelope for entry in everything) == sorted(envelopes)
+        for recipients, read_task in zip(readers, reads, strict=True):
+            assert read_task.result() == [
+                Entry(
+                    order=entry.order,
+                    signed_envelope=entry.signed_envelope,
+                    recipients=tuple(r for r in entry.recipients if r in recipients),
                 )
-                received.extend(batch.entries)
-                cursor = batch.cursor
-            return received
-
-        async with router_factory(settings=ring, verifier=verifier) as router:
-            instance = await router.instance_id()
-            async with asyncio.timeout(WAKE_BOUND * 2), asyncio.TaskGroup() as group:
-                reads = [
-                    group.create_task(read(router, recipients, count))
-                    for recipients, count in zip(readers, expected_counts, strict=True)
-                ]
-                await let_tasks_run()
-                sends = [
-                    group.create_task(router.send(instance, SendMode.INITIAL, data))
-                    for data in envelopes
-                ]
-            for task, data in zip(sends, envelopes, strict=True):
-                expect_accepted(task.result(), data)
-            everything, _ = await read_to_tail(
-                router, frozenset(PROPERTY_AGENTS), Cursor(instance_id=instance, order=0)
-            )
-            assert [entry.order for entry in everything] == list(range(1, len(envelopes) + 1))
-            assert sorted(entry.signed_envelope for entry in everything) == sorted(envelopes)
-            for recipients, task in zip(readers, reads, strict=True):
-                assert task.result() == [
-                    Entry(
-                        order=entry.order,
-                        signed_envelope=entry.signed_envelope,
-                        recipients=tuple(r for r in entry.recipients if r in recipients),
-                    )
-                    for entry in everything
-                    if recipients & set(entry.recipients)
-                ]
+                for entry in everything
+                if recipients & set(entry.recipients)
+            ]
 
 
 def _message_id_of(data: bytes) -> str:
@@ -737,4 +847,4 @@ def _text_order_not_byte_order() -> list[str]:
     return ids
 
 
-__all__ = ["RouterContract", "RouterFactory"]
+__all__ = ["PROPERTY_EXAMPLES", "RouterContract", "RouterFactory", "check_one_order"]
