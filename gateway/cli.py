@@ -292,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"harness-gateway {__version__}")
         return 0
     options = vars(args)
-    migrate_only = {name: options.pop(name) for name in ("migrate_registry", "migrate_check")}
+    migrate_only = {
+        name: options.pop(name, False) for name in ("migrate_registry", "migrate_check")
+    }
     flags = {name: value for name, value in options.items() if name != "command"}
     command = args.command
     if command == "migrate" and migrate_only["migrate_registry"]:
