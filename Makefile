@@ -40,9 +40,10 @@ test: $(STAMP) node-build
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	npm test --workspace clients/node
 
-# Skips the end-to-end tests that start real daemon processes.
+# Skips the end-to-end tests that start real daemon processes, and the slow cluster tests
+# (marked `slow`: NATS node kills, leader failover). CI runs everything (`make check`).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not e2e and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check $(SOURCES)

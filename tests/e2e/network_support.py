@@ -111,12 +111,17 @@ async def register(daemon: NetworkProcess, name: str) -> str:
 
 @contextlib.asynccontextmanager
 async def network_parties(
-    names: Sequence[str], *, label: str = "network"
+    names: Sequence[str],
+    *,
+    label: str = "network",
+    nats: str | None = None,
+    store: str | None = None,
 ) -> AsyncIterator[tuple[RunningNetwork, dict[str, Party]]]:
     """A Registry, a Router and one daemon per name, each name registered and connected on
     its own daemon. On failure the tail of every process's stderr is printed under `label`
-    (pytest shows it with the failure)."""
-    async with run_network(daemons=len(names)) as network:
+    (pytest shows it with the failure). `nats` and `store` put the network on NATS
+    JetStream and PostgreSQL (`run_network`)."""
+    async with run_network(daemons=len(names), nats=nats, store=store) as network:
         parties: dict[str, Party] = {}
         try:
             for name, daemon in zip(names, network.daemons, strict=True):
