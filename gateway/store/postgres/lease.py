@@ -265,7 +265,23 @@ class Lease:
                 logger.exception("store lease on_lost handler failed")
 
 
+SERVER_SIDE_SESSION: Final = (
+    # The server's own keepalives: a daemon whose machine vanished leaves no FIN, and its
+    # session (with the lock) would otherwise linger for the kernel's two hours, refusing
+    # the replacement daemon. About 25 s here. Every one of these is settable by any user.
+    "SET tcp_keepalives_idle = 10",
+    "SET tcp_keepalives_interval = 5",
+    "SET tcp_keepalives_count = 3",
+    # An operator's idle timeouts must not end the lease of a daemon that is merely idle.
+    "SET idle_session_timeout = 0",
+    "SET idle_in_transaction_session_timeout = 0",
+)
+"""Settings of the lease's session, run before the lock is taken."""
+
+
 async def _try_lock(connection: Connection, owner: str) -> bool:
+    for statement in SERVER_SIDE_SESSION:
+        await connection.execute(statement)
     row = await (
         await connection.execute(
             "SELECT pg_try_advisory_lock(%s)", (advisory_key(f"harness-lease:{owner}"),)
