@@ -5,8 +5,10 @@ its own owner, and the Registry's cards), all real processes the tests start the
 - direct, group, gather and all_gather across the three daemons;
 - the stream leader killed during 1,000 concurrent sends: every send that returned success
   is certified exactly once, every delivery is delivered once, in chain order;
-- a daemon SIGKILLed and restarted on the same database: its lease is claimed again and
-  unacknowledged items are replayed with their tokens;
+- a second daemon claiming the same agents is refused; a daemon SIGKILLed and restarted on
+  the same database claims its lease again and replays unacknowledged items;
+- the stream purged: every daemon moves to a new instance, recovers (§5.9), and posts go on
+  in one chain;
 - PostgreSQL stopped briefly: sends fail with a closed reason, nothing is corrupted, and
   service resumes (a daemon whose store failed under it exits non-zero, as engine.md §8
   says, and its supervisor, here the test, starts it again).
@@ -39,6 +41,7 @@ from harness_client import (
     SendError,
 )
 
+from gateway.testing import GatewayProcess, ProcessFailed
 from gateway.testing_network import NetworkProcess, RunningNetwork, run_network
 from tests.e2e.network_support import BOUND, ask, print_logs, register
 from tests.e2e.support import full_history
@@ -348,13 +351,23 @@ async def test_a_sigkilled_daemon_restarts_on_the_same_database_and_replays_unac
     cluster: NatsCluster, postgres_server: PostgresServer
 ) -> None:
     names = ("restart-alice", "restart-bob")
-    async with scale_out(cluster, postgres_server, names, label="restart") as (_, agents):
+    async with scale_out(cluster, postgres_server, names, label="restart") as (network, agents):
         alice, bob = (agents[name] for name in names)
         first = await alice.send(MessageInput(to=bob.address, text="before"))
         await bob.next_item(0)
         await bob.disconnect()
         # Certified while bob listens to nothing: the item waits unacknowledged in the store.
         second = await alice.send(MessageInput(to=bob.address, text="unread"))
+
+        # A second daemon claiming bob's daemon's agents is refused, naming the holder.
+        twin_dir = network.root / "twin"
+        twin_dir.mkdir(mode=0o700)
+        twin = GatewayProcess("serve", "twin", data_dir=twin_dir, args=bob.daemon.args)
+        with pytest.raises(ProcessFailed) as refused:
+            await twin.start()
+        assert "lease" in refused.value.stderr
+        assert "daemon-2" in refused.value.stderr
+
         assert await bob.daemon.kill() != 0
         await bob.daemon.start()  # the same owner and database: the lease is claimed again
         bob.received.clear()
@@ -367,6 +380,51 @@ async def test_a_sigkilled_daemon_restarts_on_the_same_database_and_replays_unac
         assert isinstance(item, MulticastItem)
         assert item.message.post_id == third.post_ids[0]
         assert first.post_ids != second.post_ids
+
+
+# --- the stream purged: a new instance and recovery ---------------------------------------------
+
+
+async def test_purging_the_stream_moves_every_daemon_to_a_new_instance_and_posts_go_on(
+    cluster: NatsCluster, postgres_server: PostgresServer
+) -> None:
+    names = ("purge-alice", "purge-bob")
+    async with scale_out(cluster, postgres_server, names, label="purge") as (_, agents):
+        alice, bob = (agents[name] for name in names)
+        first = await alice.send(MessageInput(to=bob.address, text="before the purge"))
+        await bob.next_item(0)
+        client = await nats.connect(cluster.urls)
+        try:
+            js = client.jetstream()
+            (purged,) = [name async for name in _stream_names(js)]
+            await js.purge_stream(purged)
+            # Every daemon drops the purged stream and binds one new instance (§4).
+
+            async def streams() -> list[str]:
+                return await _names(js)
+
+            await eventually(streams, lambda found: bool(found) and purged not in found, within=60)
+        finally:
+            await client.close()
+        # Recovery (§5.9) re-anchors the conversation on the new instance; the next post is
+        # certified there, after the first, in one chain at both ends.
+        second = await alice.send(MessageInput(to=bob.address, text="after the purge"))
+        item = await bob.next_item(1, within=60)
+        assert isinstance(item, MulticastItem)
+        assert item.message.post_id == second.post_ids[0]
+        for agent, peer in ((alice, bob), (bob, alice)):
+            async with await harness_client.connect_management(
+                agent.daemon.address, admin_token=agent.daemon.admin_token
+            ) as operator:
+                chain = [
+                    record.post_id
+                    for record in await full_history(operator, agent.name, peer.address)
+                ]
+            assert chain == [first.post_ids[0], second.post_ids[0]]
+
+
+async def _names(js: nats.js.JetStreamContext) -> list[str]:
+    return [name async for name in _stream_names(js)]
 
 
 # --- PostgreSQL stopped briefly -------------------------------------------------------------
