@@ -15,11 +15,11 @@ the other, which skips with the variant's name, so no behaviour goes untested.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol, TypeVar
 
-import pytest
 from harness_contract.ids import b64
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -151,6 +151,33 @@ _plans = st.builds(
 )
 
 
+RULE_ATTRIBUTE: Final = "_router_retry_rule"
+"""Where a test written for one retry-identity rule says which (`exact` or `windowed`);
+`tests/conftest.py` deselects it, at collection, for backends of the other rule, so every
+backend runs each behaviour once, in its own variant, and nothing is skipped."""
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def exact_retry_identities_only(test: F) -> F:
+    """A test of the ring's rule (`RouterContract.exact_retry_identities`)."""
+    setattr(test, RULE_ATTRIBUTE, "exact")
+    return test
+
+
+def windowed_retry_identities_only(test: F) -> F:
+    """A test of the windowed rule (JetStream)."""
+    setattr(test, RULE_ATTRIBUTE, "windowed")
+    return test
+
+
+def runs_on(test: object, backend: type) -> bool:
+    """False when `test` is written for the retry rule `backend` does not follow."""
+    rule = getattr(test, RULE_ATTRIBUTE, None)
+    exact = bool(getattr(backend, "exact_retry_identities", True))
+    return rule is None or rule == ("exact" if exact else "windowed")
+
+
 class RouterContract:
     """The behavioural tests; subclasses provide the `router_factory` fixture."""
 
@@ -160,14 +187,6 @@ class RouterContract:
     alike and deduplicates within a time window (JetStream, §4 "Backend guarantees"): an
     identical duplicate is the original `accepted`, a retry never seen is appended, and
     an identity whose entry was evicted is still known, as `retry_identity_unknown`."""
-
-    def _only_exact(self, variant: str) -> None:
-        if not self.exact_retry_identities:
-            pytest.skip(f"deduplicates in a window: {variant} runs instead")
-
-    def _only_windowed(self, variant: str) -> None:
-        if self.exact_retry_identities:
-            pytest.skip(f"exact retry identities: {variant} runs instead")
 
     # --- Send (engine.md §4 steps 1-4, §10 vector 10) ---
 
@@ -179,8 +198,8 @@ class RouterContract:
             outcome = await router.send(instance, SendMode.INITIAL, data)
             assert outcome == Accepted(instance_id=instance, digest=envelope_digest(data))
 
+    @exact_retry_identities_only
     async def test_an_initial_duplicate_is_an_idempotency_conflict(self, router_factory):
-        self._only_exact("test_an_identical_initial_duplicate_returns_the_original_answer")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory() as router:
@@ -192,8 +211,8 @@ class RouterContract:
             )
             assert [entry.order for entry in entries] == [1]
 
+    @windowed_retry_identities_only
     async def test_an_identical_initial_duplicate_returns_the_original_answer(self, router_factory):
-        self._only_windowed("test_an_initial_duplicate_is_an_idempotency_conflict")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory() as router:
@@ -241,10 +260,10 @@ class RouterContract:
             expect_accepted(await router.send(instance, SendMode.INITIAL, data), data)
             assert await router.send(instance, SendMode.RETRY, changed) == IdempotencyConflict()
 
+    @exact_retry_identities_only
     async def test_a_retry_never_seen_is_retry_identity_unknown_and_appends_nothing(
         self, router_factory
     ):
-        self._only_exact("test_a_retry_never_seen_is_appended_once_and_repeats_return_its_answer")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory() as router:
@@ -256,10 +275,10 @@ class RouterContract:
             assert batch.entries == ()
             assert batch.cursor.order == 0
 
+    @windowed_retry_identities_only
     async def test_a_retry_never_seen_is_appended_once_and_repeats_return_its_answer(
         self, router_factory
     ):
-        self._only_windowed("test_a_retry_never_seen_is_retry_identity_unknown_and_appends_nothing")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory() as router:
@@ -273,12 +292,10 @@ class RouterContract:
             assert [(entry.order, entry.signed_envelope) for entry in entries] == [(1, data)]
             assert cursor.order == 1
 
+    @exact_retry_identities_only
     async def test_an_evicted_identity_is_retry_identity_unknown_and_a_rewrapped_initial_is_accepted(
         self, router_factory
     ):
-        self._only_exact(
-            "test_an_identity_whose_entry_was_evicted_is_unknown_in_both_modes_until_rewrapped"
-        )
         alice, bob = agent_ids(2)
         first, *rest = [signed_envelope(sender=alice, recipients=[alice, bob]) for _ in range(3)]
         async with router_factory(settings=RingSettings(max_entries=2)) as router:
@@ -292,12 +309,10 @@ class RouterContract:
             rewrapped = rewrap(first)
             expect_accepted(await router.send(instance, SendMode.INITIAL, rewrapped), rewrapped)
 
+    @windowed_retry_identities_only
     async def test_an_identity_whose_entry_was_evicted_is_unknown_in_both_modes_until_rewrapped(
         self, router_factory
     ):
-        self._only_windowed(
-            "test_an_evicted_identity_is_retry_identity_unknown_and_a_rewrapped_initial_is_accepted"
-        )
         alice, bob = agent_ids(2)
         first, *rest = [signed_envelope(sender=alice, recipients=[alice, bob]) for _ in range(3)]
         async with router_factory(settings=RingSettings(max_entries=2)) as router:
@@ -389,10 +404,10 @@ class RouterContract:
         async with router_factory() as router:
             await send_all(router, [data])
 
+    @exact_retry_identities_only
     async def test_concurrent_initial_sends_of_one_identity_accept_exactly_one(
         self, router_factory
     ):
-        self._only_exact("test_concurrent_initial_sends_of_one_identity_append_exactly_one")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory(verifier=FakeVerifier(yields=lambda _: 2)) as router:
@@ -410,10 +425,10 @@ class RouterContract:
             )
             assert len(entries) == 1
 
+    @windowed_retry_identities_only
     async def test_concurrent_initial_sends_of_one_identity_append_exactly_one(
         self, router_factory
     ):
-        self._only_windowed("test_concurrent_initial_sends_of_one_identity_accept_exactly_one")
         alice, bob = agent_ids(2)
         data = signed_envelope(sender=alice, recipients=[alice, bob])
         async with router_factory(verifier=FakeVerifier(yields=lambda _: 2)) as router:
