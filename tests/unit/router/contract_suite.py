@@ -2,14 +2,15 @@
 
 A backend's test module subclasses `RouterContract` and defines a `router_factory` fixture
 returning a `RouterFactory`; pytest then runs every test below against that backend (the
-in-process ring now, the gRPC client and JetStream later). The suite speaks only
+in-process ring, the gRPC client of a standalone Router, and JetStream). The suite speaks only
 `RouterPort`: `RingSettings` are the bounds a backend is asked to apply, and the verifier is
 the keyless `FakeVerifier` unless a test passes its own. Orders start at 1 on a fresh
 instance, so tests may name them; cursors they build are `Cursor(instance, order)`.
 
 Backends differ where engine.md §4 lets them: a class attribute says which rule a backend
 follows (`exact_retry_identities`), and each test written for one rule has a variant for
-the other, which skips with the variant's name, so no behaviour goes untested.
+the other; `tests/conftest.py` deselects the other rule's tests at collection, so each
+backend runs its own variant and no behaviour goes untested.
 """
 
 from __future__ import annotations
