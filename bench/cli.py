@@ -1,10 +1,11 @@
 """`python -m bench` (`make bench`): certified multicasts against a bare gRPC echo.
 
-Starts real `harness-gateway` processes (one daemon, or `--daemons 2` joined through a
-standalone Router and Registry), drives K conversations through them for a fixed time (direct
-pairs, or groups with `--group-size`; `--burst` sends in flight per sender), then drives a bare
-`grpc.aio` unary echo server (its own process) with as many calls in flight for as long, and
-prints ONE JSON line on stdout. Progress and any trouble go to stderr. `--firewall FILE` runs
+Starts real `harness-gateway` processes (one daemon, or `--daemons N` joined through a
+standalone Router or a NATS JetStream cluster and a standalone Registry, with SQLite or one
+PostgreSQL database as the store; the bench starts and stops those servers too), drives K
+conversations through them for a fixed time (direct pairs, or groups with `--group-size`;
+`--burst` sends in flight per sender), then drives a bare `grpc.aio` unary echo server (its
+own process) with as many calls in flight for as long, and prints ONE JSON line on stdout. Progress and any trouble go to stderr. `--firewall FILE` runs
 every daemon with that firewall file; `--firewall-cost FILE` instead compares gateway runs
 without and with it, alternating, and prints the comparison's line.
 See bench/README.md for what each field means.
@@ -23,13 +24,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from bench.plan import GROUP_MAX_MEMBERS, GROUP_MIN_MEMBERS, MAX_DAEMONS, PAIR_SIZE
+from bench.plan import (
+    GROUP_MAX_MEMBERS,
+    GROUP_MIN_MEMBERS,
+    MAX_DAEMONS,
+    NATS_NODE_COUNTS,
+    PAIR_SIZE,
+    RouterKind,
+    StoreKind,
+    Topology,
+    check_topology,
+    default_router,
+)
 from bench.result import (
     BenchResult,
+    CpuPerPost,
+    DaemonFigures,
     FirewallCostResult,
     Percentiles,
     RoundValues,
     RunMode,
+    ServerFigures,
     SideSummary,
     per_post_ms,
     rate,
@@ -91,7 +106,8 @@ class BenchConfig:
     """Sends each sender keeps in flight."""
     group_size: int
     """Agents per conversation, the sender included: 2 is a direct pair."""
-    daemons: int
+    topology: Topology
+    """The daemons, what joins them, where they store."""
     gateway_bin: str
     firewall: Path | None = None
     """`--firewall`: every daemon's `--firewall-config` file (absolute); None: no firewall."""
@@ -104,9 +120,21 @@ class BenchConfig:
         return self.pairs * self.burst
 
     @property
+    def daemons(self) -> int:
+        """How many daemons host the agents."""
+        return self.topology.daemons
+
+    @property
     def mode(self) -> RunMode:
         """The result line's `mode`."""
-        return RunMode(burst=self.burst, group_size=self.group_size, daemons=self.daemons)
+        return RunMode(
+            burst=self.burst,
+            group_size=self.group_size,
+            daemons=self.topology.daemons,
+            router=self.topology.router.value,
+            store=self.topology.store.value,
+            nats_nodes=self.topology.nats_nodes,
+        )
 
 
 def _whole_number(text: str) -> int:
@@ -209,8 +237,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--daemons",
         type=_between(1, MAX_DAEMONS),
         default=1,
-        help="1: one daemon with its embedded Router and Registry (default); 2: a standalone "
-        "Registry and Router and two daemons, every sender on one, its receivers on the other",
+        help=f"daemons hosting the agents, 1..{MAX_DAEMONS} (default 1); with several, each "
+        "conversation's sender is on one and its receivers on the next, round robin",
+    )
+    parser.add_argument(
+        "--router",
+        choices=[kind.value for kind in RouterKind],
+        default=None,
+        help="what joins the daemons: inprocess (one daemon's embedded Router and Registry), "
+        "grpc (a standalone Router and Registry) or nats (a NATS JetStream cluster the bench "
+        "starts, and a standalone Registry); default inprocess for 1 daemon, grpc for more",
+    )
+    parser.add_argument(
+        "--store",
+        choices=[kind.value for kind in StoreKind],
+        default=StoreKind.SQLITE.value,
+        help="sqlite: each daemon's own file (default); postgresql: one database on a "
+        "PostgreSQL server the bench starts, shared by the Registry and every daemon",
+    )
+    parser.add_argument(
+        "--nats-nodes",
+        type=_whole_number,
+        choices=NATS_NODE_COUNTS,
+        default=None,
+        help="with --router nats: 1 JetStream node (default) or a 3-node cluster (an R3 stream)",
     )
     parser.add_argument(
         "--quick",
@@ -252,7 +302,33 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
     """The run `argv` asks for; exits 2 on invalid flags (argparse)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    pairs = args.pairs if args.pairs is not None else (QUICK_PAIRS if args.quick else DEFAULT_PAIRS)
+    router = default_router(args.daemons) if args.router is None else RouterKind(args.router)
+    topology = Topology(
+        daemons=args.daemons,
+        router=router,
+        store=StoreKind(args.store),
+        nats_nodes=(
+            args.nats_nodes
+            if args.nats_nodes is not None or router is not RouterKind.NATS
+            else NATS_NODE_COUNTS[0]
+        ),
+    )
+    try:
+        check_topology(topology)
+    except ValueError as clash:
+        parser.error(str(clash))
+    if args.pairs is not None:
+        pairs = args.pairs
+    elif args.quick:
+        # Every daemon sends: a quick run across many daemons has one sender on each.
+        pairs = max(QUICK_PAIRS, topology.daemons)
+    else:
+        pairs = DEFAULT_PAIRS
+    if pairs < topology.daemons:
+        parser.error(
+            f"--pairs {pairs} with --daemons {topology.daemons} leaves "
+            f"{topology.daemon_names[pairs]} without a sender; give at least one pair per daemon"
+        )
     seconds = (
         args.seconds
         if args.seconds is not None
@@ -284,7 +360,7 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
         seconds=seconds,
         burst=args.burst,
         group_size=args.group_size,
-        daemons=args.daemons,
+        topology=topology,
         gateway_bin=args.gateway_bin or _default_gateway_bin(),
         firewall=args.firewall,
         firewall_cost=comparison,
@@ -299,12 +375,29 @@ def describe_load(config: BenchConfig) -> str:
         shape = f"{config.pairs} group{'s' if config.pairs != 1 else ''} of {config.group_size}"
     if config.burst > 1:
         shape += f", {config.burst} sends in flight per sender"
-    if config.daemons > 1:
-        shape += (
-            f", senders and receivers on separate daemons ({config.daemons} daemons, "
-            "standalone Router and Registry)"
+    return f"{shape}, {describe_topology(config.topology)}"
+
+
+def describe_topology(topology: Topology) -> str:
+    """The gateway side in words, for stderr."""
+    store = {
+        StoreKind.SQLITE: "SQLite",
+        StoreKind.POSTGRESQL: "one PostgreSQL database",
+    }[topology.store]
+    if topology.router is RouterKind.INPROCESS:
+        return f"one daemon (embedded Router and Registry, {store})"
+    router = {
+        RouterKind.GRPC: "standalone Router",
+        RouterKind.NATS: f"NATS JetStream Router ({topology.nats_nodes} node(s))",
+    }[topology.router]
+    if topology.daemons == 1:
+        hosts = "one daemon"
+    else:
+        hosts = (
+            f"{topology.daemons} daemons, each sender's receivers on the next daemon "
+            "(senders and receivers on separate daemons)"
         )
-    return shape
+    return f"{hosts}; {router}, standalone Registry, {store}"
 
 
 def _say(text: str) -> None:
@@ -349,7 +442,7 @@ async def _gateway_run(config: BenchConfig, *, firewall: Path | None, title: str
     gateway = await measure_gateway(
         gateway_bin=config.gateway_bin,
         plans=plan_groups(config.pairs, group_size=config.group_size, daemons=config.daemons),
-        daemons=config.daemons,
+        topology=config.topology,
         burst=config.burst,
         seconds=config.seconds,
         firewall=firewall,
@@ -360,6 +453,8 @@ async def _gateway_run(config: BenchConfig, *, firewall: Path | None, title: str
         f"in {gateway.elapsed:.2f} s, {exits}"
     )
     _say(_cpu_summary(gateway))
+    if len(gateway.daemon_loads) > 1:
+        _say(_daemon_summary(gateway))
     _report_counts("send failures", gateway.send_failures)
     _report_counts("acknowledge failures", gateway.ack_failures)
     for line in gateway.receiver_errors:
@@ -424,7 +519,50 @@ def _cpu_summary(gateway: GatewayOutcome) -> str:
     shares = f" ({shares})" if len(gateway.processes) > 1 else ""
     per_post_value = per_post_ms(gateway.gateway_cpu_seconds, gateway.posts)
     per_post = "" if per_post_value is None else f", {per_post_value:.1f} gateway CPU-ms per post"
-    return f"CPU {span}: gateway {gateway.gateway_cpu_seconds:.2f} CPU-s{shares}, {bench}{per_post}"
+    return (
+        f"CPU {span}: gateway {gateway.gateway_cpu_seconds:.2f} CPU-s{shares}, "
+        f"{bench}{per_post}{_servers_summary(gateway)}"
+    )
+
+
+def _servers_summary(gateway: GatewayOutcome) -> str:
+    """The servers' share of the CPU summary: their own figures, never folded into the
+    gateway's."""
+    if not gateway.servers:
+        return ""
+    shares = ", ".join(
+        f"{server.name} {_number(server.cpu_seconds, 2)}" for server in gateway.servers
+    )
+    per_post_value = per_post_ms(gateway.server_cpu_seconds, gateway.posts)
+    per_post = "" if per_post_value is None else f", {per_post_value:.1f} server CPU-ms per post"
+    return f"; servers {shares} CPU-s{per_post}"
+
+
+def _daemon_summary(gateway: GatewayOutcome) -> str:
+    """Each daemon's posts per second and CPU per post, for stderr."""
+    figures = daemon_figures(gateway)
+    return "per daemon: " + ", ".join(
+        f"{daemon.name} {_number(daemon.posts_per_second, 1)} posts/s "
+        f"{_number(daemon.cpu_ms_per_post, 2)} CPU-ms/post"
+        for daemon in figures
+    )
+
+
+def _number(value: float | None, places: int) -> str:
+    return "unknown" if value is None else f"{value:.{places}f}"
+
+
+def daemon_figures(gateway: GatewayOutcome) -> tuple[DaemonFigures, ...]:
+    """Each daemon's line entry: its senders' posts per second, its CPU per such post."""
+    return tuple(
+        DaemonFigures(
+            name=load.name,
+            posts=load.posts,
+            posts_per_second=rate(load.posts, gateway.elapsed),
+            cpu_ms_per_post=per_post_ms(load.cpu_seconds, load.posts),
+        )
+        for load in gateway.daemon_loads
+    )
 
 
 def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) -> BenchResult:
@@ -445,6 +583,17 @@ def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) ->
         gateway_cpu_ms_per_post=per_post_ms(gateway.gateway_cpu_seconds, gateway.posts),
         baseline_unary_echo_per_second=echo_per_second,
         ratio_to_baseline=ratio(posts_per_second, echo_per_second),
+        per_daemon=daemon_figures(gateway),
+        servers=tuple(
+            ServerFigures(
+                name=server.name, cpu_ms_per_post=per_post_ms(server.cpu_seconds, gateway.posts)
+            )
+            for server in gateway.servers
+        ),
+        cpu_ms_per_post=CpuPerPost(
+            gateway=per_post_ms(gateway.gateway_cpu_seconds, gateway.posts),
+            servers=per_post_ms(gateway.server_cpu_seconds, gateway.posts),
+        ),
     )
 
 

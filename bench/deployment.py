@@ -1,14 +1,21 @@
 """The gateway side of a run: the processes that certify, store and deliver, always stopped.
 
-With one daemon it is a single `harness-gateway serve` with its embedded Router and
-Registry. With two it is a standalone `harness-gateway registry`, a `harness-gateway router`
-joined to it and two `harness-gateway serve --router ... --registry ...` daemons, as README.md
-"Several daemons" lays out (and `gateway/testing_network.py` starts for the e2e tests), all
-sharing a generated `--peer-token-file` so peer authentication is part of what is measured,
-as it is in any deployment beyond loopback. Every process listens on 127.0.0.1:0 in the run's
-scratch directory; each daemon serves `/metrics` on a free port, the Router and the Registry
-serve none (they have no store commits to report). With a firewall file every daemon runs
-it (`--firewall-config`): the firewall is a daemon's, the Router and the Registry have none.
+With the in-process Router it is a single `harness-gateway serve` with its embedded Router
+and Registry. Otherwise it is a standalone `harness-gateway registry` and N daemons
+`harness-gateway serve --router ... --registry ...` (`daemon-a`, `daemon-b`, ...), as
+README.md "Several daemons" lays out (and `gateway/testing_network.py` starts for the e2e
+tests), joined by a `harness-gateway router` (`--router grpc`) or by a NATS JetStream
+cluster the bench starts (`--router nats`: no Router process). With `--store postgresql` the
+bench starts a PostgreSQL server, creates one database, and the Registry (`--store DSN`) and
+every daemon (`--store DSN --store-owner <its name>`) keep their rows there. All gateway
+processes share a generated `--peer-token-file`, so peer authentication is part of what is
+measured, as it is in any deployment beyond loopback.
+
+Every gateway process listens on 127.0.0.1:0 in the run's scratch directory; each daemon
+serves `/metrics` on a free port, the Router and the Registry serve none (they have no store
+commits to report). With a firewall file every daemon runs it (`--firewall-config`): the
+firewall is a daemon's, the Router and the Registry have none. The servers
+(`gateway.testing_servers`) start first and stop last, after every gateway process.
 """
 
 from __future__ import annotations
@@ -17,23 +24,42 @@ import asyncio
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from bench.metrics import free_port
-from bench.plan import MAX_DAEMONS
-from bench.processes import ChildProcess, ReadyCheck
+from bench.plan import RouterKind, StoreKind, Topology, check_topology
+from bench.processes import ChildFailed, ChildProcess, ReadyCheck, process_tree_cpu_seconds
+
+if TYPE_CHECKING:
+    from gateway.testing_servers import NatsCluster, PostgresServer
+
+_Server = TypeVar("_Server")
 
 SHUTDOWN_GRACE: Final = "5s"
 """Every process's `--shutdown-grace`: nothing is in flight when the bench stops it."""
 PEER_TOKEN_FILE: Final = "peer-token"
 """The shared peer token's file in the scratch directory (mode 0600)."""
-DAEMON_NAMES: Final = ("daemon-a", "daemon-b")
-"""Process names of the daemons of a several-daemon run, for messages."""
-SINGLE_NAME: Final = "gateway"
-"""Process name of the one daemon of a single-daemon run (the name its messages always had)."""
+POSTGRES_NAME: Final = "postgresql"
+"""The PostgreSQL server's name in the CPU report."""
+DATABASE_PREFIX: Final = "bench"
+"""The prefix of the one database a `--store postgresql` run creates."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerProcess:
+    """A NATS or PostgreSQL server process the bench started: part of a post's cost, but not
+    a gateway process, so its CPU is reported on its own."""
+
+    name: str
+    pid: int
+
+    def cpu_seconds(self) -> float | None:
+        """CPU used so far by the server and every process it forked (PostgreSQL runs a
+        backend per connection); None where /proc has none or the server exited."""
+        return process_tree_cpu_seconds(self.pid)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,13 +80,21 @@ class Deployment:
     """The running gateway side."""
 
     daemons: tuple[Daemon, ...]
+    """In daemon index order (`bench.plan`'s `AgentPlan.daemon`)."""
     processes: tuple[ChildProcess, ...]
     """Every gateway-side process (daemons, Router, Registry), daemons first: a post's
     CPU cost is theirs together."""
+    servers: tuple[ServerProcess, ...] = ()
+    """The NATS nodes and the PostgreSQL server, when the run has them."""
 
     def cpu_seconds(self) -> dict[str, float | None]:
-        """CPU time used so far by each process, by name (None where /proc has none)."""
+        """CPU time used so far by each gateway process, by name (None where /proc has
+        none)."""
         return {child.name: child.cpu_seconds() for child in self.processes}
+
+    def server_cpu_seconds(self) -> dict[str, float | None]:
+        """CPU time used so far by each server, by name (None where /proc has none)."""
+        return {server.name: server.cpu_seconds() for server in self.servers}
 
 
 def _is_listening(entry: Mapping[str, Any]) -> bool:
@@ -144,26 +178,165 @@ class _Starter:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Backends:
+    """What the servers give the gateway processes to join."""
+
+    nats_url: str | None
+    """`nats://H:P[,H:P...]`, every node's client URL; None without NATS."""
+    store_dsn: str | None
+    """The one database's `postgresql://` URL (no password: trust on loopback); None with
+    SQLite."""
+    servers: tuple[ServerProcess, ...]
+
+
+@contextlib.asynccontextmanager
+async def _server(
+    what: str, start: Callable[[], _Server], close: Callable[[_Server], None]
+) -> AsyncIterator[_Server]:
+    """Run the blocking `start` in a thread, yield what it started, and `close` it on the
+    way out whatever happened. A start cancelled midway (SIGINT) still runs to its own bound
+    in its thread; what it started is then closed before the cancellation goes on."""
+    starting = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        server = await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(close, await starting)
+        raise
+    except Exception as error:  # the servers' own RuntimeError, with their log's tail
+        raise ChildFailed(f"cannot start {what}: {error}") from error
+    try:
+        yield server
+    finally:
+        await asyncio.to_thread(close, server)
+
+
+def _nats_servers(cluster: NatsCluster) -> tuple[ServerProcess, ...]:
+    return tuple(
+        ServerProcess(name=f"nats-{node.name}", pid=node.process.pid)
+        for node in cluster.nodes
+        if node.process is not None
+    )
+
+
+async def _start_backends(
+    stack: contextlib.AsyncExitStack, topology: Topology, scratch: Path
+) -> _Backends:
+    """Start the servers `topology` needs into `stack` (so they stop after every gateway
+    process, which is entered later)."""
+    # Imported here: a SQLite run with the in-process or gRPC Router needs neither server.
+    from gateway.testing_servers import NatsCluster, PostgresServer
+
+    nats_url: str | None = None
+    store_dsn: str | None = None
+    servers: list[ServerProcess] = []
+    if topology.router is RouterKind.NATS:
+        nodes = topology.nats_nodes or 1
+        cluster = await stack.enter_async_context(
+            _server(
+                f"nats-server ({nodes} node(s))",
+                lambda: NatsCluster.start(scratch / "nats", nodes=nodes),
+                NatsCluster.close,
+            )
+        )
+        nats_url = cluster.url
+        servers.extend(_nats_servers(cluster))
+    if topology.store is StoreKind.POSTGRESQL:
+        # PostgresServer keeps its cluster outside `scratch` (a harness-pg-* folder in /tmp,
+        # or HARNESS_PG_ROOT): under root it runs as the postgres account, which must reach
+        # its folder, and the scratch directory is root's alone. close() removes it.
+        postgres: PostgresServer = await stack.enter_async_context(
+            _server(
+                "PostgreSQL",
+                lambda: PostgresServer.start(scratch / "postgresql"),
+                PostgresServer.close,
+            )
+        )
+        try:
+            store_dsn = await asyncio.to_thread(postgres.create_database, DATABASE_PREFIX)
+        except RuntimeError as error:
+            raise ChildFailed(f"cannot create the bench's database: {error}") from error
+        if postgres.process is not None:
+            servers.append(ServerProcess(name=POSTGRES_NAME, pid=postgres.process.pid))
+    return _Backends(nats_url=nats_url, store_dsn=store_dsn, servers=tuple(servers))
+
+
+def store_flags(store_dsn: str | None, owner: str) -> list[str]:
+    """A daemon's store flags: none for SQLite (its data directory), else the shared
+    database and the owner its agents are kept under (its process name, so that the
+    database's rows and the bench's messages name a daemon alike)."""
+    if store_dsn is None:
+        return []
+    return ["--store", store_dsn, "--store-owner", owner]
+
+
+def registry_flags(*, data_dir: Path, store_dsn: str | None, peer_token_file: Path) -> list[str]:
+    """The standalone Registry's command line after the executable."""
+    store = [] if store_dsn is None else ["--store", store_dsn]
+    return [
+        "registry",
+        *_common_flags("off"),
+        "--data-dir",
+        str(data_dir),
+        *store,
+        "--peer-token-file",
+        str(peer_token_file),
+    ]
+
+
+def join_flags(
+    *,
+    topology: Topology,
+    router_target: str,
+    registry_target: str,
+    peer_token_file: Path,
+    store_dsn: str | None,
+    name: str,
+) -> list[str]:
+    """What a joined daemon `name` adds to `serve`: its Router (`grpc://...` of the
+    standalone Router, or the NATS cluster's `nats://H:P[,H:P...]`), the Registry, the peer
+    token and its store."""
+    router = ["--router", router_target]
+    if topology.router is RouterKind.NATS:
+        # Explicit, so an R3 stream is what `--nats-nodes 3` measures whatever the default.
+        router += ["--nats-replicas", str(topology.nats_nodes)]
+    return [
+        *router,
+        "--registry",
+        registry_target,
+        "--peer-token-file",
+        str(peer_token_file),
+        *store_flags(store_dsn, name),
+    ]
+
+
 @contextlib.asynccontextmanager
 async def deploy(
-    *, gateway_bin: str, daemons: int, scratch: Path, firewall: Path | None = None
+    *, gateway_bin: str, topology: Topology, scratch: Path, firewall: Path | None = None
 ) -> AsyncIterator[Deployment]:
-    """Start the gateway side for `daemons` daemons (1 or 2) under `scratch`, every daemon
-    with the firewall file `firewall` when one is named, yield it once
-    every process printed its ready line, and stop every process on the way out. A failure,
-    whether starting or in the block, carries each started process's trouble lines as notes
-    (added once they stopped, so their exit codes are known)."""
-    if not 1 <= daemons <= MAX_DAEMONS:
-        raise ValueError(f"daemons must be 1..{MAX_DAEMONS}, not {daemons}")
+    """Start the gateway side `topology` describes under `scratch` (its servers first),
+    every daemon with the firewall file `firewall` when one is named, yield it once every
+    process printed its ready line, and stop every process on the way out (daemons, then
+    the Router, the Registry, and last the servers). A failure, whether starting or in the
+    block, carries each started gateway process's trouble lines as notes (added once they
+    stopped, so their exit codes are known)."""
+    check_topology(topology)
     starter: _Starter | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
+            backends = await _start_backends(stack, topology, scratch)
             starter = _Starter(stack, gateway_bin, firewall)
-            if daemons == 1:
-                single = await starter.daemon(SINGLE_NAME, scratch / "data", ())
-                deployment = Deployment(daemons=(single,), processes=(single.child,))
+            if topology.router is RouterKind.INPROCESS:
+                (name,) = topology.daemon_names
+                single = await starter.daemon(
+                    name, scratch / "data", store_flags(backends.store_dsn, name)
+                )
+                deployment = Deployment(
+                    daemons=(single,), processes=(single.child,), servers=backends.servers
+                )
             else:
-                deployment = await _start_network(starter, daemons, scratch)
+                deployment = await _start_network(starter, topology, scratch, backends)
             yield deployment
     except BaseException as failure:
         for child in starter.started if starter is not None else ():
@@ -171,27 +344,59 @@ async def deploy(
         raise
 
 
-async def _start_network(starter: _Starter, daemons: int, scratch: Path) -> Deployment:
-    peer = ["--peer-token-file", str(_write_peer_token(scratch))]
+async def _start_network(
+    starter: _Starter, topology: Topology, scratch: Path, backends: _Backends
+) -> Deployment:
+    token_file = _write_peer_token(scratch)
     registry_dir = scratch / "registry"
     registry_dir.mkdir(mode=0o700)
     registry = await starter.start(
         "registry",
-        ["registry", *_common_flags("off"), "--data-dir", str(registry_dir), *peer],
+        registry_flags(
+            data_dir=registry_dir, store_dsn=backends.store_dsn, peer_token_file=token_file
+        ),
         _is_listening,
     )
     registry_target = f"grpc://{registry.ready_line['listen']}"
-    router = await starter.start(
-        "router",
-        ["router", *_common_flags("off"), "--registry", registry_target, *peer],
-        _is_listening,
-    )
-    join = ["--router", f"grpc://{router.ready_line['listen']}", "--registry", registry_target]
+    router: ChildProcess | None = None
+    if topology.router is RouterKind.NATS:
+        assert backends.nats_url is not None
+        router_target = backends.nats_url
+    else:
+        router = await starter.start(
+            "router",
+            [
+                "router",
+                *_common_flags("off"),
+                "--registry",
+                registry_target,
+                "--peer-token-file",
+                str(token_file),
+            ],
+            _is_listening,
+        )
+        router_target = f"grpc://{router.ready_line['listen']}"
     members = [
-        await starter.daemon(name, scratch / name, [*join, *peer])
-        for name in DAEMON_NAMES[:daemons]
+        await starter.daemon(
+            name,
+            scratch / name,
+            join_flags(
+                topology=topology,
+                router_target=router_target,
+                registry_target=registry_target,
+                peer_token_file=token_file,
+                store_dsn=backends.store_dsn,
+                name=name,
+            ),
+        )
+        for name in topology.daemon_names
     ]
     return Deployment(
         daemons=tuple(members),
-        processes=(*(member.child for member in members), router, registry),
+        processes=(
+            *(member.child for member in members),
+            *(() if router is None else (router,)),
+            registry,
+        ),
+        servers=backends.servers,
     )

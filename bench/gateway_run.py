@@ -1,9 +1,10 @@
 """The gateway run: K conversations sending multicasts through real daemon processes.
 
 `bench.deployment` starts the gateway side (one `harness-gateway serve`, or a Registry, a
-Router and two daemons) in a temporary directory. Each conversation (`bench.plan`) is one
-sender and its receivers, every agent on its own connection to the daemon that hosts it: a
-direct pair, or a group whose sender sends to `group:<the others>`. The receivers listen for
+Router or a NATS cluster, N daemons, and PostgreSQL when asked) in a temporary directory.
+Each conversation (`bench.plan`) is one sender and its receivers, every agent on its own
+connection to the daemon that hosts it: a direct pair, or a group whose sender sends to
+`group:<the others>`. The receivers listen for
 the whole run and acknowledge every delivery; after one warm-up message per conversation
 (streams attached, conversations started) has reached every receiver, each sender keeps
 `burst` sends in flight to its conversation (`burst` tasks, each one `Send` at a time) for
@@ -43,7 +44,7 @@ from harness_client import (
 
 from bench.deployment import Deployment, deploy
 from bench.metrics import CommitCounters, commit_rates, scrape_commit_counters, sum_counters
-from bench.plan import AgentPlan, GroupPlan
+from bench.plan import AgentPlan, GroupPlan, Topology
 from bench.processes import cpu_between, total_cpu
 
 SEND_DEADLINE: Final = 30.0
@@ -113,6 +114,8 @@ class Conversation:
     sent: int = 0
     send_latencies_ns: list[int] = field(default_factory=list)
     send_failures: Counter[str] = field(default_factory=Counter)
+    sender_daemon: int = 0
+    """The index of the daemon hosting the sender: its posts are that daemon's."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,6 +128,26 @@ class ProcessReport:
     """CPU it used over the measured span (Linux /proc), None where unreadable."""
     problems: tuple[str, ...]
     problem_count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonLoad:
+    """One daemon's share of the run."""
+
+    name: str
+    posts: int
+    """Posts certified for the senders it hosts (with the round-robin layout it delivers
+    about as many to its receivers)."""
+    cpu_seconds: float | None
+    """CPU it used over the measured span; None where unreadable."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerReport:
+    """One NATS or PostgreSQL server process (with what it forked) over the measured span."""
+
+    name: str
+    cpu_seconds: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +175,13 @@ class GatewayOutcome:
     """CPU all gateway-side processes used over `measured_over`; None when any is unknown."""
     bench_cpu_seconds: float
     """CPU this process used over `measured_over`."""
+    daemon_loads: tuple[DaemonLoad, ...] = ()
+    """Each daemon's posts and CPU, in daemon index order."""
+    servers: tuple[ServerReport, ...] = ()
+    """The NATS nodes and the PostgreSQL server, when the run had them."""
+    server_cpu_seconds: float | None = None
+    """CPU all servers used over `measured_over`; None when there were none or any is
+    unknown."""
 
 
 def _describe(error: HarnessError) -> str:
@@ -162,7 +192,7 @@ async def measure_gateway(
     *,
     gateway_bin: str,
     plans: Sequence[GroupPlan],
-    daemons: int,
+    topology: Topology,
     burst: int,
     seconds: float,
     firewall: Path | None = None,
@@ -172,7 +202,7 @@ async def measure_gateway(
     sender, stop every process, report."""
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as scratch:
         async with deploy(
-            gateway_bin=gateway_bin, daemons=daemons, scratch=Path(scratch), firewall=firewall
+            gateway_bin=gateway_bin, topology=topology, scratch=Path(scratch), firewall=firewall
         ) as side:
             measured = await _drive(side, plans, burst, seconds)
         # Outside the block: every process stopped, so the exit codes are known.
@@ -188,6 +218,7 @@ class _Measured:
     scraped_over: float
     undelivered: int
     gateway_cpu: dict[str, float | None]
+    server_cpu: dict[str, float | None]
     bench_cpu_seconds: float
 
 
@@ -222,7 +253,11 @@ async def _drive(
             receivers = [
                 Receiver(agent.name, await join(agent), changed) for agent in plan.receivers
             ]
-            conversations.append(Conversation(plan.index, sender, plan.address, receivers))
+            conversations.append(
+                Conversation(
+                    plan.index, sender, plan.address, receivers, sender_daemon=plan.sender.daemon
+                )
+            )
         everyone = [receiver for talk in conversations for receiver in talk.receivers]
         listening = _Receivers(everyone, changed)
         # Pushed after the endpoints, so the receivers stop before their endpoints close.
@@ -245,6 +280,7 @@ async def _drive(
 
         before = await _scrape(side)
         gateway_cpu_before = side.cpu_seconds()
+        server_cpu_before = side.server_cpu_seconds()
         bench_cpu_before = time.process_time()
         scrape_started = time.perf_counter()
         started = time.perf_counter()
@@ -262,6 +298,7 @@ async def _drive(
         scraped_over = time.perf_counter() - scrape_started
         bench_cpu = time.process_time() - bench_cpu_before
         gateway_cpu = cpu_between(gateway_cpu_before, side.cpu_seconds())
+        server_cpu = cpu_between(server_cpu_before, side.server_cpu_seconds())
         await listening.settle()
         return _Measured(
             conversations=conversations,
@@ -271,6 +308,7 @@ async def _drive(
             scraped_over=scraped_over,
             undelivered=undelivered,
             gateway_cpu=gateway_cpu,
+            server_cpu=server_cpu,
             bench_cpu_seconds=bench_cpu,
         )
 
@@ -458,4 +496,30 @@ def _outcome(measured: _Measured, side: Deployment) -> GatewayOutcome:
         measured_over=measured.scraped_over,
         gateway_cpu_seconds=total_cpu(measured.gateway_cpu),
         bench_cpu_seconds=measured.bench_cpu_seconds,
+        daemon_loads=daemon_loads(
+            conversations,
+            [daemon.child.name for daemon in side.daemons],
+            measured.gateway_cpu,
+        ),
+        servers=tuple(
+            ServerReport(name=name, cpu_seconds=spent)
+            for name, spent in measured.server_cpu.items()
+        ),
+        server_cpu_seconds=total_cpu(measured.server_cpu),
+    )
+
+
+def daemon_loads(
+    conversations: Sequence[Conversation],
+    names: Sequence[str],
+    cpu: Mapping[str, float | None],
+) -> tuple[DaemonLoad, ...]:
+    """Each daemon's (by index, named by `names`) certified posts, those of the senders it
+    hosts, and its CPU from `cpu` (by name)."""
+    posts = [0] * len(names)
+    for talk in conversations:
+        posts[talk.sender_daemon] += talk.sent
+    return tuple(
+        DaemonLoad(name=name, posts=count, cpu_seconds=cpu.get(name))
+        for name, count in zip(names, posts, strict=True)
     )

@@ -1,14 +1,19 @@
 """Who the gateway run's agents are, what each sender sends to, and which daemon hosts whom.
 
-Pure code, so a unit test checks the layout without starting a process. The bench is a client
-of the API and does not import the gateway: the group size bounds and the `group:` syntax
-below restate the contract (clients/python/contract/src/harness_contract/addresses.py), and a unit test pins them to it.
+Also the run's topology (`Topology`): how many daemons, which Router joins them and where
+their stores live, and the daemons' names. Pure code, so a unit test checks the layout and
+the flag combinations without starting a process. The bench is a client of the API and does
+not import the gateway: the group size bounds and the `group:` syntax below restate the
+contract (clients/python/contract/src/harness_contract/addresses.py), and a unit test pins
+them to it.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 PAIR_SIZE: Final = 2
@@ -17,10 +22,91 @@ GROUP_MIN_MEMBERS: Final = 3
 """Fewest members of a group conversation, the sender included (the contract's bound)."""
 GROUP_MAX_MEMBERS: Final = 32
 """Most members of a group conversation, the sender included (the contract's bound)."""
-MAX_DAEMONS: Final = 2
-"""Most daemons: with two, every sender is on one and its receivers on the other."""
+MAX_DAEMONS: Final = 8
+"""Most daemons: every daemon is a process on this machine with its own connections, and
+eight already share two cores with the bench, the Registry and the servers."""
+NATS_NODE_COUNTS: Final = (1, 3)
+"""`--nats-nodes`: one JetStream node (an R1 stream), or a 3-node cluster (an R3 stream)."""
+SINGLE_NAME: Final = "gateway"
+"""Process name of the one embedded daemon (in-process Router and Registry)."""
+NETWORK_DAEMON_NAMES: Final = tuple(
+    f"daemon-{letter}" for letter in string.ascii_lowercase[:MAX_DAEMONS]
+)
+"""Process names of joined daemons, in order: `daemon-a`, `daemon-b`, ... (the two-daemon
+run's names from before there were more). Also each one's `--store-owner` in PostgreSQL."""
 AGENT_PREFIX: Final = "agent:"
 GROUP_PREFIX: Final = "group:"
+
+
+class RouterKind(StrEnum):
+    """What joins the daemons (`--router`)."""
+
+    INPROCESS = "inprocess"
+    """The embedded Router and Registry of one `harness-gateway serve` (one daemon only)."""
+    GRPC = "grpc"
+    """A standalone `harness-gateway router` and `harness-gateway registry`."""
+    NATS = "nats"
+    """A NATS JetStream cluster the bench starts, and a standalone Registry; no Router
+    process."""
+
+
+class StoreKind(StrEnum):
+    """Where the daemons keep their rows (`--store`)."""
+
+    SQLITE = "sqlite"
+    """Each daemon's own SQLite file in its data directory (the Registry's likewise)."""
+    POSTGRESQL = "postgresql"
+    """One PostgreSQL database the bench starts, shared by the Registry and every daemon,
+    each daemon under its own `--store-owner`."""
+
+
+def default_router(daemons: int) -> RouterKind:
+    """The Router when `--router` is not given: in-process for one daemon, the standalone
+    gRPC Router for more (the bench's layouts from before `--router` existed)."""
+    return RouterKind.INPROCESS if daemons == 1 else RouterKind.GRPC
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Topology:
+    """The gateway side of a run: its daemons, what joins them, where they store."""
+
+    daemons: int
+    router: RouterKind
+    store: StoreKind
+    nats_nodes: int | None = None
+    """JetStream nodes (1 or 3) with the NATS Router; None with any other."""
+
+    @property
+    def daemon_names(self) -> tuple[str, ...]:
+        """Each daemon's process name, in daemon index order."""
+        if self.router is RouterKind.INPROCESS:
+            return (SINGLE_NAME,)
+        return NETWORK_DAEMON_NAMES[: self.daemons]
+
+    @property
+    def standalone_registry(self) -> bool:
+        """Whether a `harness-gateway registry` runs (every Router but the in-process one)."""
+        return self.router is not RouterKind.INPROCESS
+
+
+def check_topology(topology: Topology) -> None:
+    """Raise ValueError, saying which flags clash, for a topology the bench cannot run."""
+    daemons, router = topology.daemons, topology.router
+    if not 1 <= daemons <= MAX_DAEMONS:
+        raise ValueError(f"--daemons must be 1..{MAX_DAEMONS}, not {daemons}")
+    if router is RouterKind.INPROCESS and daemons != 1:
+        raise ValueError(
+            f"--router inprocess is one daemon's embedded Router; {daemons} daemons need "
+            "--router grpc or --router nats"
+        )
+    if router is RouterKind.NATS:
+        if topology.nats_nodes not in NATS_NODE_COUNTS:
+            raise ValueError(
+                f"--nats-nodes must be one of {', '.join(map(str, NATS_NODE_COUNTS))}, "
+                f"not {topology.nats_nodes}"
+            )
+    elif topology.nats_nodes is not None:
+        raise ValueError(f"--nats-nodes sizes the NATS cluster; --router is {router.value}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,11 +157,11 @@ def check_layout(*, group_size: int, daemons: int) -> None:
 
 
 def plan_groups(count: int, *, group_size: int, daemons: int) -> tuple[GroupPlan, ...]:
-    """`count` conversations of `group_size` agents. With one daemon every agent is on it;
-    with two, each sender is on daemon 0 and its receivers on daemon 1, so every post
-    crosses the Router."""
+    """`count` conversations of `group_size` agents, spread round robin: conversation k's
+    sender is on daemon `k mod daemons` and all its receivers on the next daemon
+    (`(k + 1) mod daemons`). With one daemon every agent is on it; with more, every post
+    crosses daemons, and each daemon sends about as many posts as it receives."""
     check_layout(group_size=group_size, daemons=daemons)
-    receivers_on = 0 if daemons == 1 else 1
     plans: list[GroupPlan] = []
     for index in range(count):
         if group_size == PAIR_SIZE:
@@ -83,10 +169,12 @@ def plan_groups(count: int, *, group_size: int, daemons: int) -> tuple[GroupPlan
             names = [f"bench-receiver-{index}"]
         else:
             names = [f"bench-receiver-{index}-{member}" for member in range(1, group_size)]
+        sender_on = index % daemons
+        receivers_on = (index + 1) % daemons
         plans.append(
             GroupPlan(
                 index=index,
-                sender=AgentPlan(name=f"bench-sender-{index}", daemon=0),
+                sender=AgentPlan(name=f"bench-sender-{index}", daemon=sender_on),
                 receivers=tuple(AgentPlan(name=name, daemon=receivers_on) for name in names),
             )
         )

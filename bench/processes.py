@@ -244,6 +244,77 @@ def process_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+PROC: Final = Path("/proc")
+"""Where Linux shows each process's `stat`."""
+_GONE_STATES: Final = frozenset({"Z", "X", "x"})
+"""`stat` states of a process that exited (a zombie, or dead): its CPU is no longer read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Stat:
+    parent: int
+    state: str
+    own: float
+    """utime + stime, in clock ticks."""
+    reaped: float
+    """cutime + cstime, in clock ticks: children that exited and were waited for."""
+
+
+def _read_stat(path: Path) -> _Stat | None:
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses; what follows the last
+    # ")" is field 3 (state) onwards: ppid is field 4, utime..cstime fields 14..17.
+    fields = text.rpartition(")")[2].split()
+    try:
+        return _Stat(
+            parent=int(fields[1]),
+            state=fields[0],
+            own=float(int(fields[11]) + int(fields[12])),
+            reaped=float(int(fields[13]) + int(fields[14])),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def process_tree_cpu_seconds(pid: int, *, proc: Path = PROC) -> float | None:
+    """User plus system CPU seconds of process `pid` and every live descendant, each with
+    the children it reaped; None when `pid` is unreadable or has exited.
+
+    A server that forks workers (PostgreSQL: a backend per connection, its checkpointer and
+    WAL writer) spends most of its CPU outside the first process. A worker that exits moves
+    its time into its parent's reaped share, so the sum grows steadily across the change."""
+    try:
+        ticks_per_second = os.sysconf("SC_CLK_TCK")
+        entries = [entry for entry in proc.iterdir() if entry.name.isdigit()]
+    except (OSError, ValueError):
+        return None
+    stats = {int(entry.name): _read_stat(entry / "stat") for entry in entries}
+    root = stats.get(pid)
+    if root is None or root.state in _GONE_STATES:
+        return None
+    children: dict[int, list[int]] = {}
+    for child, stat in stats.items():
+        if stat is not None:
+            children.setdefault(stat.parent, []).append(child)
+    total = 0.0
+    pending = [pid]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        stat = stats.get(current)
+        if stat is None:
+            continue
+        total += stat.own + stat.reaped
+        pending.extend(children.get(current, ()))
+    return total / ticks_per_second
+
+
 def cpu_between(
     before: Mapping[str, float | None], after: Mapping[str, float | None]
 ) -> dict[str, float | None]:

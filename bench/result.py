@@ -31,8 +31,12 @@ RESULT_KEYS: tuple[str, ...] = (
     "gateway_cpu_ms_per_post",
     "baseline_unary_echo_per_second",
     "ratio_to_baseline",
+    "per_daemon",
+    "servers",
+    "cpu_ms_per_post",
 )
-"""The top-level keys of the result line, in the order they are printed."""
+"""The top-level keys of the result line, in the order they are printed (the scale-out
+fields last, after the ones scripts read from before they existed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,16 +64,30 @@ def this_machine() -> Machine:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunMode:
     """The shape of the load: how many sends each sender keeps in flight, how many agents
-    each conversation has, how many daemons host them."""
+    each conversation has, how many daemons host them, what joins them and where they
+    store."""
 
     burst: int
     group_size: int
     """2 for direct pairs; 3..32 for group conversations (the sender included)."""
     daemons: int
+    router: str
+    """`inprocess`, `grpc` or `nats` (`bench.plan.RouterKind`)."""
+    store: str
+    """`sqlite` or `postgresql` (`bench.plan.StoreKind`)."""
+    nats_nodes: int | None
+    """JetStream nodes with the NATS Router (1, or 3 for an R3 stream); None otherwise."""
 
     def to_json(self) -> dict[str, Any]:
-        """`{burst, group_size, daemons}`."""
-        return {"burst": self.burst, "group_size": self.group_size, "daemons": self.daemons}
+        """`{burst, group_size, daemons, router, store, nats_nodes}`."""
+        return {
+            "burst": self.burst,
+            "group_size": self.group_size,
+            "daemons": self.daemons,
+            "router": self.router,
+            "store": self.store,
+            "nats_nodes": self.nats_nodes,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +151,57 @@ def ratio(ours: float | None, baseline: float | None) -> float | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonFigures:
+    """One daemon's share of a run."""
+
+    name: str
+    posts: int
+    """Posts certified for the senders it hosts."""
+    posts_per_second: float | None
+    """`posts` over the timed window (the same span as `certified_posts_per_second`)."""
+    cpu_ms_per_post: float | None
+    """Its CPU over the window and the drain per post of `posts`. With the round-robin
+    layout it also delivers about as many posts as it sends, so this is the daemon side's
+    whole cost of one post, comparable across daemon counts."""
+
+    def to_json(self) -> dict[str, Any]:
+        """`{name, posts, posts_per_second, cpu_ms_per_post}`."""
+        return {
+            "name": self.name,
+            "posts": self.posts,
+            "posts_per_second": self.posts_per_second,
+            "cpu_ms_per_post": self.cpu_ms_per_post,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerFigures:
+    """One NATS or PostgreSQL server's cost per post (all posts of the run)."""
+
+    name: str
+    cpu_ms_per_post: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """`{name, cpu_ms_per_post}`."""
+        return {"name": self.name, "cpu_ms_per_post": self.cpu_ms_per_post}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CpuPerPost:
+    """What one certified post cost in CPU milliseconds, split by who spent it."""
+
+    gateway: float | None
+    """Every gateway process (daemons, Router, Registry): `gateway_cpu_ms_per_post`."""
+    servers: float | None
+    """The NATS and PostgreSQL servers together; None when the run started none, or any
+    one is unreadable."""
+
+    def to_json(self) -> dict[str, Any]:
+        """`{gateway, servers}`."""
+        return {"gateway": self.gateway, "servers": self.servers}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BenchResult:
     """What one `python -m bench` run measured. None means "not measured", never 0."""
 
@@ -150,6 +219,11 @@ class BenchResult:
     gateway_cpu_ms_per_post: float | None
     baseline_unary_echo_per_second: float | None
     ratio_to_baseline: float | None
+    per_daemon: tuple[DaemonFigures, ...]
+    """Every daemon, in daemon index order."""
+    servers: tuple[ServerFigures, ...]
+    """The servers the run started (none for SQLite with the in-process or gRPC Router)."""
+    cpu_ms_per_post: CpuPerPost
 
     def to_json(self) -> dict[str, Any]:
         """The result object, keys in `RESULT_KEYS` order."""
@@ -167,6 +241,9 @@ class BenchResult:
             "gateway_cpu_ms_per_post": self.gateway_cpu_ms_per_post,
             "baseline_unary_echo_per_second": self.baseline_unary_echo_per_second,
             "ratio_to_baseline": self.ratio_to_baseline,
+            "per_daemon": [daemon.to_json() for daemon in self.per_daemon],
+            "servers": [server.to_json() for server in self.servers],
+            "cpu_ms_per_post": self.cpu_ms_per_post.to_json(),
         }
 
 

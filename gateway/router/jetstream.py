@@ -56,6 +56,7 @@ from gateway.closing import AsyncClosing
 from gateway.router import jetstream_stream as stream
 from gateway.router.jetstream_instance import (
     Instance,
+    StaleAnswer,
     StreamLost,
     check_continuity,
     stream_info_of,
@@ -142,6 +143,8 @@ FAILURE_DELAYS: Final = (0.05, 2.0)
 RECONNECT_WAIT: Final = 0.5
 """Seconds nats-py waits between reconnection rounds (it never stops reconnecting)."""
 
+STALE_CHECK_DELAY: Final = 0.2
+"""Seconds before the stream is checked again after an info older than what was read."""
 CLOSE_BOUND: Final = 5.0
 """Seconds `close()` waits for the NATS connection to close."""
 
@@ -638,8 +641,13 @@ class JetStreamRouter(AsyncClosing):
                 if self._check_now or loop.time() >= next_check:
                     self._check_now = False
                     next_check = loop.time() + self._options.check_interval
-                    await check_continuity(self._jetstream(), self._subjects(), instance)
-                    self._checks += 1
+                    try:
+                        await check_continuity(self._jetstream(), self._subjects(), instance)
+                        self._checks += 1
+                    except StaleAnswer as stale:
+                        # Not a failure: read on, and look at the stream again soon.
+                        logger.debug("router stream check postponed: %s", stale.detail)
+                        next_check = loop.time() + STALE_CHECK_DELAY
                 more = await self._read_once(instance)
             except StreamLost as lost:
                 try:

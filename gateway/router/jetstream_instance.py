@@ -118,6 +118,12 @@ async def check_continuity(
         raise RouterUnavailable(f"a replica skipped orders {window.tail + 1}..{seen_first - 1}")
 
 
+class StaleAnswer(RouterUnavailable):
+    """The stream's info is older than what this process already read (seen under load: an
+    info answered before the latest acknowledged entry shows in it). Nothing is wrong with
+    the stream; the check is simply made again shortly."""
+
+
 async def leader_state(
     js: JetStreamContext, plan: stream.StreamPlan, instance: Instance
 ) -> api.StreamState:
@@ -140,7 +146,7 @@ async def leader_state(
             raise StreamLost(f"the subject is bound to {winner}", delete=False)
     state = info.state
     if state.last_seq < instance.known_last:
-        raise RouterUnavailable(
+        raise StaleAnswer(
             f"the stream's last sequence {state.last_seq} is below {instance.known_last}"
         )
     instance.note_last(state.last_seq)

@@ -49,10 +49,13 @@ from bench.result import (
     COST_KEYS,
     RESULT_KEYS,
     BenchResult,
+    CpuPerPost,
+    DaemonFigures,
     Machine,
     Percentiles,
     RoundValues,
     RunMode,
+    ServerFigures,
     change_pct,
     median,
     per_post_ms,
@@ -73,7 +76,9 @@ def fake_result(**overrides: object) -> BenchResult:
         "machine": Machine(cpu_count=2, platform="Linux-test", python="CPython 3.11.7"),
         "pairs": 8,
         "seconds": 10.0,
-        "mode": RunMode(burst=4, group_size=3, daemons=2),
+        "mode": RunMode(
+            burst=4, group_size=3, daemons=2, router="nats", store="postgresql", nats_nodes=3
+        ),
         "firewall": "five.yaml",
         "certified_posts_per_second": 123.4,
         "send_latency_ms": Percentiles(p50=12.5, p99=40.25),
@@ -83,6 +88,15 @@ def fake_result(**overrides: object) -> BenchResult:
         "gateway_cpu_ms_per_post": 17.5,
         "baseline_unary_echo_per_second": 4000.0,
         "ratio_to_baseline": 0.0309,
+        "per_daemon": (
+            DaemonFigures(name="daemon-a", posts=600, posts_per_second=60.0, cpu_ms_per_post=8.5),
+            DaemonFigures(name="daemon-b", posts=634, posts_per_second=63.4, cpu_ms_per_post=8.0),
+        ),
+        "servers": (
+            ServerFigures(name="nats-n0", cpu_ms_per_post=1.25),
+            ServerFigures(name="postgresql", cpu_ms_per_post=3.5),
+        ),
+        "cpu_ms_per_post": CpuPerPost(gateway=17.5, servers=4.75),
     }
     values.update(overrides)
     return BenchResult(**values)  # type: ignore[arg-type]
@@ -94,7 +108,9 @@ def fake_result(**overrides: object) -> BenchResult:
 def test_no_flags_run_eight_pairs_for_ten_seconds():
     config = cli.parse_config([])
     assert (config.pairs, config.seconds) == (8, 10.0)
-    assert config.mode == RunMode(burst=1, group_size=2, daemons=1)
+    assert config.mode == RunMode(
+        burst=1, group_size=2, daemons=1, router="inprocess", store="sqlite", nats_nodes=None
+    )
     assert config.in_flight == 8
 
 
@@ -103,7 +119,9 @@ def test_burst_group_size_and_daemons_are_read():
         ["--quick", "--burst", "8", "--group-size", "5", "--daemons", "2", "--pairs", "3"]
     )
     assert (config.pairs, config.burst, config.group_size, config.daemons) == (3, 8, 5, 2)
-    assert config.mode == RunMode(burst=8, group_size=5, daemons=2)
+    assert config.mode == RunMode(
+        burst=8, group_size=5, daemons=2, router="grpc", store="sqlite", nats_nodes=None
+    )
     # The baseline runs as many calls in flight as the gateway run: senders x burst.
     assert config.in_flight == 24
 
@@ -153,7 +171,7 @@ def test_the_gateway_executable_can_be_named():
         ["--group-size", "33"],
         ["--group-size", "three"],
         ["--daemons", "0"],
-        ["--daemons", "3"],
+        ["--daemons", str(plan.MAX_DAEMONS + 1)],
         ["--daemons", "two"],
         ["--pairs", "17", "--group-size", "32"],  # 544 agents
         ["--pairs", "17", "--burst", "256"],  # 4352 calls in flight
@@ -188,13 +206,22 @@ def test_help_names_every_flag(capsys):
 
 
 def test_the_load_is_described_in_words():
-    assert cli.describe_load(cli.parse_config([])) == "8 pairs"
-    assert cli.describe_load(cli.parse_config(["--pairs", "1"])) == "1 pair"
+    embedded = "one daemon (embedded Router and Registry, SQLite)"
+    assert cli.describe_load(cli.parse_config([])) == f"8 pairs, {embedded}"
+    assert cli.describe_load(cli.parse_config(["--pairs", "1"])) == f"1 pair, {embedded}"
     assert (
         cli.describe_load(cli.parse_config(["--group-size", "4", "--burst", "2"]))
-        == "8 groups of 4, 2 sends in flight per sender"
+        == f"8 groups of 4, 2 sends in flight per sender, {embedded}"
     )
     assert "separate daemons" in cli.describe_load(cli.parse_config(["--daemons", "2"]))
+    scaled = cli.describe_load(
+        cli.parse_config(["--daemons", "4", "--router", "nats", "--store", "postgresql"])
+    )
+    assert scaled == (
+        "8 pairs, 4 daemons, each sender's receivers on the next daemon (senders and "
+        "receivers on separate daemons); NATS JetStream Router (1 node(s)), standalone "
+        "Registry, one PostgreSQL database"
+    )
 
 
 # --- the result line -------------------------------------------------------------------
@@ -212,7 +239,14 @@ def test_the_result_line_is_one_json_object_with_the_issue_fields():
     }
     assert value["pairs"] == 8
     assert value["seconds"] == 10.0
-    assert value["mode"] == {"burst": 4, "group_size": 3, "daemons": 2}
+    assert value["mode"] == {
+        "burst": 4,
+        "group_size": 3,
+        "daemons": 2,
+        "router": "nats",
+        "store": "postgresql",
+        "nats_nodes": 3,
+    }
     assert value["firewall"] == "five.yaml"
     assert value["gateway_cpu_ms_per_post"] == 17.5
     assert value["certified_posts_per_second"] == 123.4
@@ -222,6 +256,35 @@ def test_the_result_line_is_one_json_object_with_the_issue_fields():
     assert value["mean_commit_batch_size"] == 3.25
     assert value["baseline_unary_echo_per_second"] == 4000.0
     assert value["ratio_to_baseline"] == 0.0309
+    assert value["per_daemon"] == [
+        {"name": "daemon-a", "posts": 600, "posts_per_second": 60.0, "cpu_ms_per_post": 8.5},
+        {"name": "daemon-b", "posts": 634, "posts_per_second": 63.4, "cpu_ms_per_post": 8.0},
+    ]
+    assert value["servers"] == [
+        {"name": "nats-n0", "cpu_ms_per_post": 1.25},
+        {"name": "postgresql", "cpu_ms_per_post": 3.5},
+    ]
+    assert value["cpu_ms_per_post"] == {"gateway": 17.5, "servers": 4.75}
+
+
+def test_the_fields_scripts_read_keep_their_places_and_the_new_ones_come_last():
+    old = (
+        "machine",
+        "pairs",
+        "seconds",
+        "mode",
+        "firewall",
+        "certified_posts_per_second",
+        "send_latency_ms",
+        "send_to_delivery_ms",
+        "store_commits_per_second",
+        "mean_commit_batch_size",
+        "gateway_cpu_ms_per_post",
+        "baseline_unary_echo_per_second",
+        "ratio_to_baseline",
+    )
+    assert RESULT_KEYS[: len(old)] == old
+    assert RESULT_KEYS[len(old) :] == ("per_daemon", "servers", "cpu_ms_per_post")
 
 
 def test_what_was_not_measured_prints_as_null_never_as_a_number():
@@ -382,11 +445,14 @@ def test_pairs_keep_their_names_and_send_direct_on_one_daemon():
     assert {agent.daemon for p in plans for agent in (p.sender, *p.receivers)} == {0}
 
 
-def test_two_daemons_put_every_sender_on_one_and_its_receivers_on_the_other():
+def test_two_daemons_put_each_sender_on_one_and_its_receivers_on_the_other():
     for group_size in (2, 4):
-        for conversation in plan.plan_groups(3, group_size=group_size, daemons=2):
-            assert conversation.sender.daemon == 0
-            assert {receiver.daemon for receiver in conversation.receivers} == {1}
+        plans = plan.plan_groups(4, group_size=group_size, daemons=2)
+        assert [conversation.sender.daemon for conversation in plans] == [0, 1, 0, 1]
+        for conversation in plans:
+            assert {receiver.daemon for receiver in conversation.receivers} == {
+                1 - conversation.sender.daemon
+            }
 
 
 def test_a_group_sends_to_the_others_and_means_the_whole_membership():
@@ -413,7 +479,7 @@ def test_group_addresses_sort_the_other_members():
     assert plan.group_address(["bench-c", "bench-a", "bench-b"]) == "group:bench-a,bench-b,bench-c"
 
 
-@pytest.mark.parametrize(("group_size", "daemons"), [(1, 1), (33, 1), (0, 1), (3, 0), (3, 3)])
+@pytest.mark.parametrize(("group_size", "daemons"), [(1, 1), (33, 1), (0, 1), (3, 0), (3, 9)])
 def test_layouts_the_bench_cannot_run_are_refused(group_size, daemons):
     with pytest.raises(ValueError):
         plan.plan_groups(1, group_size=group_size, daemons=daemons)
@@ -621,7 +687,14 @@ def test_the_cost_line_compares_the_medians_of_each_side(tmp_path):
     value = json.loads(result_line(result))
     assert tuple(value) == COST_KEYS
     assert (value["pairs"], value["seconds"], value["rounds"]) == (4, 10.0, 3)
-    assert value["mode"] == {"burst": 1, "group_size": 2, "daemons": 1}
+    assert value["mode"] == {
+        "burst": 1,
+        "group_size": 2,
+        "daemons": 1,
+        "router": "inprocess",
+        "store": "sqlite",
+        "nats_nodes": None,
+    }
     assert value["firewall"] == "five.yaml"
     assert set(value["machine"]) == {"cpu_count", "platform", "python"}
     assert value["without_firewall"]["certified_posts_per_second"] == 500.0
