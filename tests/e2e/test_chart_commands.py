@@ -17,11 +17,17 @@ with only what a pod has and a local process has not rewritten:
   empty directory for a PersistentVolumeClaim or an emptyDir. A path outside every mount
   fails the test: no pod would find it either;
 - a peer URL `grpc://<service>.harness.svc:<port>` becomes the address of the process
-  behind that Service's port (its selector, its targetPort, the flag that opened it).
+  behind that Service's port (its selector, its targetPort, the flag that opened it);
+- a variable from a `secretKeyRef` gets that key of the Secret, rendered or one the test
+  makes as the operator would (the PostgreSQL password), and a `fieldRef` to
+  `metadata.name` gets the pod's name.
 
-The processes start in dependency order (a process starts once every Service its args
-name has a running backend: the Registry, then the Router, then the daemons) and stop in
-the reverse order, daemons first.
+Servers outside the release (NATS, PostgreSQL) are the test's own: a values file over the
+ci file points the chart at them, as an operator's values point at theirs. Hook Jobs (the
+migration) run first, to completion, init containers before containers, as Helm runs a
+pre-install hook before the release's objects. The processes then start in dependency
+order (a process starts once every Service its args name has a running backend: the
+Registry, then the Router, then the daemons) and stop in the reverse order, daemons first.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -43,11 +50,13 @@ from typing import Final, cast, get_args
 import grpc
 import harness_client
 import pytest
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness_client import MessageInput, MulticastItem, TextPart
 
 from gateway.settings import parse_duration
 from gateway.testing import GatewayProcess, Role, hermetic_environment
+from tests.servers import NatsCluster, PostgresServer
 from tests.support import eventually
 from tests.unit.deploy.chart_support import (
     FULLNAME,
@@ -61,6 +70,7 @@ from tests.unit.deploy.chart_support import (
     environment,
     find,
     flag,
+    hook_jobs,
     is_helm_test,
     long_running,
     name_of,
@@ -330,13 +340,33 @@ def local_command(
         local_word(pod, word, args[index - 1] if index else "", objects, pods)
         for index, word in enumerate(args)
     ]
-    unresolved = [v["name"] for v in pod.container.get("env") or [] if "value" not in v]
-    assert not unresolved, f"{pod.name}: env from references is not modelled: {unresolved}"
     env = {
         name: local_word(pod, value, flag_of_variable(name), objects, pods)
         for name, value in environment(pod.container, objects).items()
     }
+    for variable in pod.container.get("env") or []:
+        if "valueFrom" in variable:
+            env[variable["name"]] = value_from(pod, variable["valueFrom"], objects)
     return local_args, env
+
+
+def value_from(pod: LocalPod, source: Manifest, objects: list[Manifest]) -> str:
+    """What the kubelet puts in a variable from `source`: a Secret's key or the pod's name."""
+    if "secretKeyRef" in source:
+        reference = source["secretKeyRef"]
+        secret = find(objects, "Secret", reference["name"])
+        assert secret is not None, f"{pod.name} reads Secret/{reference['name']}: not made"
+        data = secret_data(secret)
+        assert reference["key"] in data, f"Secret/{reference['name']} has no {reference['key']}"
+        return data[reference["key"]]
+    if source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+        return pod.name
+    pytest.fail(f"{pod.name}: a variable from {source} is not modelled", pytrace=False)
+
+
+def existing_secret(name: str, data: Mapping[str, str]) -> Manifest:
+    """A Secret the operator makes before installing (the values name it), as the test's."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}
 
 
 def error_lines(process: GatewayProcess) -> list[str]:
@@ -363,6 +393,8 @@ class Release:
     root: Path
     started: list[list[LocalPod]] = field(default_factory=list)
     """The pods in start batches: a batch starts once the Services it names have backends."""
+    hooks: list[tuple[str, str]] = field(default_factory=list)
+    """(container, stdout) of every hook Job container that ran, in order."""
 
     def of(self, name: str) -> list[LocalPod]:
         """The pods of component `name` (gateway, registry, router)."""
@@ -418,16 +450,26 @@ class Release:
 
 
 @contextlib.asynccontextmanager
-async def run_release(ci: str, *, most_replicas: int = 1) -> AsyncIterator[Release]:
-    """The long-running containers of `helm template` with ci/<ci>-values.yaml, as started
-    local processes; every one is stopped when the block ends, whether it raised or not."""
-    objects = render([ci_file(ci)], kube_version=KUBE_VERSION)
+async def run_release(
+    ci: str,
+    *,
+    most_replicas: int = 1,
+    values: Sequence[Path] = (),
+    existing: Sequence[Manifest] = (),
+) -> AsyncIterator[Release]:
+    """The long-running containers of `helm template` with ci/<ci>-values.yaml (then
+    `values` over it), as started local processes, after its hook Jobs ran to completion;
+    `existing` are the Secrets made outside the chart. Every process is stopped when the
+    block ends, whether it raised or not."""
+    objects = render([ci_file(ci), *values], kube_version=KUBE_VERSION) + list(existing)
     with tempfile.TemporaryDirectory(prefix="harness-chart-") as directory:
         root = Path(directory)
         release = Release(
             objects=objects, pods=make_pods(objects, root, most_replicas=most_replicas), root=root
         )
         try:
+            for job in hook_jobs(objects):
+                release.hooks += await run_job(release, job)
             await release.start()
             yield release
         except BaseException:
@@ -541,6 +583,82 @@ async def run_helm_test(release: Release) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+async def run_job(release: Release, job: Manifest) -> list[tuple[str, str]]:
+    """A hook Job's pod as local commands: its init containers, then its containers, one
+    after another (the Job's containers are one here), each of which must exit 0, as the
+    Job must succeed for Helm to go on. Returns (container, stdout) of each."""
+    spec = pod_spec(job)
+    ran: list[tuple[str, str]] = []
+    for container in [*(spec.get("initContainers") or []), *spec["containers"]]:
+        assert "command" not in container, f"{ref(job)} overrides the ENTRYPOINT"
+        name = f"{name_of(job)}-{container['name']}"
+        pod = make_pod(release.objects, job, container, release.root / name, name_of(job))
+        args, env = local_command(pod, release.objects, release.pods)
+        process = await asyncio.create_subprocess_exec(
+            *entrypoint(),
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**hermetic_environment(), **env},
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        assert process.returncode == 0, f"{ref(job)} {container['name']}: {err.decode()}"
+        ran.append((container["name"], out.decode()))
+    return ran
+
+
+async def carry_direct_message(release: Release, first: LocalPod, second: LocalPod) -> None:
+    """Register alice on `first` and bob on `second` with each daemon's admin token (the
+    chart's Secret's), send alice → bob, and see bob receive, acknowledge and drain it."""
+    tokens = secret_data(one(release.objects, "Secret", f"{FULLNAME}-tokens"))
+    names = {"alice": first, "bob": second}
+    registered: dict[str, str] = {}
+    for name, pod in names.items():
+        process = pod.running
+        assert process.admin_token == tokens["admin-token"]
+        async with await harness_client.connect_management(
+            process.address, admin_token=process.admin_token
+        ) as operator:
+            registered[name] = (await operator.register_agent(name)).token
+
+    alice = await harness_client.connect(first.running.address, token=registered["alice"])
+    bob = await harness_client.connect(second.running.address, token=registered["bob"])
+    async with alice, bob:
+        stream = bob.messages()
+        try:
+            await asyncio.wait_for(
+                alice.send(MessageInput(to="agent:bob", text="hello from alice")),
+                DELIVERY_BOUND,
+            )
+            delivery = await asyncio.wait_for(anext(stream), DELIVERY_BOUND)
+            assert isinstance(delivery.item, MulticastItem), delivery.item
+            assert delivery.item.message.content == (TextPart(text="hello from alice"),)
+            await delivery.acknowledge()
+        finally:
+            await stream.aclose()
+        async with await harness_client.connect_management(
+            second.running.address, admin_token=second.running.admin_token
+        ) as operator:
+            await eventually(
+                lambda: operator.agent_status("bob"), lambda status: status.backlog == 0
+            )
+
+
+async def assert_stopped_cleanly(release: Release) -> None:
+    """SIGTERM in reverse start order: every process exits 0 having logged no error."""
+    codes = await release.stop()
+    assert codes == {pod.name: 0 for pod in release.pods}, release.logs()
+    for pod in release.pods:
+        assert pod.process is not None
+        assert not error_lines(pod.process), "\n".join(error_lines(pod.process))
+
+
 async def terminate_timed(pod: LocalPod) -> tuple[int, float]:
     """SIGTERM the pod's process and wait: (exit status, seconds it took)."""
     started = time.monotonic()
@@ -609,44 +727,64 @@ async def test_the_network_release_carries_a_direct_message_between_two_rendered
 
         tokens = secret_data(one(release.objects, "Secret", f"{FULLNAME}-tokens"))
         assert len(tokens["peer-token"]) >= MIN_TOKEN_CHARS
-        first, second = daemons[0], daemons[1]
-        names = {"alice": first, "bob": second}
-        registered: dict[str, str] = {}
-        for name, pod in names.items():
-            process = pod.running
-            assert process.admin_token == tokens["admin-token"]
-            async with await harness_client.connect_management(
-                process.address, admin_token=process.admin_token
-            ) as operator:
-                registered[name] = (await operator.register_agent(name)).token
+        await carry_direct_message(release, daemons[0], daemons[1])
+        await assert_stopped_cleanly(release)
 
-        alice = await harness_client.connect(first.running.address, token=registered["alice"])
-        bob = await harness_client.connect(second.running.address, token=registered["bob"])
-        async with alice, bob:
-            stream = bob.messages()
-            try:
-                await asyncio.wait_for(
-                    alice.send(MessageInput(to="agent:bob", text="hello from alice")),
-                    DELIVERY_BOUND,
-                )
-                delivery = await asyncio.wait_for(anext(stream), DELIVERY_BOUND)
-                assert isinstance(delivery.item, MulticastItem), delivery.item
-                assert delivery.item.message.content == (TextPart(text="hello from alice"),)
-                await delivery.acknowledge()
-            finally:
-                await stream.aclose()
-            async with await harness_client.connect_management(
-                second.running.address, admin_token=second.running.admin_token
-            ) as operator:
-                await eventually(
-                    lambda: operator.agent_status("bob"), lambda status: status.backlog == 0
-                )
 
-        codes = await release.stop()
-        assert codes == {pod.name: 0 for pod in release.pods}, release.logs()
+@pytest.mark.timeout(180)
+async def test_the_nats_and_postgresql_release_migrates_then_carries_a_message_between_daemons(
+    nats_server: NatsCluster, postgres_server: PostgresServer, tmp_path: Path
+):
+    """ci/network-nats-postgresql-values.yaml pointed at the test's JetStream and PostgreSQL:
+    the migration Job creates both schemas, two Registry replicas share the database and the
+    generated signing key, no Router process runs, and two daemons keep their stores in the
+    database under their pod names while a message goes from one to the other."""
+    dsn = postgres_server.create_database("chart")
+    servers = tmp_path / "servers-values.yaml"
+    servers.write_text(
+        yaml.safe_dump(
+            {
+                "network": {
+                    "nats": {
+                        "servers": nats_server.urls,
+                        # The test's JetStream has no accounts: no credentials file.
+                        "creds": {"secretName": ""},
+                        # The session's server is shared: a prefix of this test's own.
+                        "subjectPrefix": f"chart{os.getpid()}",
+                    },
+                    "postgresql": {"url": dsn},
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
+    # The password Secret the values name, made by the operator; the test's PostgreSQL
+    # trusts loopback, so it is carried (as PGPASSWORD) but not checked.
+    password = existing_secret("harness-postgresql", {"password": "chart-e2e-password"})
+    async with run_release(
+        "network-nats-postgresql", most_replicas=2, values=[servers], existing=[password]
+    ) as release:
+        reports = [json.loads(out) for _, out in release.hooks]
+        assert [(r["component"], r["backend"], r["state"]) for r in reports] == [
+            ("store", "postgresql", "created"),
+            ("registry", "postgresql", "created"),
+        ]
+        assert release.of("router") == []
+        registries, daemons = release.of("registry"), release.of("gateway")
+        assert [pod.name for pod in release.started[0]] == [pod.name for pod in registries]
+        assert release.started[1] == daemons
+        assert len(registries) == len(daemons) == 2
         for pod in release.pods:
-            assert pod.process is not None
-            assert not error_lines(pod.process), "\n".join(error_lines(pod.process))
+            await assert_probes_pass(pod)
+            assert pod.running.env["PGPASSWORD"] == "chart-e2e-password"
+        keys = {pod.running.ready_line["registry_public_key"] for pod in registries}
+        assert len(keys) == 1, f"the replicas sign with different keys: {keys}"
+
+        await carry_direct_message(release, daemons[0], daemons[1])
+        database = dsn.rpartition("/")[2]
+        owners = postgres_server.sql("SELECT owner FROM leases ORDER BY owner", database)
+        assert owners.split() == [pod.name for pod in daemons]
+        await assert_stopped_cleanly(release)
 
 
 async def test_the_rendered_firewall_file_passes_check_config_and_the_daemon_starts_with_it():

@@ -116,3 +116,106 @@ def test_grpcs_peers_are_kept_and_marked_as_tls():
     assert settings.router == "grpcs://router:7771"
     assert settings.registry == "grpc://registry:7772"
     assert settings.joins_over_tls
+
+
+# --- NATS JetStream and PostgreSQL (docs/scale-out.md) ------------------------------------
+
+
+def test_a_nats_router_is_a_list_of_servers_each_normalised_to_the_scheme():
+    settings = load_settings(env={}, flags={"router": "nats://a:4222, b:4223,nats://c:4224/"})
+    assert settings.router == "nats://a:4222,nats://b:4223,nats://c:4224"
+    assert settings.router_is_nats
+    assert settings.mode == "joined"
+    tls = load_settings(env={"HARNESS_ROUTER": "tls://a:4222"})
+    assert tls.router == "tls://a:4222"
+
+
+@pytest.mark.parametrize(
+    ("router", "says"),
+    [
+        ("nats://a:4222,tls://b:4222", "mixed"),
+        ("nats://user:pw@a:4222", "--nats-creds"),
+        ("nats://a", "HOST:PORT"),
+        ("nats://a:99999", "HOST:PORT"),
+        ("nats://a:4222,", "HOST:PORT"),
+    ],
+)
+def test_a_malformed_nats_router_is_refused_saying_why(router: str, says: str):
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env={}, flags={"router": router})
+    assert says in str(refused.value)
+
+
+def test_a_nats_router_needs_no_peer_token_but_a_grpc_registry_still_does():
+    assert load_settings(env={}, flags={"router": "nats://a:4222"}).peer_token_file is None
+    with pytest.raises(SettingsError, match="peer_token_file"):
+        load_settings(env={}, flags={"router": "nats://a:4222", "registry": "grpc://r:7772"})
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"nats_replicas": "3"},
+        {"nats_creds_file": "/creds"},
+        {"nats_subject_prefix": "team"},
+        {"router": "grpc://r:7771", "peer_token_file": "/t", "nats_max_age": "1h"},
+    ],
+)
+def test_nats_options_without_a_nats_router_are_refused(flags: dict[str, str]):
+    with pytest.raises(SettingsError, match="never be used"):
+        load_settings(env={}, flags=flags)
+
+
+def test_nats_options_are_checked():
+    base = {"router": "nats://a:4222"}
+    for flags, says in (
+        ({"nats_replicas": "7"}, "1 to 5"),
+        ({"nats_subject_prefix": "a.b"}, "subject token"),
+        ({"nats_duplicate_window": "2h", "nats_max_age": "1h"}, "must not exceed"),
+        ({"nats_tls_cert_file": "/c"}, "set together"),
+    ):
+        with pytest.raises(SettingsError, match=says):
+            load_settings(env={}, flags={**base, **flags})
+    auto = load_settings(env={}, flags={**base, "nats_replicas": "auto"})
+    assert auto.nats_replicas is None
+
+
+def test_a_postgresql_store_is_a_url_shown_without_its_password():
+    url = "postgresql://harness:s3cret@db:5432/harness?sslmode=require&password=other"
+    settings = load_settings(env={"HARNESS_STORE": url, "HARNESS_STORE_OWNER": "daemon-0"})
+    assert settings.store == url
+    assert settings.store_is_postgres
+    shown = describe(settings)["store"]
+    assert isinstance(shown, str)
+    assert "s3cret" not in shown
+    assert "other" not in shown
+    assert shown == "postgresql://harness:***@db:5432/harness?sslmode=require&password=***"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ({"store": "mysql://db/x"}, "postgresql://"),
+        ({"store_owner": "daemon-0"}, "only a PostgreSQL store"),
+        ({"store": "postgresql://db/x", "store_owner": "-bad"}, "letters, digits"),
+        ({"registry_key_file": "/key"}, "registry_key_file"),
+    ],
+)
+def test_store_settings_are_checked(flags: dict[str, str], says: str):
+    with pytest.raises(SettingsError, match=says):
+        load_settings(env={}, flags=flags)
+
+
+def test_only_a_postgresql_registry_reads_a_signing_key_file():
+    settings = load_settings(
+        env={},
+        flags={"store": "postgresql://db/x", "registry_key_file": "/key"},
+        defaults={"role": "registry"},
+    )
+    assert settings.registry_key_file == Path("/key")
+    with pytest.raises(SettingsError, match="standalone Router keeps no store"):
+        load_settings(
+            env={},
+            flags={"store": "postgresql://db/x", "registry": "grpc://r:7772"},
+            defaults={"role": "router"},
+        )

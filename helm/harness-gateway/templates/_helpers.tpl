@@ -287,3 +287,193 @@ spec:
       protocol: TCP
       appProtocol: http
 {{- end }}
+
+{{/* The values that turn the NATS and PostgreSQL backends on, read with their defaults:
+`helm upgrade --reuse-values` from a release of an older chart reuses that chart's values,
+which have none of these keys, and must render as before. */}}
+{{- define "harness-gateway.routerBackend" -}}
+{{- dig "router" "backend" "standalone" .Values.network }}
+{{- end }}
+
+{{- define "harness-gateway.persistent" -}}
+{{- if dig "enabled" true .Values.persistence }}true{{ end }}
+{{- end }}
+
+{{/* Network mode whose Router is an existing NATS JetStream cluster (network.nats): no
+Router process; each daemon joins the cluster itself. */}}
+{{- define "harness-gateway.natsRouter" -}}
+{{- if and (include "harness-gateway.network" .) (eq (include "harness-gateway.routerBackend" .) "nats") }}true{{ end }}
+{{- end }}
+
+{{/* Network mode with the chart's own Router Deployment. */}}
+{{- define "harness-gateway.standaloneRouter" -}}
+{{- if and (include "harness-gateway.network" .) (eq (include "harness-gateway.routerBackend" .) "standalone") }}true{{ end }}
+{{- end }}
+
+{{/* Network mode whose stores and cards live in an existing PostgreSQL (network.postgresql). */}}
+{{- define "harness-gateway.postgresql" -}}
+{{- if and (include "harness-gateway.network" .) (dig "postgresql" "enabled" false .Values.network) }}true{{ end }}
+{{- end }}
+
+{{/* What values.schema.json cannot say, checked once per render (the StatefulSet includes
+it): each half configuration fails here, naming the value, rather than crash-looping pods. */}}
+{{- define "harness-gateway.checkValues" -}}
+{{- $network := .Values.network }}
+{{- $postgresqlEnabled := dig "postgresql" "enabled" false $network }}
+{{- $natsServers := dig "nats" "servers" list $network }}
+{{- $registryReplicas := dig "registry" "replicas" 1 $network }}
+{{- if not (include "harness-gateway.network" .) }}
+{{- if eq (include "harness-gateway.routerBackend" .) "nats" }}
+{{- fail "network.router.backend: nats needs mode: network (embedded mode keeps its Router in-process)" }}
+{{- end }}
+{{- if $postgresqlEnabled }}
+{{- fail "network.postgresql.enabled needs mode: network" }}
+{{- end }}
+{{- end }}
+{{- if include "harness-gateway.natsRouter" . }}
+{{- if not $natsServers }}
+{{- fail "network.router.backend: nats needs network.nats.servers (nats://HOST:PORT or tls://HOST:PORT)" }}
+{{- end }}
+{{- $scheme := first $network.nats.servers | splitList "://" | first }}
+{{- range $network.nats.servers }}
+{{- if not (hasPrefix (printf "%s://" $scheme) .) }}
+{{- fail (printf "network.nats.servers mixes nats:// and tls:// (%s): one scheme for every server" .) }}
+{{- end }}
+{{- end }}
+{{- if and $network.nats.tls.clientCertificate (not $network.nats.tls.secretName) }}
+{{- fail "network.nats.tls.clientCertificate needs network.nats.tls.secretName (a Secret with ca.crt, tls.crt and tls.key)" }}
+{{- end }}
+{{- else if $natsServers }}
+{{- fail "network.nats.servers is set but network.router.backend is not nats, so no daemon would use it" }}
+{{- end }}
+{{- if and $postgresqlEnabled (not $network.postgresql.url) }}
+{{- fail "network.postgresql.enabled needs network.postgresql.url (postgresql://USER@HOST:PORT/DATABASE)" }}
+{{- end }}
+{{- if and (gt (int $registryReplicas) 1) (not (include "harness-gateway.postgresql" .)) }}
+{{- fail (printf "network.registry.replicas %v needs network.postgresql.enabled: without PostgreSQL each replica would hold its own cards and signing key" $registryReplicas) }}
+{{- end }}
+{{- if and (not (include "harness-gateway.persistent" .)) (not (include "harness-gateway.postgresql" .)) }}
+{{- fail "persistence.enabled: false needs network.postgresql.enabled: a SQLite store on an emptyDir loses every agent's history at the first restart" }}
+{{- end }}
+{{- end }}
+
+{{/* The daemon's flags for a NATS JetStream Router. The ring limits become the stream's
+MaxMsgs and MaxBytes, the same on every daemon, so none of them redefines the stream. */}}
+{{- define "harness-gateway.natsArgs" -}}
+{{- $nats := .Values.network.nats -}}
+- --router
+- {{ join "," $nats.servers | quote }}
+{{- if $nats.creds.secretName }}
+- --nats-creds
+- /etc/harness/nats/nats.creds
+{{- end }}
+{{- if $nats.tls.secretName }}
+- --nats-tls-ca
+- /etc/harness/nats/ca.crt
+{{- if $nats.tls.clientCertificate }}
+- --nats-tls-cert
+- /etc/harness/nats/tls.crt
+- --nats-tls-key
+- /etc/harness/nats/tls.key
+{{- end }}
+{{- end }}
+- --nats-subject-prefix
+- {{ $nats.subjectPrefix | quote }}
+- --nats-replicas
+- {{ $nats.replicas | quote }}
+- --nats-max-age
+- {{ $nats.maxAge | quote }}
+- --nats-duplicate-window
+- {{ $nats.duplicateWindow | quote }}
+- --ring-max-entries
+- {{ .Values.network.router.ringMaxEntries | quote }}
+- --ring-max-bytes
+- {{ .Values.network.router.ringMaxBytes | quote }}
+{{- end }}
+
+{{/* The NATS files from their Secrets, in one volume at /etc/harness/nats. */}}
+{{- define "harness-gateway.natsVolume" -}}
+{{- $nats := .Values.network.nats -}}
+{{- if or $nats.creds.secretName $nats.tls.secretName }}
+- name: nats
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- with $nats.creds.secretName }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: {{ $nats.creds.key }}
+              path: nats.creds
+      {{- end }}
+      {{- with $nats.tls.secretName }}
+      - secret:
+          name: {{ . }}
+          items:
+            - key: ca.crt
+              path: ca.crt
+            {{- if $nats.tls.clientCertificate }}
+            - key: tls.crt
+              path: tls.crt
+            - key: tls.key
+              path: tls.key
+            {{- end }}
+      {{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "harness-gateway.natsMount" -}}
+{{- if or .Values.network.nats.creds.secretName .Values.network.nats.tls.secretName }}
+- name: nats
+  mountPath: /etc/harness/nats
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* libpq's variables for a process that opens the PostgreSQL store: the password from
+its Secret (never in the URL, which the pod spec shows), the TLS mode and CA. */}}
+{{- define "harness-gateway.postgresqlEnv" -}}
+{{- $pg := .Values.network.postgresql -}}
+{{- with $pg.password.secretName }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $pg.password.key }}
+{{- end }}
+{{- with $pg.sslMode }}
+- name: PGSSLMODE
+  value: {{ . | quote }}
+{{- end }}
+{{- if $pg.sslRootCert.secretName }}
+- name: PGSSLROOTCERT
+  value: /etc/harness/postgresql/ca.crt
+{{- end }}
+{{- end }}
+
+{{- define "harness-gateway.postgresqlVolume" -}}
+{{- $ca := .Values.network.postgresql.sslRootCert -}}
+{{- if $ca.secretName }}
+- name: postgresql-ca
+  secret:
+    secretName: {{ $ca.secretName }}
+    defaultMode: 0440
+    items:
+      - key: {{ $ca.key }}
+        path: ca.crt
+{{- end }}
+{{- end }}
+
+{{- define "harness-gateway.postgresqlMount" -}}
+{{- if .Values.network.postgresql.sslRootCert.secretName }}
+- name: postgresql-ca
+  mountPath: /etc/harness/postgresql
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The Secret of the Registry's signing key: existingSecret, else the one the chart
+generates (registry-key.yaml). */}}
+{{- define "harness-gateway.registryKeySecret" -}}
+{{- default (printf "%s-registry-key" (include "harness-gateway.fullname" .)) .Values.network.registry.signingKey.existingSecret }}
+{{- end }}

@@ -177,6 +177,12 @@ def test_check_config_normalises_peers_and_shows_the_new_settings(capsys):
     assert shown["registry"] == "grpc://127.0.0.1:7772"
     assert shown["registry_public_key"] == key
     assert shown["expose_network"] is False
-    assert main(["check-config", "--router", "nats://127.0.0.1:4222"]) == 2
+    assert main(["check-config", "--router", "nats://127.0.0.1:4222,127.0.0.1:4223"]) == 0
+    assert json.loads(capsys.readouterr().out)["router"] == (
+        "nats://127.0.0.1:4222,nats://127.0.0.1:4223"
+    )
+    assert main(["check-config", "--router", "amqp://127.0.0.1:5672"]) == 2
     assert "only grpc://" in capsys.readouterr().err
+    assert main(["check-config", "--router", "nats://user:secret@127.0.0.1:4222"]) == 2
+    assert "--nats-creds" in capsys.readouterr().err
     assert main(["check-config", "--expose-network", "--router", "127.0.0.1:7771"]) == 2

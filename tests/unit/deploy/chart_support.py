@@ -54,6 +54,9 @@ EXPECTED_CI: Final = (
     "monitoring",
     "existing-secrets",
     "firewall",
+    "network-nats-postgresql",
+    "network-nats-tls",
+    "network-postgresql",
 )
 """The ci value files the chart's conventions promise (more may appear)."""
 
@@ -359,10 +362,22 @@ def component(obj: Manifest) -> str | None:
     return labels_of(obj).get("app.kubernetes.io/component")
 
 
+def hooks_of(obj: Manifest) -> list[str]:
+    """The `helm.sh/hook` events `obj` runs at (`pre-install`, `test`, ...); none for an
+    object of the release itself."""
+    hooks = annotations_of(obj).get("helm.sh/hook", "")
+    return [hook.strip() for hook in hooks.split(",") if hook.strip()]
+
+
+def is_hook(obj: Manifest) -> bool:
+    """Whether `obj` is a Helm hook (a `helm test` pod, the migration Job): it runs to
+    completion at an event, and is not one of the release's long-running objects."""
+    return bool(hooks_of(obj))
+
+
 def is_helm_test(obj: Manifest) -> bool:
     """Whether `obj` is a `helm test` hook (run on demand, not part of the release)."""
-    hooks = annotations_of(obj).get("helm.sh/hook", "")
-    return "test" in [hook.strip() for hook in hooks.split(",")]
+    return "test" in hooks_of(obj)
 
 
 def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -373,9 +388,15 @@ def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
 # Pods and containers
 
 
-def workloads(objects: Iterable[Manifest], *, tests: bool = True) -> list[Manifest]:
-    """Every object with a pod spec; `tests=False` leaves out `helm test` pods."""
-    return [obj for obj in of_kind(objects, *WORKLOAD_KINDS) if tests or not is_helm_test(obj)]
+def workloads(objects: Iterable[Manifest], *, hooks: bool = True) -> list[Manifest]:
+    """Every object with a pod spec; `hooks=False` leaves out hooks (`helm test` pods, the
+    migration Job): what remains is the release's long-running workloads."""
+    return [obj for obj in of_kind(objects, *WORKLOAD_KINDS) if hooks or not is_hook(obj)]
+
+
+def hook_jobs(objects: Iterable[Manifest]) -> list[Manifest]:
+    """The Jobs that run at install or upgrade (the migration Job), not `helm test`."""
+    return [obj for obj in of_kind(objects, "Job") if is_hook(obj) and not is_helm_test(obj)]
 
 
 def pod_template(workload: Manifest) -> Manifest:
@@ -410,8 +431,8 @@ def containers(workload: Manifest, *, init: bool = True) -> list[Manifest]:
 
 def long_running(objects: Iterable[Manifest]) -> Iterator[tuple[Manifest, Manifest]]:
     """(workload, container) for every main container of a release workload: the daemons,
-    the Router and the Registry (not init containers, not `helm test` pods)."""
-    for workload in workloads(objects, tests=False):
+    the Router and the Registry (not init containers, not hooks)."""
+    for workload in workloads(objects, hooks=False):
         for container in containers(workload, init=False):
             yield workload, container
 
@@ -487,6 +508,16 @@ def environment(container: Manifest, objects: Iterable[Manifest]) -> dict[str, s
     return env
 
 
+def value_from(container: Manifest, name: str) -> Manifest | None:
+    """The `valueFrom` of the container's variable `name` (`secretKeyRef`, `fieldRef`...),
+    None when it has none or the variable is not set."""
+    for variable in container.get("env") or []:
+        if variable["name"] == name:
+            source = variable.get("valueFrom")
+            return None if source is None else dict(source)
+    return None
+
+
 FLAG_NAMES: Final = {
     "tls_cert_file": "--tls-cert",
     "tls_key_file": "--tls-key",
@@ -494,6 +525,10 @@ FLAG_NAMES: Final = {
     "peer_tls_ca_file": "--peer-tls-ca",
     "peer_tls_cert_file": "--peer-tls-cert",
     "peer_tls_key_file": "--peer-tls-key",
+    "nats_creds_file": "--nats-creds",
+    "nats_tls_ca_file": "--nats-tls-ca",
+    "nats_tls_cert_file": "--nats-tls-cert",
+    "nats_tls_key_file": "--nats-tls-key",
 }
 """Settings whose flag is not `--` + the field with dashes (gateway/cli.py's `dest=`)."""
 

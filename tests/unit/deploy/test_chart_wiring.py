@@ -123,7 +123,7 @@ def test_every_statefulset_is_governed_by_a_service_that_selects_it(
 @pytest.mark.parametrize("files", every_render())
 def test_every_workload_selector_matches_its_own_pods_only(files: tuple[Path, ...]) -> None:
     objects = render(files)
-    for workload in workloads(objects, tests=False):
+    for workload in workloads(objects, hooks=False):
         if workload["kind"] == "Pod":
             continue
         selector = workload["spec"]["selector"]["matchLabels"]
@@ -173,6 +173,13 @@ def _peer(container: Manifest, name: str) -> tuple[str, str, int]:
     return url.scheme, url.hostname, url.port
 
 
+def _router_backend(files: tuple[Path, ...]) -> str:
+    """`standalone` (the chart's Router Deployment) or `nats` (no Router process)."""
+    backend = chart_values(files)["network"]["router"]["backend"]
+    assert isinstance(backend, str)
+    return backend
+
+
 def _serves_tls(workload: Manifest, objects: list[Manifest]) -> bool:
     (container,) = containers(workload, init=False)
     return setting(container, objects, "tls_cert_file") is not None
@@ -182,25 +189,30 @@ def _serves_tls(workload: Manifest, objects: list[Manifest]) -> bool:
 def test_network_processes_dial_the_router_and_registry_services_by_name_and_port(
     files: tuple[Path, ...],
 ) -> None:
+    """With `network.router.backend: nats` there is no Router to dial: the daemons' NATS
+    servers are checked in test_chart_network_backends.py."""
     objects = render(files)
     peers = {
-        "--router": (
-            one(objects, "Service", f"{FULLNAME}-router"),
-            one(objects, "Deployment", f"{FULLNAME}-router"),
-        ),
         "--registry": (
             one(objects, "Service", f"{FULLNAME}-registry"),
             one(objects, "StatefulSet", f"{FULLNAME}-registry"),
         ),
     }
+    standalone_router = _router_backend(files) == "standalone"
+    if standalone_router:
+        peers["--router"] = (
+            one(objects, "Service", f"{FULLNAME}-router"),
+            one(objects, "Deployment", f"{FULLNAME}-router"),
+        )
     dialers = [
         (workload, container, peer_flag)
         for workload, container in long_running(objects)
-        for peer_flag in ("--router", "--registry")
+        for peer_flag in peers
         if component(workload) == "gateway"
         or (component(workload), peer_flag) == ("router", "--registry")
     ]
-    assert {component(workload) for workload, _, _ in dialers} == {"gateway", "router"}
+    expected = {"gateway", "router"} if standalone_router else {"gateway"}
+    assert {component(workload) for workload, _, _ in dialers} == expected
     for workload, container, peer_flag in dialers:
         service, server = peers[peer_flag]
         scheme, host, port = _peer(container, peer_flag)
@@ -221,7 +233,10 @@ def test_network_processes_dial_the_router_and_registry_services_by_name_and_por
 def test_every_network_pod_mounts_the_peer_token(files: tuple[Path, ...]) -> None:
     objects = render(files)
     pods = list(long_running(objects))
-    assert {component(workload) for workload, _ in pods} == {"gateway", "router", "registry"}
+    expected = {"gateway", "registry"} | (
+        {"router"} if _router_backend(files) == "standalone" else set()
+    )
+    assert {component(workload) for workload, _ in pods} == expected
     for workload, container in pods:
         path = setting(container, objects, "peer_token_file")
         assert path is not None, f"{ref(workload)} names no peer token file"
@@ -290,7 +305,7 @@ def test_generated_tokens_are_long_random_and_kept_on_uninstall(files: tuple[Pat
 def _checksums(objects: list[Manifest]) -> dict[str, str]:
     """Workload → its pod's checksum/config (every release workload must carry one)."""
     checksums: dict[str, str] = {}
-    for workload in workloads(objects, tests=False):
+    for workload in workloads(objects, hooks=False):
         annotation = pod_annotations(workload).get(CHECKSUM)
         assert annotation, f"{ref(workload)} has no {CHECKSUM} annotation"
         checksums[ref(workload)] = annotation
@@ -446,7 +461,7 @@ def test_every_release_pod_is_covered_by_a_network_policy_on_its_own_ports(
     files: tuple[Path, ...],
 ) -> None:
     objects = render(files)
-    for workload in workloads(objects, tests=False):
+    for workload in workloads(objects, hooks=False):
         policies = _policies_of(workload, objects)
         assert policies, f"{ref(workload)} has no NetworkPolicy"
         names = _port_names(workload)
@@ -462,7 +477,7 @@ def test_every_disruption_budget_selects_release_pods(files: tuple[Path, ...]) -
     for budget in of_kind(objects, "PodDisruptionBudget"):
         selector = budget["spec"]["selector"]["matchLabels"]
         assert [
-            obj for obj in workloads(objects, tests=False) if selects(selector, pod_labels(obj))
+            obj for obj in workloads(objects, hooks=False) if selects(selector, pod_labels(obj))
         ]
 
 
