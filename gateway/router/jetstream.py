@@ -43,7 +43,7 @@ import ssl
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Self, assert_never
+from typing import Final, Self
 
 import nats.errors
 import nats.js.errors
@@ -64,13 +64,11 @@ from gateway.router.jetstream_instance import (
 from gateway.router.jetstream_window import FeedWindow, WindowRetired, WindowState
 from gateway.router.port import (
     POLL_HOLD,
-    SIGNED_ENVELOPE_MAX_BYTES,
     Accepted,
     Batch,
     Cursor,
     CursorInvalid,
     EnvelopeVerifier,
-    FeedGap,
     IdempotencyConflict,
     MessageInvalid,
     PollOutcome,
@@ -83,8 +81,9 @@ from gateway.router.port import (
     SendOutcome,
     VerifiedEnvelope,
     envelope_digest,
-    routing_problem,
+    verify_envelope,
 )
+from gateway.router.reading import subscribe_by_polling
 from gateway.router.settings import RingSettings
 
 logger = logging.getLogger(__name__)
@@ -282,19 +281,12 @@ class JetStreamRouter(AsyncClosing):
         instance = self._current()
         if expected_instance_id != instance.instance_id:
             return RouterRestarted(instance_id=instance.instance_id)
-        if len(signed_envelope) > SIGNED_ENVELOPE_MAX_BYTES:
-            return MessageInvalid(
-                detail=f"the signed envelope exceeds {SIGNED_ENVELOPE_MAX_BYTES} bytes"
-            )
         verified: VerifiedEnvelope
-        match await self._verifier.verify(signed_envelope):
-            case str(reason):
-                return MessageInvalid(detail=reason)
+        match await verify_envelope(self._verifier, signed_envelope):
+            case MessageInvalid() as invalid:
+                return invalid
             case VerifiedEnvelope() as verified:
                 pass
-        problem = routing_problem(verified)
-        if problem is not None:
-            return MessageInvalid(detail=problem)
         # The instance may have changed during verification: still step 1's answer.
         instance = self._current()
         if expected_instance_id != instance.instance_id:
@@ -361,22 +353,11 @@ class JetStreamRouter(AsyncClosing):
             self._check_open()
             return CursorInvalid()  # the cursor's instance was replaced meanwhile
 
-    async def subscribe(
+    def subscribe(
         self, recipients: frozenset[str], cursor: Cursor | None, *, hold: float = POLL_HOLD
     ) -> AsyncGenerator[PollOutcome, None]:
         """See `RouterPort.subscribe`; `hold` must be positive (`ValueError`)."""
-        if not hold > 0:
-            raise ValueError("a subscription needs a positive hold")
-        while True:
-            outcome = await self.poll(recipients, cursor, hold=hold)
-            yield outcome
-            match outcome:
-                case Batch(cursor=after):
-                    cursor = after
-                case FeedGap() | CursorInvalid():
-                    return
-                case _:
-                    assert_never(outcome)
+        return subscribe_by_polling(self.poll, recipients, cursor, hold=hold)
 
     async def close(self) -> None:
         """Stop the reader, end held reads (`RouterClosedError`), close the connection;

@@ -10,7 +10,7 @@ JetStream (`gateway/rpc/` and their adapters). One contract suite
 
 Verification needs keys and the Registry, so it is not the Router's own code: a backend is
 given an `EnvelopeVerifier` (engine code) and adds only the keyless checks of
-`routing_problem` on what the verifier reports.
+`routing_problem` on what the verifier reports; `verify_envelope` is that step 2, once.
 
 Every answer is a closed union of frozen records (`SendOutcome`, `PollOutcome`); nothing
 here raises for a protocol outcome. Only calling a closed Router raises
@@ -328,3 +328,27 @@ def routing_problem(verified: VerifiedEnvelope) -> str | None:
     if not 0 <= verified.body_size <= ENVELOPE_BODY_MAX_BYTES:
         return f"the body exceeds {ENVELOPE_BODY_MAX_BYTES} decoded bytes"
     return None
+
+
+async def verify_envelope(
+    verifier: EnvelopeVerifier, signed_envelope: bytes
+) -> VerifiedEnvelope | MessageInvalid:
+    """Send step 2 (engine.md §4) as every backend runs it: what `verifier` read from the
+    envelope, or the `MessageInvalid` that answers the send.
+
+    The size bound comes first so a hostile blob is never parsed; then the verifier, then
+    `routing_problem` on what it reported."""
+    if len(signed_envelope) > SIGNED_ENVELOPE_MAX_BYTES:
+        return MessageInvalid(
+            detail=f"the signed envelope exceeds {SIGNED_ENVELOPE_MAX_BYTES} bytes"
+        )
+    verified: VerifiedEnvelope
+    match await verifier.verify(signed_envelope):
+        case str(reason):
+            return MessageInvalid(detail=reason)
+        case VerifiedEnvelope() as verified:
+            pass
+    problem = routing_problem(verified)
+    if problem is not None:
+        return MessageInvalid(detail=problem)
+    return verified
