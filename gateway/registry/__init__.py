@@ -10,6 +10,7 @@ collapses lookups.
 
 from __future__ import annotations
 
+from gateway.registry._backend import RegistryState
 from gateway.registry.client import (
     REGISTRY_DEADLINE,
     Found,
@@ -30,7 +31,7 @@ from gateway.registry.port import (
     RegistryUnavailable,
     RegistryVersionMismatch,
 )
-from gateway.registry.sqlite import RegistryState, SqliteRegistry
+from gateway.registry.sqlite import SqliteRegistry
 
 __all__ = [
     "LIST_LIMIT_MAX",

@@ -41,31 +41,24 @@ from pathlib import Path
 from typing import Any, Final, Self, TypeAlias, TypeVar
 
 import psycopg
-from harness_contract.addresses import is_agent_name
 from harness_contract.ids import RandomId, agent_id_order_key, unb64
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from gateway.closing import AsyncClosing
 from gateway.identity.cards import SignedAgentCard
 from gateway.identity.keys import SEED_SIZE, SigningKey
-from gateway.identity.objects import VERSION, ProtocolError, decode, encode
-from gateway.registry._cards import mint_card, utc_now
+from gateway.identity.objects import VERSION, ProtocolError, encode
+from gateway.registry._backend import CardMinter, DatabaseRegistry, existing_outcome
+from gateway.registry._cards import CardIssuer, decode_stored_card, utc_now
 from gateway.registry.port import (
-    LIST_LIMIT_MAX,
     AgentIdMinter,
-    KeyAlreadyRegistered,
-    NameTaken,
     Registered,
     RegisterOutcome,
     RegistryError,
     RegistryUnavailable,
     RegistryVersionMismatch,
-    check_list_arguments,
-    check_registration,
 )
-from gateway.registry.sqlite import RegistryState
 from gateway.secret_file import SecretFileError, ensure_secret, read_secret
 
 logger = logging.getLogger(__name__)
@@ -160,27 +153,22 @@ class RegistryKeyMismatch(RegistryError):
         self.replica_key = replica_key
 
 
-class PostgresRegistry(AsyncClosing):
+class PostgresRegistry(DatabaseRegistry):
     """A `RegistryPort` in PostgreSQL. Create it with `await PostgresRegistry.open(dsn, ...)`."""
 
     def __init__(
         self,
         *,
         pool: AsyncConnectionPool[Connection],
-        signing_key: SigningKey,
+        issuer: CardIssuer,
         target: str,
         operation_timeout: float,
-        clock: Callable[[], dt.datetime],
-        mint_agent_id: AgentIdMinter,
     ) -> None:
         """Use `open`; this only wires what it prepared."""
+        super().__init__(issuer)
         self._pool = pool
-        self._key = signing_key
         self._target = target
         self._operation_timeout = operation_timeout
-        self._clock = clock
-        self._mint_agent_id = mint_agent_id
-        self._state = RegistryState.OPEN
 
     @classmethod
     async def open(
@@ -249,86 +237,47 @@ class PostgresRegistry(AsyncClosing):
         logger.info("registry database opened target=%s pool_size=%d", target, pool_size)
         return cls(
             pool=pool,
-            signing_key=key,
+            issuer=CardIssuer(signing_key=key, clock=clock, mint_agent_id=mint_agent_id),
             target=target,
             operation_timeout=operation_timeout,
-            clock=clock,
-            mint_agent_id=mint_agent_id,
         )
 
-    @property
-    def state(self) -> RegistryState:
-        """OPEN until `close`."""
-        return self._state
-
-    async def close(self) -> None:
-        """Close the pool; idempotent."""
-        if self._state is RegistryState.CLOSED:
-            return
-        self._state = RegistryState.CLOSED
+    async def _close_database(self) -> None:
         await self._pool.close(timeout=CLOSE_TIMEOUT)
 
-    def registry_public_key(self) -> str:
-        """`b64` of the Registry's public key."""
-        return self._key.public_key_b64
-
-    async def register(self, agent_name: str, public_key: str) -> RegisterOutcome:
-        """See `RegistryPort.register`."""
-        check_registration(agent_name, public_key)
-
-        def mint() -> SignedAgentCard:
-            return mint_card(
-                self._key,
-                agent_id=self._mint_agent_id(),
-                agent_name=agent_name,
-                public_key=public_key,
-                issued_at=self._clock(),
-            )
-
+    async def _register(
+        self, agent_name: str, public_key: str, mint: CardMinter
+    ) -> RegisterOutcome:
         return await self._run(lambda db: _register(db, agent_name, public_key, mint))
 
-    async def lookup_by_id(self, agent_id: str) -> SignedAgentCard | None:
-        """See `RegistryPort.lookup_by_id`."""
-        key = RandomId.AGENT.decode(agent_id)
-        if key is None:
-            return None
+    async def _card_by_id(self, agent_id: bytes) -> SignedAgentCard | None:
         return await self._run(
             lambda db: _card_where(
-                db, "SELECT signed_card FROM registry_cards WHERE agent_id = %s", key
+                db, "SELECT signed_card FROM registry_cards WHERE agent_id = %s", agent_id
             )
         )
 
-    async def lookup_by_name(self, agent_name: str) -> SignedAgentCard | None:
-        """See `RegistryPort.lookup_by_name`."""
-        if not is_agent_name(agent_name):
-            return None
+    async def _card_by_name(self, agent_name: str) -> SignedAgentCard | None:
         return await self._run(
             lambda db: _card_where(
                 db, "SELECT signed_card FROM registry_cards WHERE agent_name = %s", agent_name
             )
         )
 
-    async def list(
-        self, after_agent_id: str | None = None, limit: int = LIST_LIMIT_MAX
-    ) -> tuple[SignedAgentCard, ...]:
-        """See `RegistryPort.list`."""
-        check_list_arguments(after_agent_id, limit)
-        bound = b"" if after_agent_id is None else agent_id_order_key(after_agent_id)
-
+    async def _cards_after(self, bound: bytes, limit: int) -> tuple[SignedAgentCard, ...]:
         async def read(db: Connection) -> tuple[SignedAgentCard, ...]:
-            # Every AgentId is 16 bytes, so `> ''::bytea` admits them all when there is no bound.
+            # `> ''::bytea` admits every AgentId when there is no bound.
             cursor = await db.execute(
                 "SELECT signed_card FROM registry_cards WHERE agent_id > %s"
                 " ORDER BY agent_id LIMIT %s",
                 (bound, limit),
             )
-            return tuple(_card(row[0]) for row in await cursor.fetchall())
+            return tuple(decode_stored_card(row[0]) for row in await cursor.fetchall())
 
         return await self._run(read)
 
     async def _run(self, work: Work[_T]) -> _T:
-        if self._state is not RegistryState.OPEN:
-            raise RegistryUnavailable(f"the registry is {self._state.value}")
+        self._check_open()
         try:
             async with asyncio.timeout(self._operation_timeout):
                 return await self._attempt(work)
@@ -519,16 +468,10 @@ async def registry_schema_version(
 # --- cards -------------------------------------------------------------------------------
 
 
-def _card(data: object) -> SignedAgentCard:
-    if not isinstance(data, bytes):
-        raise ProtocolError("a stored card is not bytes")
-    return decode(data, SignedAgentCard)
-
-
 async def _card_where(db: Connection, query: str, value: object) -> SignedAgentCard | None:
     cursor = await db.execute(query, (value,))
     row = await cursor.fetchone()
-    return None if row is None else _card(row[0])
+    return None if row is None else decode_stored_card(row[0])
 
 
 async def _register(
@@ -561,17 +504,16 @@ async def _register(
 async def _existing(db: Connection, agent_name: str, public_key: str) -> RegisterOutcome | None:
     """What an existing card answers for this registration, None when none stands in its way.
 
-    The key is checked before the name (engine.md §3)."""
+    One read finds both the key's card and the name's; a row that is not the key's holds
+    the name."""
     cursor = await db.execute(
         "SELECT agent_name, public_key, signed_card FROM registry_cards"
         " WHERE public_key = %s OR agent_name = %s",
         (public_key, agent_name),
     )
     rows = await cursor.fetchall()
-    for name, key, card in rows:
-        if key == public_key:
-            return Registered(card=_card(card)) if name == agent_name else KeyAlreadyRegistered()
-    return NameTaken() if rows else None
+    key_holder = next(((name, card) for name, key, card in rows if key == public_key), None)
+    return existing_outcome(agent_name, key_holder, name_held=bool(rows))
 
 
 # --- DSN and key file --------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import enum
 import logging
 import os
 import sqlite3
@@ -19,25 +18,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, Self, TypeVar
 
-from harness_contract.addresses import is_agent_name
 from harness_contract.ids import RandomId, agent_id_order_key
 
-from gateway.closing import AsyncClosing
 from gateway.identity.cards import SignedAgentCard
 from gateway.identity.keys import SEED_SIZE, SigningKey
-from gateway.identity.objects import VERSION, ProtocolError, decode, encode
-from gateway.registry._cards import mint_card, utc_now
-from gateway.registry.port import (
-    LIST_LIMIT_MAX,
-    AgentIdMinter,
-    KeyAlreadyRegistered,
-    NameTaken,
-    Registered,
-    RegisterOutcome,
-    RegistryUnavailable,
-    check_list_arguments,
-    check_registration,
-)
+from gateway.identity.objects import VERSION, ProtocolError, encode
+from gateway.registry._backend import CardMinter, DatabaseRegistry, RegistryState, existing_outcome
+from gateway.registry._cards import CardIssuer, decode_stored_card, utc_now
+from gateway.registry.port import AgentIdMinter, Registered, RegisterOutcome, RegistryUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -58,17 +46,12 @@ _SCHEMA: Final = (
 
 _T = TypeVar("_T")
 
-
-class RegistryState(enum.Enum):
-    """Lifecycle of a `SqliteRegistry`."""
-
-    OPEN = "open"
-    """Serving calls."""
-    CLOSED = "closed"
-    """Closed; every call raises `RegistryUnavailable`."""
+# `RegistryState` lives with the parts every backend shares; it is named here too, where
+# it was first defined.
+__all__ = ["FILE_MODE", "SCHEMA_VERSION", "RegistryState", "SqliteRegistry"]
 
 
-class SqliteRegistry(AsyncClosing):
+class SqliteRegistry(DatabaseRegistry):
     """A `RegistryPort` in one SQLite file. Create it with `await SqliteRegistry.open(path)`."""
 
     def __init__(
@@ -76,17 +59,12 @@ class SqliteRegistry(AsyncClosing):
         *,
         connection: sqlite3.Connection,
         executor: ThreadPoolExecutor,
-        signing_key: SigningKey,
-        clock: Callable[[], dt.datetime],
-        mint_agent_id: AgentIdMinter,
+        issuer: CardIssuer,
     ) -> None:
         """Use `open`; this only wires what it prepared."""
+        super().__init__(issuer)
         self._connection = connection
         self._executor = executor
-        self._key = signing_key
-        self._clock = clock
-        self._mint_agent_id = mint_agent_id
-        self._state = RegistryState.OPEN
 
     @classmethod
     async def open(
@@ -118,83 +96,46 @@ class SqliteRegistry(AsyncClosing):
         return cls(
             connection=connection,
             executor=executor,
-            signing_key=SigningKey(seed),
-            clock=clock,
-            mint_agent_id=mint_agent_id,
+            issuer=CardIssuer(
+                signing_key=SigningKey(seed), clock=clock, mint_agent_id=mint_agent_id
+            ),
         )
 
-    @property
-    def state(self) -> RegistryState:
-        """OPEN until `close`."""
-        return self._state
-
-    async def close(self) -> None:
-        """Close the database; idempotent."""
-        if self._state is RegistryState.CLOSED:
-            return
-        self._state = RegistryState.CLOSED
+    async def _close_database(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._connection.close)
         finally:
             self._executor.shutdown(wait=True)
 
-    def registry_public_key(self) -> str:
-        """`b64` of the Registry's public key."""
-        return self._key.public_key_b64
-
-    async def register(self, agent_name: str, public_key: str) -> RegisterOutcome:
-        """See `RegistryPort.register`."""
-        check_registration(agent_name, public_key)
-
-        def mint() -> SignedAgentCard:
-            return mint_card(
-                self._key,
-                agent_id=self._mint_agent_id(),
-                agent_name=agent_name,
-                public_key=public_key,
-                issued_at=self._clock(),
-            )
-
+    async def _register(
+        self, agent_name: str, public_key: str, mint: CardMinter
+    ) -> RegisterOutcome:
         return await self._run(lambda db: _register(db, agent_name, public_key, mint))
 
-    async def lookup_by_id(self, agent_id: str) -> SignedAgentCard | None:
-        """See `RegistryPort.lookup_by_id`."""
-        key = RandomId.AGENT.decode(agent_id)
-        if key is None:
-            return None
+    async def _card_by_id(self, agent_id: bytes) -> SignedAgentCard | None:
         return await self._run(
-            lambda db: _card_where(db, "SELECT card FROM cards WHERE agent_id = ?", key)
+            lambda db: _card_where(db, "SELECT card FROM cards WHERE agent_id = ?", agent_id)
         )
 
-    async def lookup_by_name(self, agent_name: str) -> SignedAgentCard | None:
-        """See `RegistryPort.lookup_by_name`."""
-        if not is_agent_name(agent_name):
-            return None
+    async def _card_by_name(self, agent_name: str) -> SignedAgentCard | None:
         return await self._run(
             lambda db: _card_where(db, "SELECT card FROM cards WHERE agent_name = ?", agent_name)
         )
 
-    async def list(
-        self, after_agent_id: str | None = None, limit: int = LIST_LIMIT_MAX
-    ) -> tuple[SignedAgentCard, ...]:
-        """See `RegistryPort.list`."""
-        check_list_arguments(after_agent_id, limit)
-        bound = b"" if after_agent_id is None else agent_id_order_key(after_agent_id)
-
+    async def _cards_after(self, bound: bytes, limit: int) -> tuple[SignedAgentCard, ...]:
         def read(db: sqlite3.Connection) -> tuple[SignedAgentCard, ...]:
-            # Every AgentId is 16 bytes, so `> x''` admits them all when there is no bound.
+            # `> x''` admits every AgentId when there is no bound.
             rows = db.execute(
                 "SELECT card FROM cards WHERE agent_id > ? ORDER BY agent_id LIMIT ?",
                 (bound, limit),
             ).fetchall()
-            return tuple(_card(row[0]) for row in rows)
+            return tuple(decode_stored_card(row[0]) for row in rows)
 
         return await self._run(read)
 
     async def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        if self._state is not RegistryState.OPEN:
-            raise RegistryUnavailable(f"the registry is {self._state.value}")
+        self._check_open()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, work, self._connection)
@@ -267,15 +208,9 @@ def _check_meta(meta: dict[str, object], signing_seed: bytes | None) -> bytes:
     return seed
 
 
-def _card(data: object) -> SignedAgentCard:
-    if not isinstance(data, bytes):
-        raise ProtocolError("a stored card is not bytes")
-    return decode(data, SignedAgentCard)
-
-
 def _card_where(db: sqlite3.Connection, query: str, value: object) -> SignedAgentCard | None:
     row = db.execute(query, (value,)).fetchone()
-    return None if row is None else _card(row[0])
+    return None if row is None else decode_stored_card(row[0])
 
 
 def _register(
@@ -300,14 +235,17 @@ def _register_in_transaction(
     public_key: str,
     mint: Callable[[], SignedAgentCard],
 ) -> RegisterOutcome:
-    # The key is checked before the name (engine.md §3).
-    row = db.execute(
+    key_holder = db.execute(
         "SELECT agent_name, card FROM cards WHERE public_key = ?", (public_key,)
     ).fetchone()
-    if row is not None:
-        return Registered(card=_card(row[1])) if row[0] == agent_name else KeyAlreadyRegistered()
-    if db.execute("SELECT 1 FROM cards WHERE agent_name = ?", (agent_name,)).fetchone():
-        return NameTaken()
+    name_held = (
+        key_holder is None
+        and db.execute("SELECT 1 FROM cards WHERE agent_name = ?", (agent_name,)).fetchone()
+        is not None
+    )
+    existing = existing_outcome(agent_name, key_holder, name_held=name_held)
+    if existing is not None:
+        return existing
     card = mint()
     db.execute(
         "INSERT INTO cards (agent_id, agent_name, public_key, card) VALUES (?, ?, ?, ?)",

@@ -6,7 +6,9 @@ transaction (a unit of the group-commit writer), so each call to `Store.apply` i
 
 A table that holds one of the records' row types is a `_Table`: its columns are the row's
 fields by name, so the row type is the one definition of what the table holds, and the
-row a write puts is the write's own `row()`, the same one `MemoryStore` keeps.
+row a write puts is the write's own `row()`, the same one `MemoryStore` keeps. What these
+tables share with PostgreSQL's beyond the dialect (names, the record-body elision and the
+record join) is in `gateway.store.layout`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never
 
 from gateway.store import records
+from gateway.store.layout import (
+    CERTIFICATION_TABLES,
+    RECORD_COLUMNS,
+    RECORD_FROM,
+    elide_membership,
+    record_row,
+)
+
+# Re-exported: the SQLite store reads its `meta` key as `tables.LOCAL_INSTANCE_KEY`.
+from gateway.store.layout import LOCAL_INSTANCE_KEY as LOCAL_INSTANCE_KEY
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -34,29 +46,6 @@ rows are pruned (version 1 kept them all); a record's bytes are kept once per st
 `record_bodies`, with its membership descriptor elided (every member of a local
 conversation stores the same record, and the descriptor is in `conversations`); completed
 intents, classified deliveries and acknowledged items keep no payload."""
-
-_MEMBERSHIP_KEY: Final = b'"membership":'
-_ELIDED: Final = _MEMBERSHIP_KEY + b"\x00"
-"""Stands for `"membership":<descriptor>` in a stored body. A NUL byte never appears in
-JCS output (strings escape it), so the marker cannot collide with any record's bytes."""
-
-
-def elide_membership(record: bytes, descriptor: bytes | None) -> bytes:
-    """A record's stored body: its descriptor (known to the conversation) left out."""
-    if descriptor is None:
-        return record
-    return record.replace(_MEMBERSHIP_KEY + descriptor, _ELIDED)
-
-
-def restore_membership(body: bytes, descriptor: bytes) -> bytes:
-    """The record's exact JCS bytes from its stored body and the conversation's descriptor."""
-    if _ELIDED not in body:
-        return body
-    return body.replace(_ELIDED, _MEMBERSHIP_KEY + descriptor)
-
-
-LOCAL_INSTANCE_KEY: Final = "local_instance_id"
-"""`meta` key of the store's durable local instance id (engine.md §5.10)."""
 
 DDL: Final = (
     """CREATE TABLE identities (
@@ -362,10 +351,6 @@ _DELIVERIES: Final = _Table("pending_deliveries", records.DeliveryRow, insert="I
 _INBOX: Final = _Table("inbox", records.InboxRow, insert="INSERT")
 _SENDS: Final = _Table("sends", records.SendRow)
 
-_CERTIFICATION_TABLES: Final = (_LOCKS.name, _STAGED.name, _EVIDENCE.name)
-"""A member's certification state of a conversation: what a genesis swap and a move onto
-local order drop."""
-
 
 def _delete_conversation(
     db: sqlite3.Connection, tables: Iterable[str], agent_id: str, conversation_id: str
@@ -428,7 +413,7 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
         case records.PutReanchor():
             _REANCHORS.put(db, write.row(), agent_id=write.agent_id)
         case records.ResetConversation():
-            _delete_conversation(db, _CERTIFICATION_TABLES, write.agent_id, write.conversation_id)
+            _delete_conversation(db, CERTIFICATION_TABLES, write.agent_id, write.conversation_id)
         case records.PutOutbox():
             _OUTBOX.put(db, write.row(), agent_id=write.agent_id)
         case records.SetOutboxState():
@@ -445,7 +430,7 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
                 )
         case records.MoveToLocal():
             _delete_conversation(
-                db, (*_CERTIFICATION_TABLES, _OUTBOX.name), write.agent_id, write.conversation_id
+                db, (*CERTIFICATION_TABLES, _OUTBOX.name), write.agent_id, write.conversation_id
             )
             db.execute(
                 "DELETE FROM reanchors WHERE agent_id = ? AND conversation_id = ? "
@@ -538,32 +523,6 @@ def read_cursor(db: sqlite3.Connection, subscription: str) -> bytes | None:
 def _max(db: sqlite3.Connection, sql: str, agent_id: str) -> int:
     row = db.execute(sql, (agent_id,)).fetchone()
     return int(row[0]) if row and row[0] is not None else 0
-
-
-_RECORD_COLUMNS: Final = (
-    "r.record_hash, r.conversation_id, r.depth, r.author, r.post_id, b.body, r.commit_seq, "
-    "c.descriptor"
-)
-_RECORD_FROM: Final = (
-    "certified_records r JOIN record_bodies b ON b.record_hash = r.record_hash "
-    "LEFT JOIN conversations c ON c.agent_id = r.agent_id AND c.conversation_id = r.conversation_id"
-)
-
-
-def _record_row(row: Sequence[Any]) -> records.RecordRow:
-    # A record is read joined with its body and its conversation's descriptor, which the
-    # stored body elides: `_RECORDS` writes it, this reads it back whole.
-    return records.RecordRow(
-        record_hash=row[0],
-        conversation_id=row[1],
-        depth=row[2],
-        author=row[3],
-        post_id=row[4],
-        record=bytes(row[5])
-        if row[7] is None
-        else restore_membership(bytes(row[5]), bytes(row[7])),
-        commit_seq=row[6],
-    )
 
 
 _PENDING_DELIVERIES: Final = "WHERE agent_id = ? AND state = 'pending' ORDER BY commit_seq"
@@ -660,9 +619,9 @@ def read_records(
 ) -> list[records.RecordRow]:
     """Certified records of a conversation after a depth, in chain order."""
     return [
-        _record_row(row)
+        record_row(row)
         for row in db.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
+            f"SELECT {RECORD_COLUMNS} FROM {RECORD_FROM} "  # noqa: S608 - fixed columns
             "WHERE r.agent_id = ? AND r.conversation_id = ? AND r.depth > ? "
             "ORDER BY r.depth LIMIT ?",
             (agent_id, conversation_id, after_depth, limit),
@@ -675,11 +634,11 @@ def read_record_by_hash(
 ) -> records.RecordRow | None:
     """One certified record by its hash."""
     row = db.execute(
-        f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
+        f"SELECT {RECORD_COLUMNS} FROM {RECORD_FROM} "  # noqa: S608 - fixed columns
         "WHERE r.agent_id = ? AND r.record_hash = ?",
         (agent_id, record_hash),
     ).fetchone()
-    return None if row is None else _record_row(row)
+    return None if row is None else record_row(row)
 
 
 def read_intent(db: sqlite3.Connection, agent_id: str, post_id: str) -> records.IntentRow | None:

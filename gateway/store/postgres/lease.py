@@ -32,8 +32,8 @@ from typing import Final
 import psycopg
 
 from gateway.store.errors import StoreLeaseHeld, StoreLeaseLost, StoreUnavailable
+from gateway.store.layout import LOCAL_INSTANCE_KEY
 from gateway.store.postgres.connection import Connection, ConnectSettings, advisory_key
-from gateway.store.postgres.tables import LOCAL_INSTANCE_KEY
 
 logger = logging.getLogger(__name__)
 

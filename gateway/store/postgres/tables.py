@@ -28,8 +28,15 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeAlias, TypeV
 
 from gateway.store import records
 from gateway.store.errors import ConstraintViolation
+from gateway.store.layout import (
+    CERTIFICATION_TABLES,
+    LOCAL_INSTANCE_KEY,
+    RECORD_COLUMNS,
+    RECORD_FROM,
+    elide_membership,
+    record_row,
+)
 from gateway.store.postgres.connection import Connection
-from gateway.store.tables import elide_membership, restore_membership
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -169,10 +176,6 @@ _DELIVERIES: Final = _Table("pending_deliveries", records.DeliveryRow, key=(), c
 _INBOX: Final = _Table("inbox", records.InboxRow, key=(), conflict="fail")
 _SENDS: Final = _Table("sends", records.SendRow, key=("agent_id", "key"))
 
-_CERTIFICATION_TABLES: Final = (_LOCKS.name, _STAGED.name, _EVIDENCE.name)
-"""A member's certification state of a conversation: what a genesis swap and a move onto
-local order drop."""
-
 
 def _delete_conversation(
     tables: Iterable[str], agent_id: str, conversation_id: str
@@ -272,7 +275,7 @@ def _plan(
             out.append(_REANCHORS.put(write.row(), key=write.agent_id))
         case records.ResetConversation():
             out.extend(
-                _delete_conversation(_CERTIFICATION_TABLES, write.agent_id, write.conversation_id)
+                _delete_conversation(CERTIFICATION_TABLES, write.agent_id, write.conversation_id)
             )
         case records.PutOutbox():
             out.append(_OUTBOX.put(write.row(), key=write.agent_id))
@@ -295,7 +298,7 @@ def _plan(
         case records.MoveToLocal():
             out.extend(
                 _delete_conversation(
-                    (*_CERTIFICATION_TABLES, _OUTBOX.name), write.agent_id, write.conversation_id
+                    (*CERTIFICATION_TABLES, _OUTBOX.name), write.agent_id, write.conversation_id
                 )
             )
             out.append(
@@ -432,31 +435,6 @@ async def read_cursor(connection: Connection, owner: str, subscription: str) -> 
     return None if row is None else bytes(row[0])
 
 
-_RECORD_COLUMNS: Final = (
-    "r.record_hash, r.conversation_id, r.depth, r.author, r.post_id, b.body, r.commit_seq, "
-    "c.descriptor"
-)
-_RECORD_FROM: Final = (
-    "certified_records r JOIN record_bodies b ON b.record_hash = r.record_hash "
-    "LEFT JOIN conversations c ON c.agent_id = r.agent_id AND c.conversation_id = r.conversation_id"
-)
-
-
-def _record_row(row: Sequence[Any]) -> records.RecordRow:
-    # Read joined with its body and its conversation's descriptor, which the stored body
-    # elides (as gateway.store.tables._record_row).
-    body = bytes(row[5])
-    return records.RecordRow(
-        record_hash=row[0],
-        conversation_id=row[1],
-        depth=row[2],
-        author=row[3],
-        post_id=row[4],
-        record=body if row[7] is None else restore_membership(body, bytes(row[7])),
-        commit_seq=row[6],
-    )
-
-
 _PENDING_DELIVERIES: Final = "WHERE agent_id = %s AND state = 'pending' ORDER BY commit_seq"
 
 _SNAPSHOT_COUNTS: Final = """SELECT
@@ -588,12 +566,12 @@ async def read_records(
     """Certified records of a conversation after a depth, in chain order."""
     rows = await _rows(
         connection,
-        f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
+        f"SELECT {RECORD_COLUMNS} FROM {RECORD_FROM} "  # noqa: S608 - fixed columns
         "WHERE r.agent_id = %s AND r.conversation_id = %s AND r.depth > %s "
         "ORDER BY r.depth LIMIT %s",
         (agent_id, conversation_id, after_depth, limit),
     )
-    return [_record_row(row) for row in rows]
+    return [record_row(row) for row in rows]
 
 
 async def read_record_by_hash(
@@ -602,11 +580,11 @@ async def read_record_by_hash(
     """One certified record by its hash."""
     row = await _one(
         connection,
-        f"SELECT {_RECORD_COLUMNS} FROM {_RECORD_FROM} "  # noqa: S608 - fixed columns
+        f"SELECT {RECORD_COLUMNS} FROM {RECORD_FROM} "  # noqa: S608 - fixed columns
         "WHERE r.agent_id = %s AND r.record_hash = %s",
         (agent_id, record_hash),
     )
-    return None if row is None else _record_row(row)
+    return None if row is None else record_row(row)
 
 
 async def read_intent(
@@ -680,7 +658,3 @@ async def read_local_instance(connection: Connection, owner: str) -> str | None:
         (owner, LOCAL_INSTANCE_KEY),
     )
     return None if row is None else str(row[0])
-
-
-LOCAL_INSTANCE_KEY: Final = "local_instance_id"
-"""`owner_meta` key of an owner's durable local instance id (engine.md §5.10)."""
