@@ -102,8 +102,24 @@ async def wait_no_open_intents(daemon: RunningDaemon, agent_id: str) -> None:
     )
 
 
-@pytest.mark.timeout(180)
+MID_FLIGHT_ROUNDS: Final = 3
+"""Rounds the next test may take to kill the daemon while an intent is bound and not yet
+certified: local order certifies a burst in one short step, so a kill can land when every
+bound intent had just completed (the round still checks everything else)."""
+
+
+@pytest.mark.timeout(480)
 async def test_sigkill_with_sends_in_flight_then_restart_certifies_every_bound_intent_exactly_once_with_its_post_id():
+    for _ in range(MID_FLIGHT_ROUNDS):
+        if await _sigkill_with_sends_in_flight():
+            return
+    pytest.fail(f"in {MID_FLIGHT_ROUNDS} rounds no kill landed while an intent was bound and open")
+
+
+async def _sigkill_with_sends_in_flight() -> bool:
+    """One round: kill, restart, check every bound intent is certified once under its
+    PostId and delivered once. True when the kill cut certification short (some intent
+    was bound and not completed at the kill), the case the test is after."""
     async with run_daemon() as daemon:
         agents = await support.register(daemon, "alice", "bob")
         alice_id, bob_id = agents["alice"].agent_id, agents["bob"].agent_id
@@ -136,8 +152,8 @@ async def test_sigkill_with_sends_in_flight_then_restart_certifies_every_bound_i
         assert set(outcomes) <= {"ok", "outcome-unknown", "network-unavailable"}, outcomes
         bound_before_kill = await asyncio.to_thread(support.intents, daemon.data_dir, alice_id)
         assert len(bound_before_kill) >= len(succeeded)
-        # The kill cut certification short: some intents were bound and not completed.
-        assert any(row.state == "open" for row in bound_before_kill), bound_before_kill
+        # Whether the kill cut certification short: some intents bound and not completed.
+        cut_short = any(row.state == "open" for row in bound_before_kill)
 
         await daemon.restart()
         await wait_no_open_intents(daemon, alice_id)
@@ -202,6 +218,7 @@ async def test_sigkill_with_sends_in_flight_then_restart_certifies_every_bound_i
         bob_inbox = support.inbox(daemon.data_dir, bob_id)
         assert sorted(entry.post_id or "" for entry in bob_inbox) == sorted(post_ids)
         assert {entry.state for entry in bob_inbox} == {"acknowledged"}
+    return cut_short
 
 
 STRANDED_SEND_DEADLINE: Final = 15.0
