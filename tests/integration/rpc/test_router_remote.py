@@ -45,6 +45,7 @@ from tests.unit.router.contract_suite import (
     fixed_message_id,
     let_tasks_run,
     read_to_tail,
+    restriction,
     send_all,
 )
 from tests.unit.router.fakes import FakeVerifier, agent_ids, crc_yields, signed_envelope
@@ -173,15 +174,7 @@ class TestGrpcRouter(RouterContract):
             assert [entry.order for entry in everything] == list(range(1, len(envelopes) + 1))
             assert sorted(entry.signed_envelope for entry in everything) == sorted(envelopes)
             for recipients, task in zip(readers, reads, strict=True):
-                assert task.result() == [
-                    Entry(
-                        order=entry.order,
-                        signed_envelope=entry.signed_envelope,
-                        recipients=tuple(r for r in entry.recipients if r in recipients),
-                    )
-                    for entry in everything
-                    if recipients & set(entry.recipients)
-                ]
+                assert task.result() == restriction(everything, recipients)
 
 
 async def test_a_grpc_router_is_a_router_port_and_takes_either_target_form():

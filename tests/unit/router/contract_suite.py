@@ -16,7 +16,7 @@ backend runs its own variant and no behaviour goes untested.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
@@ -84,6 +84,20 @@ def expect_accepted(outcome: object, data: bytes) -> Accepted:
     assert isinstance(outcome, Accepted), outcome
     assert outcome.digest == envelope_digest(data)
     return outcome
+
+
+def restriction(everything: Sequence[Entry], recipients: frozenset[str]) -> list[Entry]:
+    """What a reader of `recipients` must see of the one order `everything`: the entries
+    addressed to any of them, each tagged with those it requested."""
+    return [
+        Entry(
+            order=entry.order,
+            signed_envelope=entry.signed_envelope,
+            recipients=tuple(r for r in entry.recipients if r in recipients),
+        )
+        for entry in everything
+        if recipients & set(entry.recipients)
+    ]
 
 
 async def anchor(router: RouterPort, recipients: frozenset[str]) -> Cursor:
@@ -838,15 +852,7 @@ async def check_one_order(router_factory: RouterFactory, plan: _Plan) -> None:
         assert [entry.order for entry in everything] == list(range(1, len(envelopes) + 1))
         assert sorted(entry.signed_envelope for entry in everything) == sorted(envelopes)
         for recipients, read_task in zip(readers, reads, strict=True):
-            assert read_task.result() == [
-                Entry(
-                    order=entry.order,
-                    signed_envelope=entry.signed_envelope,
-                    recipients=tuple(r for r in entry.recipients if r in recipients),
-                )
-                for entry in everything
-                if recipients & set(entry.recipients)
-            ]
+            assert read_task.result() == restriction(everything, recipients)
 
 
 def _message_id_of(data: bytes) -> str:
