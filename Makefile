@@ -4,17 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
-SOURCES := gateway clients/python/src clients/python/contract/src clients/examples tests proto/generate.py bench deploy/kubernetes/render.py
+SOURCES := gateway clients/python/src contract/src clients/examples tests proto/generate.py bench deploy/kubernetes/render.py
 
 .PHONY: install serve test test-fast check lint typecheck generate check-generated manifests bench clean node-install node-build test-node
 
 install: $(STAMP)
 
 # Reinstalls only when the dependency declarations change.
-$(STAMP): pyproject.toml clients/python/pyproject.toml clients/python/contract/pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml contract/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e clients/python/contract -e '.[dev]' -e clients/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e contract -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
 # The npm workspace (package.json): the Node client and the example scripts' tools, from
@@ -52,7 +52,7 @@ lint: $(STAMP)
 	$(BIN)/buf format --exit-code --diff proto
 
 typecheck: $(STAMP)
-	$(BIN)/mypy gateway clients/python/src clients/python/contract/src clients/examples tests deploy/kubernetes/render.py
+	$(BIN)/mypy gateway clients/python/src contract/src clients/examples tests deploy/kubernetes/render.py
 
 generate: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python proto/generate.py

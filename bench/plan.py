@@ -4,7 +4,7 @@ Also the run's topology (`Topology`): how many daemons, which Router joins them 
 their stores live, and the daemons' names. Pure code, so a unit test checks the layout and
 the flag combinations without starting a process. The bench is a client of the API and does
 not import the gateway: the group size bounds and the `group:` syntax below restate the
-contract (clients/python/contract/src/harness_contract/addresses.py), and a unit test pins
+contract (contract/src/harness_contract/addresses.py), and a unit test pins
 them to it.
 """
 

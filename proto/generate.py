@@ -3,7 +3,7 @@
 `python proto/generate.py` runs the pinned grpcio-tools protoc (with mypy-protobuf's
 plugins for the `.pyi` stubs) into a temporary directory, rewrites the generated imports
 from `harness.v1` to the package the code lives in, and writes one tree:
-`clients/python/contract/src/harness_contract/_gen/harness/v1/` (imported as
+`contract/src/harness_contract/_gen/harness/v1/` (imported as
 `harness_contract._gen.harness.v1`), shipped by the `harness-contract` distribution that the
 gateway and the Python client both depend on.
 
@@ -56,13 +56,7 @@ class Target:
 TARGETS: Final = (
     Target(
         package="harness_contract._gen",
-        directory=REPO_ROOT
-        / "clients"
-        / "python"
-        / "contract"
-        / "src"
-        / "harness_contract"
-        / "_gen",
+        directory=REPO_ROOT / "contract" / "src" / "harness_contract" / "_gen",
     ),
 )
 """The tree generation writes (one, since the gateway and the client share it)."""

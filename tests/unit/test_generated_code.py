@@ -66,9 +66,7 @@ def test_generation_is_deterministic(generate_script, generation):
 def test_generation_writes_one_tree_in_the_shared_contract_distribution(generation):
     # One copy, imported by the gateway's rpc layer and by the Python client alike.
     (tree_root,) = generation
-    assert tree_root == str(
-        REPO_ROOT / "clients" / "python" / "contract" / "src" / "harness_contract" / "_gen"
-    )
+    assert tree_root == str(REPO_ROOT / "contract" / "src" / "harness_contract" / "_gen")
     tree = generation[tree_root]
     for name in (
         "harness/v1/endpoint_pb2.py",

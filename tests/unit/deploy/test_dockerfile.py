@@ -495,7 +495,7 @@ def test_the_build_stage_installs_the_three_distributions_without_dev_extras_and
     words = install.group(1).split()
     assert "--no-cache-dir" in words
     assert [word for word in words if not word.startswith("-")] == [
-        "./clients/python/contract",
+        "./contract",
         ".",
         "./clients/python",
     ]
@@ -614,7 +614,7 @@ def test_dockerignore_leaves_out_the_venv_node_modules_git_tests_and_caches() ->
         "gateway/app.py",
         "gateway/py.typed",
         "clients/python/src/harness_cli.py",
-        "clients/python/contract/src/harness_contract/_gen/harness/v1/types_pb2.pyi",
+        "contract/src/harness_contract/_gen/harness/v1/types_pb2.pyi",
     ):
         assert not is_excluded(path, patterns), path
 
@@ -655,7 +655,7 @@ def test_the_build_context_holds_nothing_the_dockerfile_does_not_copy() -> None:
 
 def test_the_copied_readmes_and_packages_are_what_the_three_pyprojects_name() -> None:
     sources = set(copy_sources(dockerfile_stages()))
-    for project_dir in ("", "clients/python", "clients/python/contract"):
+    for project_dir in ("", "clients/python", "contract"):
         prefix = f"{project_dir}/" if project_dir else ""
         pyproject = tomllib.loads((ROOT / prefix / "pyproject.toml").read_text(encoding="utf-8"))
         assert f"{prefix}pyproject.toml" in sources

@@ -27,7 +27,7 @@ VENDORED_FILES: Final = ("error_details.proto", "status.proto")
 PYPROJECTS: Final = (
     REPO_ROOT / "pyproject.toml",
     REPO_ROOT / "clients" / "python" / "pyproject.toml",
-    REPO_ROOT / "clients" / "python" / "contract" / "pyproject.toml",
+    REPO_ROOT / "contract" / "pyproject.toml",
 )
 
 
