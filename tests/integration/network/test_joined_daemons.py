@@ -15,29 +15,15 @@ from harness_client import (
     DirectMessage,
     Endpoint,
     GroupMessage,
-    InboundDelivery,
     MessageInput,
     MulticastItem,
     TextPart,
 )
 
 from gateway.testing_network import NetworkProcess, RunningNetwork, run_network
+from tests.integration.network.support import BOUND, message_of, next_delivery, register
 
 pytestmark = pytest.mark.e2e
-
-BOUND: Final = 30.0
-"""Seconds any one wait may take: a first certification across processes includes each
-daemon's Registry lookups and the Router's signature checks."""
-
-
-async def register(daemon: NetworkProcess, name: str) -> str:
-    """Register `name` on `daemon` through its management API; its agent token."""
-    async with await harness_client.connect_management(
-        daemon.address, admin_token=daemon.admin_token
-    ) as operator:
-        registered = await operator.register_agent(name)
-    assert registered.address == f"agent:{name}"
-    return registered.token
 
 
 @contextlib.asynccontextmanager
@@ -51,17 +37,6 @@ async def alice_and_bob(network: RunningNetwork) -> AsyncIterator[tuple[Endpoint
         await harness_client.connect(second.address, token=bob_token) as bob,
     ):
         yield alice, bob
-
-
-async def next_delivery(deliveries: AsyncIterator[InboundDelivery]) -> InboundDelivery:
-    return await asyncio.wait_for(anext(deliveries), BOUND)
-
-
-def message_of(delivery: InboundDelivery) -> DirectMessage | GroupMessage:
-    """The multicast message a delivery carries (anything else fails the test)."""
-    item = delivery.item
-    assert isinstance(item, MulticastItem), item
-    return item.message
 
 
 def explain(network: RunningNetwork) -> str:

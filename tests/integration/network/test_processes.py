@@ -21,7 +21,7 @@ from harness_client import MessageInput
 
 from gateway.cli import main
 from gateway.testing_network import NetworkProcess, ProcessFailed, run_network
-from tests.integration.network.test_joined_daemons import message_of, next_delivery, register
+from tests.integration.network.support import message_of, next_delivery, register
 
 pytestmark = pytest.mark.e2e
 

@@ -1,8 +1,8 @@
-"""The Registry contract suite (`tests/unit/registry/test_registry_contract.py`) against
+"""The Registry contract suite (`tests/unit/registry/registry_contract_suite.py`) against
 `PostgresRegistry`: one behaviour for the memory, SQLite and PostgreSQL backends.
 
-The suite's tests are collected here through the star import; the `make_registry` below
-replaces the suite's own fixture, so each of them runs on a fresh PostgreSQL database.
+The suite's tests are collected here through the star import; the `make_registry` below gives
+each of them a fresh PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from gateway.identity.keys import SigningKey
 from gateway.registry import RegistryPort
 from gateway.registry.postgres import PostgresRegistry
 from tests.servers import PostgresServer
-from tests.unit.registry.test_registry_contract import *  # noqa: F403
-from tests.unit.registry.test_registry_contract import NOW, MakeRegistry
+from tests.unit.registry.registry_contract_suite import *  # noqa: F403
+from tests.unit.registry.registry_contract_suite import NOW, MakeRegistry
 
 
-# Replaces the suite's fixture of the same name (memory and SQLite), imported above.
-@pytest.fixture(params=["postgres"])  # type: ignore[no-redef]
+@pytest.fixture(params=["postgres"])
 async def make_registry(postgres_server: PostgresServer) -> AsyncIterator[MakeRegistry]:
     opened: list[PostgresRegistry] = []
 

@@ -32,25 +32,8 @@ from gateway.rpc.registry_client import GrpcRegistry, decode_card
 from gateway.rpc.registry_service import RegistryService
 from gateway.rpc.server import RpcServer, build_peer_server
 from gateway.settings import Settings
-from tests.unit.registry.test_registry_contract import (  # noqa: F401 - the suite, run here
-    NOW,
-    key,
-    registered,
-    test_a_key_registered_under_another_name_is_refused,
-    test_a_name_held_by_another_key_is_taken,
-    test_list_accepts_the_largest_limit,
-    test_list_of_an_empty_registry_is_empty,
-    test_list_pages_through_every_card_with_a_limit,
-    test_list_refuses_a_malformed_bound_or_a_limit_outside_one_to_a_hundred,
-    test_list_returns_cards_in_agent_id_byte_order_not_text_order,
-    test_list_starts_strictly_after_the_exclusive_bound,
-    test_lookups_find_a_card_by_id_and_by_name,
-    test_lookups_of_an_unknown_or_malformed_id_or_name_find_nothing,
-    test_register_mints_a_registry_signed_card_for_the_name_and_key,
-    test_register_refuses_a_malformed_name_or_key,
-    test_registering_the_same_name_and_key_again_returns_the_existing_card,
-    test_the_key_is_checked_before_the_name,
-)
+from tests.unit.registry.registry_contract_suite import *  # noqa: F403 - the suite, run here
+from tests.unit.registry.registry_contract_suite import NOW, key, registered
 
 PEER_TOKEN = "peer-token-" + "z" * 32
 

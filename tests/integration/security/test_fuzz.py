@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 from gateway.rpc.peer import HARNESS_VERSION, VERSION_KEY
 from gateway.settings import Settings
 from gateway.testing import RunningGateway, run_gateway
-from tests.integration.network.test_joined_daemons import message_of
+from tests.integration.network.support import message_of
 from tests.raw_h2 import raw_call
 
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from gateway.rpc.peer import HARNESS_VERSION, PEER_TOKEN_FILE, VERSION_KEY
 from gateway.settings import Settings
 from gateway.testing import RunningGateway, run_gateway
 from tests.certs import Pki, write_pki
-from tests.integration.network.test_joined_daemons import message_of, next_delivery
+from tests.integration.network.support import message_of, next_delivery
 
 PEER_SERVICES = (
     router_pb2.DESCRIPTOR.services_by_name["RouterService"],
@@ -114,7 +114,11 @@ async def test_every_peer_rpc_refuses_a_caller_without_the_token_or_with_a_wrong
         await gateway.register("carol")
         assert [
             agent.address
-            for agent in (await gateway.gateway.list_agents(prefix="", after=None, limit=10))[0]
+            for agent in (
+                await gateway.gateway.components.management.list_agents(
+                    prefix="", after=None, limit=10
+                )
+            )[0]
         ] == ["agent:carol"]
 
 

@@ -11,9 +11,7 @@ import pytest
 from gateway.store import tables
 from gateway.store.errors import SchemaVersionMismatch, StoreCorrupt
 from gateway.store.sqlite_store import SqliteStore
-
-A = "agt_AAAAAAAAAAAAAAAAAAAAAA"
-CNV = "cnv_qF0CzgWIvDEnr30lD2k820Oo1Hx_7hHXB5jv02vC5bQ"
+from tests.integration.store.support import A, as_version_1
 
 
 async def _created(path: Path) -> str:
@@ -24,38 +22,10 @@ async def _created(path: Path) -> str:
         await store.close()
 
 
-def _as_version_1(path: Path) -> None:
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
-        db.execute("DELETE FROM meta WHERE key = ?", (tables.LOCAL_INSTANCE_KEY,))
-        db.execute("DROP TABLE record_bodies")
-        db.execute(
-            "INSERT INTO certified_records VALUES (?, 'rch_head', ?, 2, ?, 'pst_x', ?, 1)",
-            (A, CNV, A, b'{"membership":{"m":1}}'),
-        )
-        db.execute(
-            "INSERT INTO conversations VALUES (?, ?, x'00', 'mbr_x', x'00', 'anc_x', 'rch_head', 2)",
-            (A, CNV),
-        )
-        for predecessor, action in (("rch_old", "ach_old"), ("rch_head", "ach_live")):
-            db.execute(
-                "INSERT INTO proposal_locks VALUES (?, ?, ?, ?, x'00')",
-                (A, CNV, predecessor, action),
-            )
-            db.execute(
-                "INSERT INTO evidence VALUES (?, ?, ?, 'action', ?, x'00')", (A, action, A, CNV)
-            )
-        for row_id, state in ((1, "accepted"), (2, "discarded"), (3, "pending")):
-            db.execute(
-                "INSERT INTO outbox VALUES (?, ?, ?, NULL, 'msg_x', x'00', ?)",
-                (A, row_id, CNV, state),
-            )
-
-
 async def test_a_version_1_store_is_migrated_pruned_and_given_a_local_instance_once(tmp_path: Path):
     path = tmp_path / "store.sqlite3"
     await _created(path)
-    _as_version_1(path)
+    as_version_1(path)
     migrated = await _created(path)
     assert migrated.startswith("rti_")
     store = await SqliteStore.open(path)

@@ -31,7 +31,7 @@ from gateway.store.postgres import (
 from gateway.store.postgres import schema as pg_schema
 from gateway.store.sqlite_store import SqliteStore
 from tests.integration.store.postgres_support import database_sql, identity, opened
-from tests.integration.store.test_migration import _as_version_1
+from tests.integration.store.support import as_version_1
 from tests.servers import PostgresServer
 
 A = "agt_AAAAAAAAAAAAAAAAAAAAAA"
@@ -221,7 +221,7 @@ async def test_migrate_sqlite_creates_a_new_file_and_reports_no_previous_version
 async def test_migrate_sqlite_brings_a_version_1_file_to_this_version(tmp_path: Path) -> None:
     path = tmp_path / "gateway.sqlite3"
     await migrate_sqlite(path)
-    _as_version_1(path)
+    as_version_1(path)
     assert await migrate_sqlite(path) == (1, sqlite_tables.SCHEMA_VERSION)
     with sqlite3.connect(path) as db:
         (version,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

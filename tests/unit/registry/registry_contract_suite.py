@@ -1,9 +1,16 @@
-"""One contract suite for every in-process Registry backend: one behaviour, several backends."""
+"""One contract suite for every Registry backend: one behaviour, several backends.
+
+A module that runs the suite star-imports it and defines the `make_registry` fixture for its
+backends (`tests/unit/registry/test_registry_contract.py`: memory and SQLite;
+`tests/integration/registry/test_registry_contract_postgres.py`: PostgreSQL;
+`tests/integration/rpc/test_registry_remote.py`: both behind a real gRPC server). The module's
+name does not start with `test_`, so pytest collects its tests only where they are imported.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import pytest
@@ -14,11 +21,9 @@ from gateway.identity.keys import SigningKey
 from gateway.identity.objects import format_timestamp, is_timestamp
 from gateway.registry import (
     KeyAlreadyRegistered,
-    MemoryRegistry,
     NameTaken,
     Registered,
     RegistryPort,
-    SqliteRegistry,
 )
 
 ZERO = "agt_AAAAAAAAAAAAAAAAAAAAAA"
@@ -31,28 +36,6 @@ class MakeRegistry(Protocol):
     async def __call__(
         self, *, mint_agent_id: Callable[[], str] = ..., clock: Callable[[], dt.datetime] = ...
     ) -> RegistryPort: ...
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def make_registry(request, tmp_path) -> AsyncIterator[MakeRegistry]:
-    opened: list[SqliteRegistry] = []
-
-    async def make(
-        *,
-        mint_agent_id: Callable[[], str] = RandomId.AGENT.mint,
-        clock: Callable[[], dt.datetime] = lambda: NOW,
-    ) -> RegistryPort:
-        if request.param == "memory":
-            return MemoryRegistry(mint_agent_id=mint_agent_id, clock=clock)
-        registry = await SqliteRegistry.open(
-            tmp_path / f"registry-{len(opened)}.db", mint_agent_id=mint_agent_id, clock=clock
-        )
-        opened.append(registry)
-        return registry
-
-    yield make
-    for registry in opened:
-        await registry.close()
 
 
 def key() -> str:

@@ -25,7 +25,7 @@ from gateway.rpc.decoding import (
     guard_requests,
 )
 from gateway.rpc.health import GatewayHealthServicer
-from tests.unit.rpc.test_errors import as_rpc_error
+from tests.unit.rpc.support import as_rpc_error
 
 METHOD = "/harness.v1.HarnessEndpointService/Send"
 NOT_PROTOBUF = b"\xff\xff\xff"

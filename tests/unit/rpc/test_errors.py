@@ -35,6 +35,7 @@ from gateway.endpoint.inbox import StreamEnded, StreamEndReason
 from gateway.rpc import errors
 from gateway.rpc.auth import AuthRefused
 from tests.unit.rpc.samples import CLOSED_ERRORS
+from tests.unit.rpc.support import as_rpc_error
 
 # operations.md §3, "Status codes", written out once more so the code is checked against
 # the document rather than against itself.
@@ -77,17 +78,6 @@ def expected_code(error: HarnessError) -> grpc.StatusCode:
             return grpc.StatusCode.UNAVAILABLE  # client side only
         case _:
             return OPERATIONS_TABLE[error.reason]
-
-
-def as_rpc_error(status: status_pb2.Status) -> grpc.aio.AioRpcError:
-    """The error a client sees for a call the server ended with `status`."""
-    code = next(code for code in grpc.StatusCode if code.value[0] == status.code)
-    return grpc.aio.AioRpcError(
-        code,
-        grpc.aio.Metadata(),
-        grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString())),
-        details=status.message,
-    )
 
 
 def status_of(error: BaseException) -> Any:
