@@ -906,9 +906,9 @@ class Certifier:
     def _maybe_catch_up_for_waiting(
         self, conversation: _Conversation, effects: Effects, *, now: float
     ) -> None:
-        # Once f(n) + 1 distinct members signed a waiting proposal, at least one correct
-        # member holds its predecessor: ask for it (§5.7).
-        threshold = p.f(conversation.size) + 1
+        # Once faults_tolerated(n) + 1 distinct members signed a waiting proposal, at least
+        # one correct member holds its predecessor: ask for it (§5.7).
+        threshold = p.faults_tolerated(conversation.size) + 1
         for waiting in conversation.waiting.values():
             signers = conversation.signatures.get(p.action_hash(waiting.action), {})
             if (
@@ -1032,7 +1032,7 @@ class Certifier:
         if staged is None:
             return
         votes = conversation.votes.get(record_hash, {})
-        if len(votes) < p.q(conversation.size):
+        if len(votes) < p.quorum(conversation.size):
             return
         record = p.CertifiedRecord(
             action_certified_record=staged,
@@ -1294,7 +1294,7 @@ class Certifier:
         self, conversation: _Conversation, effects: Effects, *, now: float
     ) -> None:
         reanchor = conversation.reanchor
-        if reanchor is None or len(reanchor.votes) < p.q(conversation.size):
+        if reanchor is None or len(reanchor.votes) < p.quorum(conversation.size):
             return
         completed = p.CompletedReanchor(
             anchor_hash=reanchor.anchor_hash,

@@ -1,5 +1,5 @@
 """Catch-up across processes (engine.md §5.7, §10 vectors 11-12): a member whose daemon was
-down while a warm group of four kept posting (q(4) = 3) learns every missed record once it
+down while a warm group of four kept posting (quorum(4) = 3) learns every missed record once it
 is back, in chain order, and receives each of them exactly once."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ async def test_a_member_back_from_downtime_catches_up_on_every_record_it_missed(
         assert await texts_received(dan_daemon, tokens["dan"], 1) == ["warm"]
         await dan_daemon.stop()
         async with await harness_client.connect(amy_daemon.address, token=tokens["amy"]) as amy:
-            # A warm group of four posts with three of four members (q(4) = 3).
+            # A warm group of four posts with three of four members (quorum(4) = 3).
             for text in ("missed 1", "missed 2"):
                 await asyncio.wait_for(amy.send(MessageInput(to=GROUP, text=text)), BOUND)
         await dan_daemon.start()

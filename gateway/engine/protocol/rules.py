@@ -52,14 +52,14 @@ from gateway.identity.objects import ProtocolError
 # --- Thresholds and certificates (§5.1) --------------------------------------------------
 
 
-def q(n: int) -> int:
+def quorum(n: int) -> int:
     """The quorum for n members: n when n < 4, else n - (n - 1) // 3."""
     if n < 1:
         raise ValueError("a conversation has at least one member")
     return n if n < 4 else n - (n - 1) // 3
 
 
-def f(n: int) -> int:
+def faults_tolerated(n: int) -> int:
     """The faults tolerated among n members: (n - 1) // 3."""
     if n < 1:
         raise ValueError("a conversation has at least one member")
@@ -68,12 +68,12 @@ def f(n: int) -> int:
 
 def action_quorum_met(action: Action, signers: Collection[str], n: int) -> bool:
     """True when distinct member `signers` certify `action` (callers pass members only):
-    GENESIS needs all n, POST at least q(n) with the author among them."""
+    GENESIS needs all n, POST at least quorum(n) with the author among them."""
     match action:
         case GenesisAction():
             return len(signers) == n
         case PostAction(post_intent=intent):
-            return len(signers) >= q(n) and intent.author_agent_id in signers
+            return len(signers) >= quorum(n) and intent.author_agent_id in signers
         case _:
             assert_never(action)
 
@@ -158,7 +158,7 @@ def check_action_certificate(
 ) -> None:
     """Check an action certificate (§5.1): it names `action`'s hash; its entries are
     `action_signature`s naming that hash, one per member in AgentId byte order, each
-    verifying; GENESIS has all n members, POST at least q(n) with the author among them.
+    verifying; GENESIS has all n members, POST at least quorum(n) with the author among them.
 
     Raises `ProtocolError` naming the first failure.
     """
@@ -181,7 +181,7 @@ def check_action_certificate(
                 )
             case PostAction():
                 raise ProtocolError(
-                    f"action_certificate: POST needs {q(membership.size)} members with the "
+                    f"action_certificate: POST needs {quorum(membership.size)} members with the "
                     f"author, got {len(signers)}"
                     + ("" if action.author_agent_id in signers else " without the author")
                 )
@@ -196,7 +196,7 @@ def check_durability_certificate(
     membership: MembershipDescriptor,
     cache: VerifyCache | None = None,
 ) -> None:
-    """Check a durability certificate (§5.1): it names `record_hash`; at least q(n)
+    """Check a durability certificate (§5.1): it names `record_hash`; at least quorum(n)
     `durability_vote`s naming it, this conversation and membership, one per member in
     AgentId byte order, each verifying. Raises `ProtocolError`."""
     if certificate.record_hash != record_hash:
@@ -214,9 +214,9 @@ def check_durability_certificate(
         cache=cache,
         at="durability_certificate.votes",
     )
-    if len(signers) < q(membership.size):
+    if len(signers) < quorum(membership.size):
         raise ProtocolError(
-            f"durability_certificate: needs {q(membership.size)} members, got {len(signers)}"
+            f"durability_certificate: needs {quorum(membership.size)} members, got {len(signers)}"
         )
 
 
@@ -227,7 +227,7 @@ def check_reanchor_certificate(
     membership: MembershipDescriptor,
     cache: VerifyCache | None = None,
 ) -> None:
-    """Check a re-anchor certificate (§5.1): it names `reanchor`'s hash; at least q(n)
+    """Check a re-anchor certificate (§5.1): it names `reanchor`'s hash; at least quorum(n)
     `reanchor_vote`s naming that hash and carrying that body, one per member in AgentId
     byte order, each verifying. Raises `ProtocolError`."""
     expected = anchor_hash(reanchor)
@@ -241,9 +241,9 @@ def check_reanchor_certificate(
         cache=cache,
         at="reanchor_certificate.votes",
     )
-    if len(signers) < q(membership.size):
+    if len(signers) < quorum(membership.size):
         raise ProtocolError(
-            f"reanchor_certificate: needs {q(membership.size)} members, got {len(signers)}"
+            f"reanchor_certificate: needs {quorum(membership.size)} members, got {len(signers)}"
         )
 
 

@@ -72,10 +72,10 @@ from gateway.engine.protocol import (
     envelope_packet,
     envelope_recipients,
     evidence_id,
-    f,
+    faults_tolerated,
     membership_hash,
     post_intent_hash,
-    q,
+    quorum,
     record_hash,
     seal_envelope,
     sign_envelope,
@@ -372,9 +372,9 @@ def test_the_membership_descriptor_orders_cards_by_agent_id_bytes():
 
 
 def test_the_quorum_and_fault_bound_match_the_published_thresholds():
-    assert [q(n) for n in range(2, 11)] == [2, 3, 3, 4, 5, 5, 6, 7, 7]
-    assert q(32) == 22
-    assert [f(n) for n in (2, 3, 4, 7, 10, 32)] == [0, 0, 1, 2, 3, 10]
+    assert [quorum(n) for n in range(2, 11)] == [2, 3, 3, 4, 5, 5, 6, 7, 7]
+    assert quorum(32) == 22
+    assert [faults_tolerated(n) for n in (2, 3, 4, 7, 10, 32)] == [0, 0, 1, 2, 3, 10]
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 10])
@@ -387,13 +387,13 @@ def test_a_post_certificate_passes_at_the_quorum_and_fails_one_below(n):
         intent=conv.intent(author),
     )
     others = [m for m in conv.members if m is not author]
-    at_quorum = sorted([author, *others[: q(n) - 1]], key=lambda m: conv.members.index(m))
+    at_quorum = sorted([author, *others[: quorum(n) - 1]], key=lambda m: conv.members.index(m))
     check_action_certificate(
         action_certificate(action, at_quorum), action=action, membership=conv.membership
     )
-    below = [m for m in at_quorum if m is not others[0]] if q(n) > 1 else []
-    assert len(below) == q(n) - 1
-    with pytest.raises(ProtocolError, match=f"needs {q(n)}"):
+    below = [m for m in at_quorum if m is not others[0]] if quorum(n) > 1 else []
+    assert len(below) == quorum(n) - 1
+    with pytest.raises(ProtocolError, match=f"needs {quorum(n)}"):
         check_action_certificate(
             action_certificate(action, below), action=action, membership=conv.membership
         )
@@ -426,8 +426,8 @@ def test_a_post_certificate_of_a_quorum_without_the_author_fails(n):
         previous_record_hash="rch_" + b64(b"\x01" * 32),
         intent=conv.intent(author),
     )
-    without_author = conv.members[1 : q(n) + 1]
-    assert len(without_author) == q(n)
+    without_author = conv.members[1 : quorum(n) + 1]
+    assert len(without_author) == quorum(n)
     with pytest.raises(ProtocolError, match="without the author"):
         check_action_certificate(
             action_certificate(action, without_author), action=action, membership=conv.membership
@@ -494,13 +494,13 @@ def test_a_reanchor_vote_never_counts_as_a_durability_vote_and_back():
 def test_durability_and_reanchor_certificates_pass_at_the_quorum_and_fail_one_below(n):
     conv = make_conversation(n)
     record = "rch_" + b64(b"\x03" * 32)
-    at_quorum = conv.members[: q(n)]
+    at_quorum = conv.members[: quorum(n)]
     check_durability_certificate(
         durability_certificate(conv, record, at_quorum),
         record_hash=record,
         membership=conv.membership,
     )
-    with pytest.raises(ProtocolError, match=f"needs {q(n)}"):
+    with pytest.raises(ProtocolError, match=f"needs {quorum(n)}"):
         check_durability_certificate(
             durability_certificate(conv, record, at_quorum[:-1]),
             record_hash=record,
@@ -509,7 +509,7 @@ def test_durability_and_reanchor_certificates_pass_at_the_quorum_and_fail_one_be
     check_completed_reanchor(
         completed_reanchor(conv, record, at_quorum), membership=conv.membership
     )
-    with pytest.raises(ProtocolError, match=f"needs {q(n)}"):
+    with pytest.raises(ProtocolError, match=f"needs {quorum(n)}"):
         check_completed_reanchor(
             completed_reanchor(conv, record, at_quorum[:-1]), membership=conv.membership
         )
@@ -1251,7 +1251,7 @@ def test_a_catch_up_page_attested_by_someone_else_or_for_another_item_fails():
 def test_a_catch_up_page_with_an_invalid_record_fails():
     durability = replace(
         GENESIS_RECORD.durability_certificate,
-        votes=GENESIS_RECORD.durability_certificate.votes[: q(CONV.n) - 1],
+        votes=GENESIS_RECORD.durability_certificate.votes[: quorum(CONV.n) - 1],
     )
     record = replace(GENESIS_RECORD, durability_certificate=durability)
     page = replace(PAGE, item=record)
