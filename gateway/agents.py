@@ -14,7 +14,7 @@ import asyncio
 import datetime as dt
 import hmac
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,13 +90,17 @@ class AgentDirectory:
         registry: RegistryClient,
         hosting: Hosting,
         admin_token: str,
+        on_hosted: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_hosted` is called after `register` hosts a new agent (the composition root
+        republishes the gauges that count hosted agents)."""
         self._store = store
         self._local_instance_id = local_instance_id
         self._network = network
         self._registry = registry
         self._hosting = hosting
         self._admin_token = admin_token
+        self._on_hosted = on_hosted
         self._by_id: dict[str, AgentRuntime] = {}
         self._by_name: dict[str, AgentRuntime] = {}
         self._tokens: dict[str, tuple[str, bool]] = {}
@@ -202,6 +206,7 @@ class AgentDirectory:
             )
             runtime = await self._host(identity, restore=False)
             await runtime.start()
+        self._on_hosted()
         audit.info("agent registered agent=%s", name)
         return RegisteredAgent(address=agent_address(name), agent_id=identity.agent_id, token=token)
 

@@ -16,9 +16,10 @@ start), or `router` names a NATS JetStream cluster; the store is SQLite in the d
 directory or PostgreSQL (`gateway.backends` opens whichever is chosen). With `expose_network` the embedded Router and Registry are also served to other
 daemons on this daemon's own gRPC port, behind the peer token.
 
-The gateway is the `GatewayCore` the gRPC services call; each call is handed to the
-`AgentDirectory` (hosting, tokens, registration) or to the `ManagementQueries` (what an
-operator reads).
+The gRPC services receive one `GatewayCore` record built here: the gateway's lifecycle
+state, the `AgentDirectory` (hosting, tokens, registration) and the `ManagementQueries`
+(what an operator reads). They call those components directly; nothing is forwarded
+through `Gateway`.
 """
 
 from __future__ import annotations
@@ -39,18 +40,9 @@ from gateway.agents import AgentDirectory, Hosting
 from gateway.backends import StoreWiring, open_nats_router, open_store
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.closing import AsyncClosing
-from gateway.endpoint.api import (
-    AgentStatus,
-    AuthFailure,
-    ConversationRecord,
-    ConversationSummary,
-    GatewayState,
-    GatewayStatus,
-    NotServing,
-    RegisteredAgent,
-)
+from gateway.endpoint.api import GatewayCore, GatewayState, NotServing
 from gateway.endpoint.inbox import InboxObserver, StreamEndReason
-from gateway.endpoint.runtime import AgentRuntime, SendObserver, SendTimeouts
+from gateway.endpoint.runtime import SendObserver, SendTimeouts
 from gateway.engine.certifier import Certified
 from gateway.engine.local_move import move_existing
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
@@ -208,7 +200,8 @@ def _log_firewall(firewall: Firewall, what: str) -> None:
 
 
 class Gateway(AsyncClosing):
-    """One gateway daemon: its components, their start and shutdown, and `GatewayCore`."""
+    """One gateway daemon: its components, their start and shutdown; the `Lifecycle` the
+    gRPC services check."""
 
     def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         """Use `start`; nothing is opened here."""
@@ -388,6 +381,8 @@ class Gateway(AsyncClosing):
             registry=registry,
             hosting=self._hosting(registry_port.registry_public_key(), cache, firewall),
             admin_token=admin_token,
+            # harness_router_attachments counts hosted agents: a new one joins the feed's state.
+            on_hosted=lambda: self._attachment(network.state),
         )
         opened.push_async_callback(agents.close)
         management = ManagementQueries(
@@ -396,8 +391,14 @@ class Gateway(AsyncClosing):
         gauges = GaugeLoop(management, self.metrics)
         opened.push_async_callback(gauges.close)
 
+        core = GatewayCore(
+            lifecycle=self,
+            agents=agents,
+            management=management,
+            on_auth_refused=self.metrics.count_auth_failure,
+        )
         server = await build_server(
-            self,
+            core,
             settings,
             interceptors=[MetricsInterceptor(self.metrics)],
             services=self._exposed_services(router_service, registry_binding),
@@ -704,65 +705,3 @@ class Gateway(AsyncClosing):
     def _deliveries_ready(self, agent_ids: set[str]) -> None:
         if self._components is not None:
             self._components.agents.deliveries_ready(agent_ids)
-
-    # --- GatewayCore: handed to the directory and the management queries ---------------------
-
-    async def authenticate(self, token: str) -> AgentRuntime | AuthFailure:
-        """The runtime an agent token names, or why it is refused."""
-        return await self._composed().agents.authenticate(token)
-
-    def is_admin(self, token: str) -> bool:
-        """True for the operator token (compared in constant time)."""
-        return self._composed().agents.is_admin(token)
-
-    def auth_refused(self, failure: AuthFailure) -> None:
-        """Count a refused token (never the token itself)."""
-        self.metrics.count_auth_failure(failure)
-
-    async def register_agent(self, name: str) -> RegisteredAgent:
-        """Mint the agent's key, register its card, host it, and return its first token."""
-        components = self._composed()
-        registered = await components.agents.register(name)
-        # harness_router_attachments counts hosted agents: the new one joins the feed's state.
-        self._attachment(components.network.state)
-        return registered
-
-    def runtime(self, name: str) -> AgentRuntime:
-        """A hosted agent's runtime (for tests and tools); raises `ManagementError`."""
-        return self._composed().agents.runtime(name)
-
-    async def agent_status(self, name: str) -> AgentStatus:
-        """What an operator sees about one agent."""
-        return await self._composed().management.agent_status(name)
-
-    async def list_agents(
-        self, *, prefix: str, after: str | None, limit: int
-    ) -> tuple[list[AgentStatus], str | None]:
-        """Hosted agents by name, a page at a time."""
-        return await self._composed().management.list_agents(
-            prefix=prefix, after=after, limit=limit
-        )
-
-    async def conversations(self, name: str) -> list[ConversationSummary]:
-        """Every conversation one hosted agent stores."""
-        return await self._composed().management.conversations(name)
-
-    async def history(
-        self, name: str, address: str, *, after_record_hash: str | None, limit: int
-    ) -> list[ConversationRecord]:
-        """Certified records of one of the agent's conversations, in chain order."""
-        return await self._composed().management.history(
-            name, address, after_record_hash=after_record_hash, limit=limit
-        )
-
-    async def rotate_token(self, name: str) -> str:
-        """Revoke the agent's tokens, end its stream, and mint a new token."""
-        return await self._composed().agents.rotate_token(name)
-
-    async def revoke_token(self, name: str) -> None:
-        """Revoke the agent's tokens and end its stream."""
-        await self._composed().agents.revoke_token(name)
-
-    def status(self) -> GatewayStatus:
-        """Version, mode, hosted agents and Router state."""
-        return self._composed().management.status()

@@ -61,7 +61,7 @@ class RunningGateway:
 
     async def register(self, name: str) -> str:
         """Register an agent through the core and return its API token."""
-        registered = await self.gateway.register_agent(name)
+        registered = await self.gateway.components.agents.register(name)
         self.agents[name] = registered
         return registered.token
 

@@ -2,13 +2,17 @@
 
 `gateway/rpc/` turns protobuf into these values and back, and translates the closed errors
 of `harness_contract.errors` into statuses; everything below it implements these
-Protocols. Keeping the surface here lets the RPC layer be tested against a fake core.
+Protocols. The services receive one `GatewayCore` record naming the components that answer
+(the lifecycle, the agent directory, the management queries), so no call is forwarded
+through the composition root. Keeping the surface here lets the RPC layer be tested
+against a fake core.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from harness_contract.management import AgentStatus as AgentStatus
@@ -113,13 +117,18 @@ class Endpoint(Protocol):
         ...
 
 
-class GatewayCore(Protocol):
-    """The gateway as the gRPC services see it."""
+class Lifecycle(Protocol):
+    """Whether the gateway takes calls (the composition root's lifecycle state)."""
 
     @property
     def state(self) -> GatewayState:
         """The lifecycle state; calls are taken only while SERVING."""
         ...
+
+
+class AgentAccess(Protocol):
+    """The hosted agents as the gRPC services reach them: tokens and registration (the
+    `AgentDirectory`)."""
 
     async def authenticate(self, token: str) -> Endpoint | AuthFailure:
         """The endpoint an agent token names, or why it is refused."""
@@ -129,15 +138,26 @@ class GatewayCore(Protocol):
         """True for the operator token (compared in constant time)."""
         ...
 
-    def auth_refused(self, failure: AuthFailure) -> None:
-        """A call's token was refused (counted; the token is never seen here)."""
-        ...
-
-    async def register_agent(self, name: str) -> RegisteredAgent:
+    async def register(self, name: str) -> RegisteredAgent:
         """Mint the agent's key and card, host it here, and return a fresh token.
 
         Raises `ManagementError` (`invalid-name`, `name-taken`)."""
         ...
+
+    async def rotate_token(self, name: str) -> str:
+        """Revoke the agent's tokens, end its stream, and return a new token; raises
+        `ManagementError` `not-found`."""
+        ...
+
+    async def revoke_token(self, name: str) -> None:
+        """Revoke the agent's tokens and end its stream; raises `ManagementError`
+        `not-found`."""
+        ...
+
+
+class OperatorQueries(Protocol):
+    """What an operator reads about the hosted agents and the daemon (the
+    `ManagementQueries`)."""
 
     async def agent_status(self, name: str) -> AgentStatus:
         """What an operator sees about one agent; raises `ManagementError` `not-found`."""
@@ -162,16 +182,21 @@ class GatewayCore(Protocol):
         conversation of the agent, `not-found` for an unknown agent or record."""
         ...
 
-    async def rotate_token(self, name: str) -> str:
-        """Revoke the agent's tokens, end its stream, and return a new token; raises
-        `ManagementError` `not-found`."""
-        ...
-
-    async def revoke_token(self, name: str) -> None:
-        """Revoke the agent's tokens and end its stream; raises `ManagementError`
-        `not-found`."""
-        ...
-
     def status(self) -> GatewayStatus:
         """Version, mode, hosted agents and Router state."""
         ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayCore:
+    """The gateway as the gRPC services see it: the parts they call, each the component
+    that does the work (the composition root builds this record once)."""
+
+    lifecycle: Lifecycle
+    """Whether calls are taken (the `Gateway`)."""
+    agents: AgentAccess
+    """Tokens and registration (the `AgentDirectory`)."""
+    management: OperatorQueries
+    """The operator's reads (the `ManagementQueries`)."""
+    on_auth_refused: Callable[[AuthFailure], None]
+    """Told of each refused token, by reason (counted; the token is never passed)."""

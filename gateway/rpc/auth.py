@@ -92,23 +92,23 @@ async def _token_owner(
     core: GatewayCore, context: grpc.aio.ServicerContext[Any, Any]
 ) -> Endpoint | None:
     """The endpoint the call's agent token names, None for the admin token; `AuthRefused`
-    for any other, counted (`core.auth_refused`) before it is raised."""
+    for any other, counted (`core.on_auth_refused`) before it is raised."""
     try:
         token = bearer_token(context)
-        if core.is_admin(token):
+        if core.agents.is_admin(token):
             return None
-        result = await core.authenticate(token)
+        result = await core.agents.authenticate(token)
         if isinstance(result, AuthFailure):
             raise AuthRefused(result, _FAILURE_TEXTS.get(result, "the token was refused"))
     except AuthRefused as refused:
-        core.auth_refused(refused.failure)
+        core.on_auth_refused(refused.failure)
         raise
     return result
 
 
 def _wrong_role(core: GatewayCore, detail: str) -> AuthRefused:
     """The refusal of a valid token of the other role, counted."""
-    core.auth_refused(AuthFailure.WRONG_ROLE)
+    core.on_auth_refused(AuthFailure.WRONG_ROLE)
     return AuthRefused(AuthFailure.WRONG_ROLE, detail)
 
 

@@ -59,7 +59,7 @@ slot (module docstring)."""
 
 def check_serving(core: GatewayCore) -> None:
     """Refuse the call (UNAVAILABLE, NOT_READY or SHUTTING_DOWN) unless SERVING."""
-    state = core.state
+    state = core.lifecycle.state
     if state is not GatewayState.SERVING:
         raise NotServing(state)
 

@@ -54,7 +54,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         self, request: management_pb2.RegisterAgentRequest, context: Context
     ) -> management_pb2.RegisterAgentResponse:
         await self._admin(context)
-        registered = await self._core.register_agent(request.name)
+        registered = await self._core.agents.register(request.name)
         audit.info("agent registered name=%s agent_id=%s", request.name, registered.agent_id)
         return wire.registered_agent_to_proto(registered)
 
@@ -63,7 +63,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         self, request: management_pb2.GetAgentStatusRequest, context: Context
     ) -> management_pb2.GetAgentStatusResponse:
         await self._admin(context)
-        status = await self._core.agent_status(request.name)
+        status = await self._core.management.agent_status(request.name)
         return management_pb2.GetAgentStatusResponse(agent=wire.agent_status_to_proto(status))
 
     @unary_rpc
@@ -72,7 +72,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
     ) -> management_pb2.ListAgentsResponse:
         await self._admin(context)
         limit = _page_size(request.page_size, AGENTS_PAGE_DEFAULT, AGENTS_PAGE_MAX, "page_size")
-        agents, after = await self._core.list_agents(
+        agents, after = await self._core.management.list_agents(
             prefix=request.prefix if request.HasField("prefix") else "",
             after=request.page_token or None,
             limit=limit,
@@ -91,7 +91,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
             request.page_size, CONVERSATIONS_PAGE_DEFAULT, CONVERSATIONS_PAGE_MAX, "page_size"
         )
         conversations = sorted(
-            await self._core.conversations(request.agent_name),
+            await self._core.management.conversations(request.agent_name),
             key=lambda summary: summary.address.encode("utf-8"),
         )
         if request.HasField("after_address"):
@@ -113,7 +113,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
             )
         limit = _page_size(request.page_size, HISTORY_PAGE_MAX, HISTORY_PAGE_MAX, "page_size")
         # One record more than the page tells whether another page follows.
-        records = await self._core.history(
+        records = await self._core.management.history(
             request.agent_name,
             request.address,
             after_record_hash=(
@@ -131,7 +131,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         self, request: management_pb2.RotateAgentTokenRequest, context: Context
     ) -> management_pb2.RotateAgentTokenResponse:
         await self._admin(context)
-        token = await self._core.rotate_token(request.name)
+        token = await self._core.agents.rotate_token(request.name)
         audit.info("agent token rotated name=%s", request.name)
         return management_pb2.RotateAgentTokenResponse(token=token)
 
@@ -140,7 +140,7 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         self, request: management_pb2.RevokeAgentTokenRequest, context: Context
     ) -> management_pb2.RevokeAgentTokenResponse:
         await self._admin(context)
-        await self._core.revoke_token(request.name)
+        await self._core.agents.revoke_token(request.name)
         audit.info("agent tokens revoked name=%s", request.name)
         return management_pb2.RevokeAgentTokenResponse()
 
@@ -149,4 +149,4 @@ class ManagementService(management_pb2_grpc.ManagementServiceServicer):
         self, request: management_pb2.GetGatewayStatusRequest, context: Context
     ) -> management_pb2.GetGatewayStatusResponse:
         await self._admin(context)
-        return wire.gateway_status_to_proto(self._core.status())
+        return wire.gateway_status_to_proto(self._core.management.status())

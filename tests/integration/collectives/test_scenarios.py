@@ -252,7 +252,9 @@ async def test_an_answer_with_none_open_or_several_open_is_refused_and_nothing_i
         with pytest.raises(CollectiveError) as several:
             await bob.endpoint.send(ResponseInput(to="agent:alice", response=Decline()))
         assert several.value.reason == "request-ambiguous"
-        history = await gw.gateway.history("bob", "agent:alice", after_record_hash=None, limit=50)
+        history = await gw.gateway.components.management.history(
+            "bob", "agent:alice", after_record_hash=None, limit=50
+        )
         assert all(record.author == "agent:alice" for record in history)
 
 

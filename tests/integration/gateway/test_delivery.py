@@ -52,7 +52,7 @@ async def wait_listening(gw: RunningGateway, name: str, listening: bool) -> None
     """Until the gateway itself says whether `name` holds a stream (the client closing its
     call does not mean the server has seen it yet)."""
     await eventually(
-        lambda: gw.gateway.agent_status(name),
+        lambda: gw.gateway.components.management.agent_status(name),
         lambda status: status.stream_attached is listening,
         within=BOUND,
     )
@@ -61,7 +61,7 @@ async def wait_listening(gw: RunningGateway, name: str, listening: bool) -> None
 async def wait_backlog(gw: RunningGateway, name: str, backlog: int) -> None:
     """Until `name` has exactly `backlog` unacknowledged items in its inbox."""
     await eventually(
-        lambda: gw.gateway.agent_status(name),
+        lambda: gw.gateway.components.management.agent_status(name),
         lambda status: status.backlog == backlog,
         within=BOUND,
     )
@@ -262,7 +262,7 @@ async def test_a_second_stream_of_the_same_agent_fails_already_listening_and_the
             await alice.send(MessageInput(to="agent:bob", text="still yours"))
             delivery = await asyncio.wait_for(first_next, BOUND)
             assert text_of(delivery) == "still yours"
-            assert (await gw.gateway.agent_status("bob")).stream_attached
+            assert (await gw.gateway.components.management.agent_status("bob")).stream_attached
             await first.aclose()
 
 
@@ -312,7 +312,7 @@ async def test_a_take_over_stream_ends_the_first_with_already_listening_and_repl
             await alice.send(MessageInput(to="agent:bob", text="after the take-over"))
             fresh = await next_delivery(new)
             assert text_of(fresh) == "after the take-over"
-            assert (await gw.gateway.agent_status("bob")).stream_attached
+            assert (await gw.gateway.components.management.agent_status("bob")).stream_attached
             await new.aclose()
             await old.aclose()
             await wait_listening(gw, "bob", False)
@@ -357,7 +357,7 @@ async def test_acknowledging_another_agents_delivery_token_is_unknown_delivery_a
             assert raised.value.reason is DeliveryAcknowledgeErrorReason.UNKNOWN_DELIVERY
 
             # Nothing changed: bob's item is still unacknowledged and replays unchanged.
-            assert (await gw.gateway.agent_status("bob")).backlog == 1
+            assert (await gw.gateway.components.management.agent_status("bob")).backlog == 1
             stream = bob.messages()
             replayed = await next_delivery(stream)
             assert replayed.token == delivery.token
@@ -451,7 +451,7 @@ async def test_every_agent_call_with_an_unknown_token_is_unauthenticated_unknown
             stream = stub.Messages(endpoint_pb2.MessagesRequest(), metadata=metadata)
             failure = harness_client.decode_status(await unauthenticated(stream.read()))
             assert failure.reason == "unknown"
-        assert not (await gw.gateway.agent_status("bob")).stream_attached
+        assert not (await gw.gateway.components.management.agent_status("bob")).stream_attached
         with pytest.raises(ConnectError) as raised:
             await harness_client.connect(gw.address, token=token)
         assert raised.value.reason is ConnectErrorReason.TRANSPORT_FAILED
@@ -478,7 +478,7 @@ async def test_an_unknown_token_cannot_acknowledge_and_the_item_stays():
                     metadata=bearer(RandomId.API_TOKEN.mint()),
                 )
             )
-        assert (await gw.gateway.agent_status("bob")).backlog == 1
+        assert (await gw.gateway.components.management.agent_status("bob")).backlog == 1
 
 
 async def test_a_rotated_token_is_unauthenticated_revoked_and_ends_the_stream():
@@ -488,7 +488,7 @@ async def test_a_rotated_token_is_unauthenticated_revoked_and_ends_the_stream():
             stream = bob.messages()
             waiter = asyncio.create_task(anext(stream))
             await wait_listening(gw, "bob", True)
-            new_token = await gw.gateway.rotate_token("bob")
+            new_token = await gw.gateway.components.agents.rotate_token("bob")
             with pytest.raises(AuthenticationError) as raised:
                 await asyncio.wait_for(waiter, BOUND)
             assert raised.value.reason == "revoked"

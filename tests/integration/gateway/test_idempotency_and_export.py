@@ -34,7 +34,9 @@ async def test_the_same_key_and_input_replays_the_kept_outcome_without_a_second_
             first = await alice.send(message, idempotency_key="k-1")
             second = await alice.send(message, idempotency_key="k-1")
             assert first == second
-        history = await gw.gateway.history("alice", "agent:bob", after_record_hash=None, limit=50)
+        history = await gw.gateway.components.management.history(
+            "alice", "agent:bob", after_record_hash=None, limit=50
+        )
         assert len(history) == 1
 
 
@@ -48,7 +50,9 @@ async def test_concurrent_calls_with_one_key_join_one_invocation():
                 *(alice.send(message, idempotency_key="k-join") for _ in range(5))
             )
             assert len(set(results)) == 1
-        history = await gw.gateway.history("alice", "agent:bob", after_record_hash=None, limit=50)
+        history = await gw.gateway.components.management.history(
+            "alice", "agent:bob", after_record_hash=None, limit=50
+        )
         assert len(history) == 1
 
 
@@ -91,7 +95,7 @@ async def test_a_kept_failure_is_returned_again_and_read_send_reports_it():
                 with pytest.raises(SendError) as raised:
                     await alice.send(message, idempotency_key="k-fail")
                 assert raised.value.reason == "unknown-agent"
-        endpoint = await gw.gateway.authenticate(alice_token)
+        endpoint = await gw.gateway.components.agents.authenticate(alice_token)
         state = await endpoint.read_send("k-fail")  # type: ignore[union-attr]
         assert isinstance(state, SendReturned)
         assert isinstance(await endpoint.read_send("never-used"), SendAbsent)  # type: ignore[union-attr]
@@ -101,7 +105,7 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
     async with run_gateway() as gw:
         alice_token = await gw.register("alice")
         await gw.register("bob")
-        runtime = gw.gateway.runtime("alice")
+        runtime = gw.gateway.components.agents.runtime("alice")
         request = b'{"failureDelivery":"result","input":{"text":"x","to":"agent:bob"}}'
         await gw.gateway.components.store.apply(
             [
@@ -120,7 +124,9 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
             assert raised.value.reason == "outcome-unknown"
         state = await runtime.read_send("k-cut")
         assert isinstance(state, SendIndeterminate)
-        history = await gw.gateway.history("alice", "agent:bob", after_record_hash=None, limit=50)
+        history = await gw.gateway.components.management.history(
+            "alice", "agent:bob", after_record_hash=None, limit=50
+        )
         assert history == []
 
 

@@ -61,7 +61,9 @@ async def _verify_copies(gw: RunningGateway, names: list[str], address_of: dict[
     """Every member's copy holds the same record bytes in one order, and each verifies
     against the cards in its membership."""
     copies = [
-        await gw.gateway.history(name, address_of[name], after_record_hash=None, limit=50)
+        await gw.gateway.components.management.history(
+            name, address_of[name], after_record_hash=None, limit=50
+        )
         for name in names
     ]
     first = copies[0]
@@ -118,7 +120,9 @@ async def test_a_burst_in_one_conversation_chains_in_order_and_survives_a_restar
             await asyncio.wait_for(bob.send(MessageInput(to="agent:alice", text="after")), BOUND)
         copies = {"alice": "agent:bob", "bob": "agent:alice"}
         assert await _verify_copies(gw, ["alice", "bob"], copies) == 50  # one page
-        records = await gw.gateway.history("alice", "agent:bob", after_record_hash=None, limit=50)
+        records = await gw.gateway.components.management.history(
+            "alice", "agent:bob", after_record_hash=None, limit=50
+        )
         assert [r.depth for r in records] == list(range(1, 51))
         assert _count(gw.data_dir, "SELECT MAX(depth) FROM certified_records") == 65
 
@@ -155,7 +159,7 @@ async def test_a_corrupted_stored_row_sets_one_conversation_aside_and_the_rest_i
                 (b'{"kind":"genesis_anchor"', bob_id, conversation_id),
             )
         await gw.restart_stopped()
-        status = await gw.gateway.agent_status("bob")
+        status = await gw.gateway.components.management.agent_status("bob")
         assert [item.conversation_id for item in status.set_aside] == [conversation_id]
         async with await harness_client.connect(gw.address, token=tokens["alice"]) as alice:
             await asyncio.wait_for(alice.send(MessageInput(to="agent:carol", text="three")), BOUND)

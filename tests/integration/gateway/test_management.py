@@ -74,12 +74,14 @@ async def test_agent_status_counts_the_unread_backlog_and_conversations_name_the
                 alice.send(MessageInput(to="group:carol,bob", text="all")), BOUND
             )
         status = await eventually(
-            lambda: gw.gateway.agent_status("bob"),
+            lambda: gw.gateway.components.management.agent_status("bob"),
             lambda status: status.backlog == 4,
             within=BOUND,
         )
         assert status.stream_attached is False
-        summaries = sorted(await gw.gateway.conversations("alice"), key=lambda s: s.address)
+        summaries = sorted(
+            await gw.gateway.components.management.conversations("alice"), key=lambda s: s.address
+        )
         assert [(s.address, s.kind) for s in summaries] == [
             ("agent:bob", "direct"),
             ("group:alice,bob,carol", "group"),

@@ -85,14 +85,16 @@ async def test_the_author_is_never_delivered_its_own_post():
             await alice.send(MessageInput(to="group:bob,carol", text="mine"))
             await alice.send(MessageInput(to="agent:bob", text="mine too"))
             bob = await eventually(
-                lambda: gw.gateway.agent_status("bob"), lambda status: status.backlog == 2
+                lambda: gw.gateway.components.management.agent_status("bob"),
+                lambda status: status.backlog == 2,
             )
             assert bob.backlog == 2
             carol = await eventually(
-                lambda: gw.gateway.agent_status("carol"), lambda status: status.backlog == 1
+                lambda: gw.gateway.components.management.agent_status("carol"),
+                lambda status: status.backlog == 1,
             )
             assert carol.backlog == 1
-            assert (await gw.gateway.agent_status("alice")).backlog == 0
+            assert (await gw.gateway.components.management.agent_status("alice")).backlog == 0
 
 
 @pytest.mark.parametrize(
@@ -126,7 +128,7 @@ async def test_every_members_copy_has_the_same_record_hashes_and_signatures_veri
                 await bob.send(MessageInput(to="group:alice,carol", text=f"b{index}"))
         copies = {}
         for name in ("alice", "bob", "carol"):
-            copies[name] = await gw.gateway.history(
+            copies[name] = await gw.gateway.components.management.history(
                 name, "group:alice,bob,carol", after_record_hash=None, limit=50
             )
         hashes = {name: [record.record_hash for record in rows] for name, rows in copies.items()}

@@ -28,9 +28,11 @@ async def test_a_conversation_with_records_reanchors_and_keeps_certifying_after_
             await asyncio.wait_for(
                 bob.send(MessageInput(to="group:alice,carol,dave", text="group after")), BOUND
             )
-        direct = await gw.gateway.history("bob", "agent:alice", after_record_hash=None, limit=50)
+        direct = await gw.gateway.components.management.history(
+            "bob", "agent:alice", after_record_hash=None, limit=50
+        )
         assert [record.depth for record in direct] == [1, 2]
-        group = await gw.gateway.history(
+        group = await gw.gateway.components.management.history(
             "dave", "group:alice,bob,carol,dave", after_record_hash=None, limit=50
         )
         assert len(group) == 2
@@ -45,5 +47,7 @@ async def test_two_restarts_in_a_row_keep_the_chain_going():
                     alice.send(MessageInput(to="agent:bob", text=f"round {round_}")), BOUND
                 )
             await gw.restart()
-        records = await gw.gateway.history("alice", "agent:bob", after_record_hash=None, limit=50)
+        records = await gw.gateway.components.management.history(
+            "alice", "agent:bob", after_record_hash=None, limit=50
+        )
         assert [record.depth for record in records] == [1, 2, 3]

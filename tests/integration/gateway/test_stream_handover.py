@@ -62,7 +62,7 @@ async def raw_stub(
 
 async def wait_listening(gw: RunningGateway, name: str, listening: bool) -> None:
     await eventually(
-        lambda: gw.gateway.agent_status(name),
+        lambda: gw.gateway.components.management.agent_status(name),
         lambda status: status.stream_attached is listening,
         within=BOUND,
     )
@@ -245,7 +245,7 @@ async def test_a_reopened_stream_that_reaches_the_gateway_before_the_old_ones_ca
                 headers = await asyncio.to_thread(connection.response_headers, new)
                 assert holds_the_slot(headers), f"round {round_}: {headers!r}"
                 old = new
-            assert (await gw.gateway.agent_status("bob")).stream_attached
+            assert (await gw.gateway.components.management.agent_status("bob")).stream_attached
         finally:
             await asyncio.to_thread(connection.close)
         await wait_listening(gw, "bob", False)
@@ -297,6 +297,6 @@ async def test_a_take_over_gets_the_slot_and_ends_the_live_stream_with_already_l
             failure = harness_client.decode_status(raised.value)
             assert isinstance(failure, ListenError)
             assert failure.reason == ListenErrorReason.ALREADY_LISTENING
-            assert (await gw.gateway.agent_status("bob")).stream_attached
+            assert (await gw.gateway.components.management.agent_status("bob")).stream_attached
             taker.cancel()
         await wait_listening(gw, "bob", False)

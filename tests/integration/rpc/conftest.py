@@ -36,7 +36,7 @@ class Served:
 
     async def register(self, name: str) -> str:
         """Register an agent directly on the core; returns its token."""
-        return (await self.core.register_agent(name)).token
+        return (await self.core.register(name)).token
 
     async def connect(self, name: str) -> harness_client.Endpoint:
         """Register `name` if needed and connect as it."""
@@ -50,7 +50,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     settings = Settings(
         listen="127.0.0.1:0", metrics_listen=None, data_dir=tmp_path, reflection=True
     )
-    server = await build_server(core, settings)
+    server = await build_server(core.core, settings)
     try:
         await server.start()
         await server.set_serving()

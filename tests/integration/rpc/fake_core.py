@@ -1,4 +1,4 @@
-"""A small in-memory `GatewayCore` for the RPC layer's integration tests.
+"""A small in-memory gateway core for the RPC layer's integration tests.
 
 Endpoints keep real inboxes (`AgentInbox` over `MemoryStore`), so streams, the window,
 replay and acknowledgments behave as the core's; sends deliver a direct multicast to a
@@ -39,6 +39,7 @@ from gateway.endpoint.api import (
     AuthFailure,
     ConversationRecord,
     ConversationSummary,
+    GatewayCore,
     GatewayState,
     GatewayStatus,
     ManagementError,
@@ -148,7 +149,8 @@ class FakeEndpoint:
 
 @dataclass
 class FakeCore:
-    """The gateway as the RPC layer sees it, in memory."""
+    """The gateway as the RPC layer sees it, in memory: one object playing the lifecycle,
+    the agent directory and the management queries (`core` is the record servers take)."""
 
     lifecycle: GatewayState = GatewayState.SERVING
     refuse_next: int = 0
@@ -165,6 +167,13 @@ class FakeCore:
     records: list[ConversationRecord] = field(default_factory=list)
     auth_failures: list[AuthFailure] = field(default_factory=list)
     """Refusals the RPC layer reported (the auth-failure metric's input)."""
+
+    @property
+    def core(self) -> GatewayCore:
+        """This fake as the record `build_server` takes."""
+        return GatewayCore(
+            lifecycle=self, agents=self, management=self, on_auth_refused=self.auth_refused
+        )
 
     @property
     def state(self) -> GatewayState:
@@ -187,7 +196,7 @@ class FakeCore:
     def auth_refused(self, failure: AuthFailure) -> None:
         self.auth_failures.append(failure)
 
-    async def register_agent(self, name: str) -> RegisteredAgent:
+    async def register(self, name: str) -> RegisteredAgent:
         if not is_agent_name(name):
             raise ManagementError(
                 ManagementErrorReason.INVALID_NAME, f"{name!r} is not an agent name"

@@ -244,7 +244,7 @@ async def real(tmp_path: Path) -> AsyncIterator[Real]:
     settings = Settings(
         listen="127.0.0.1:0", metrics_listen=None, data_dir=tmp_path, reflection=True
     )
-    rpc_server = await build_server(core, settings, interceptors=[MetricsInterceptor(metrics)])
+    rpc_server = await build_server(core.core, settings, interceptors=[MetricsInterceptor(metrics)])
     try:
         await rpc_server.start()
         await rpc_server.set_serving()
@@ -327,7 +327,7 @@ async def test_a_real_messages_stream_counts_as_a_server_stream_until_the_client
     real: Real,
 ):
     metrics = real.metrics
-    token = (await real.core.register_agent("alice")).token
+    token = (await real.core.register("alice")).token
     async with grpc.aio.insecure_channel(real.address) as channel:
         stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
         call = stub.Messages(

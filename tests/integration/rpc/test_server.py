@@ -44,7 +44,7 @@ async def test_the_server_binds_a_free_port_on_the_loopback_address(served: Serv
 
 
 async def test_readiness_is_not_serving_until_set_and_liveness_serves_from_listen(tmp_path):
-    server = await build_server(FakeCore(), settings(tmp_path))
+    server = await build_server(FakeCore().core, settings(tmp_path))
     try:
         await server.start()
         for name in READINESS:
@@ -81,7 +81,7 @@ async def test_reflection_lists_the_harness_services(served: Served):
 
 
 async def test_reflection_is_off_when_the_settings_say_so(tmp_path):
-    server = await build_server(FakeCore(), settings(tmp_path, reflection=False))
+    server = await build_server(FakeCore().core, settings(tmp_path, reflection=False))
     try:
         await server.start()
         async with grpc.aio.insecure_channel(server.address) as channel:
@@ -99,7 +99,7 @@ async def test_reflection_is_off_when_the_settings_say_so(tmp_path):
 
 
 async def test_stop_is_safe_before_start_and_idempotent(tmp_path):
-    server = await build_server(FakeCore(), settings(tmp_path))
+    server = await build_server(FakeCore().core, settings(tmp_path))
     await server.stop(None)
     await server.stop(None)
     assert server.state is RpcServerState.STOPPED
@@ -109,7 +109,7 @@ async def test_stop_is_safe_before_start_and_idempotent(tmp_path):
 
 async def test_an_address_in_use_cannot_be_bound(served: Served, tmp_path):
     with pytest.raises(OSError, match="cannot listen"):
-        await build_server(FakeCore(), settings(tmp_path, listen=served.address))
+        await build_server(FakeCore().core, settings(tmp_path, listen=served.address))
 
 
 def test_the_server_options_follow_the_keepalive_table():
@@ -137,7 +137,7 @@ async def test_an_interceptor_sees_every_call(tmp_path):
             seen.append(handler_call_details.method)
             return await continuation(handler_call_details)
 
-    server = await build_server(FakeCore(), settings(tmp_path), interceptors=[Recorder()])
+    server = await build_server(FakeCore().core, settings(tmp_path), interceptors=[Recorder()])
     try:
         await server.start()
         await health_of(server.address, "liveness")
