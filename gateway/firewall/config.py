@@ -89,6 +89,18 @@ DEFAULT_DEADLINE_MS: Final = 200
 FIREWALL_VERSION: Final = 1
 """The only `version` of the file this gateway reads."""
 
+EMPTY_FILE: Final = (
+    "the file is empty (cut short by an interrupted write?); a firewall file holds "
+    "'version: 1' and 'middlewares:', and 'middlewares: []' runs no middleware"
+)
+"""The problem of an empty file (or one of comments only)."""
+
+_MISSING_HINTS: Final[Mapping[tuple[str | int, ...], str]] = {
+    ("middlewares",): " (a file cut short?); 'middlewares: []' runs no middleware",
+}
+"""What a missing top-level key's problem adds: how to say on purpose what its absence
+might otherwise have been taken for."""
+
 _ID: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _ID_RULE: Final = "1 to 64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit"
 _GLOB_RULE: Final = (
@@ -307,7 +319,9 @@ _Middleware: TypeAlias = Annotated[_AnyMiddleware, Field(discriminator="kind")]
 class _FirewallFile(_Model):
     version: Annotated[int, AfterValidator(_check_version)]
     content_logging: bool = False
-    middlewares: list[_Middleware] = Field(default_factory=list)
+    # Required, not defaulted to []: a file cut short after `version` must not read as a
+    # policy of no middlewares. No policy is written out as `middlewares: []`.
+    middlewares: list[_Middleware]
 
 
 _MIDDLEWARE_MODELS: Final[Mapping[str, type[_Model]]] = {
@@ -355,14 +369,17 @@ def parse_firewall(text: str, source: Path) -> FirewallSpec:
     """Check the firewall file `text`, read from `source` (which names it in problems and
     anchors a relative `tls_ca`).
 
-    An empty file (or one of comments only) is an empty pipeline.
+    An empty file (or one of comments only) is refused, as is one without `middlewares`:
+    both are what an interrupted write leaves, and taking either for "no middlewares"
+    would drop the whole policy unnoticed. No middleware is said explicitly, with
+    `middlewares: []` (firewall.md §2).
 
     Raises:
         FirewallConfigError: every problem found, in file order.
     """
     root = _load_yaml(text, source)
     if root is None:
-        return FirewallSpec(source=source, content_logging=False, middlewares=())
+        raise FirewallConfigError([f"{source}:1:1: {EMPTY_FILE}"])
     problems: list[_Problem] = []
     try:
         plain = _plain(root, (), problems, _Budget())
@@ -493,7 +510,9 @@ def _from_pydantic(errors: list[ErrorDetails]) -> Iterator[_Problem]:
         match kind:
             case "missing":
                 yield _Problem(
-                    loc=loc, message=f"{_describe_loc(loc[:-1])}: missing required key {loc[-1]!r}"
+                    loc=loc,
+                    message=f"{_describe_loc(loc[:-1])}: missing required key {loc[-1]!r}"
+                    + _MISSING_HINTS.get(loc, ""),
                 )
             case "extra_forbidden":
                 allowed = ", ".join(_allowed_keys(error["loc"][:-1]))

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.firewall.config import (
+    EMPTY_FILE,
     MAX_FILE_BYTES,
     FirewallConfigError,
     load_firewall,
@@ -190,18 +191,61 @@ def test_parse_firewall_reads_text_and_names_the_given_source():
     ]
 
 
-@pytest.mark.parametrize(
-    "text",
-    ["", "\n\n", "# nothing configured yet\n", "version: 1\nmiddlewares: []\n", "version: 1\n"],
-)
-def test_an_empty_file_or_an_empty_list_is_an_empty_pipeline(tmp_path, text):
-    spec = load(tmp_path, text)
+def test_an_explicit_empty_list_is_an_empty_pipeline(tmp_path):
+    spec = load(tmp_path, "version: 1\nmiddlewares: []\n")
     assert spec.middlewares == ()
     assert spec.content_logging is False
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "# nothing configured yet\n"])
+def test_an_empty_file_is_refused_as_cut_short_naming_the_explicit_empty_list(tmp_path, text):
+    assert only_problem(tmp_path, text) == f"1:1: {EMPTY_FILE}"
+    assert "'middlewares: []' runs no middleware" in EMPTY_FILE
+
+
+def test_a_file_without_middlewares_is_refused_as_cut_short(tmp_path):
+    assert only_problem(tmp_path, "version: 1\ncontent_logging: true\n") == (
+        "1:1: the file: missing required key 'middlewares' (a file cut short?); "
+        "'middlewares: []' runs no middleware"
+    )
+
+
+def test_middlewares_cut_off_after_the_key_is_refused(tmp_path):
+    assert only_problem(tmp_path, "version: 1\nmiddlewares:\n") == (
+        "3:1: middlewares: should be a valid list (got null)"
+    )
+
+
+def test_no_cut_of_a_policy_reads_as_a_policy_of_no_middlewares():
+    """Whatever byte an interrupted write stops at, what is left is refused or still has
+    middlewares: a cut file never silently removes the whole policy. (A cut that leaves a
+    valid file with fewer middlewares or a shorter value cannot be told from an edit;
+    firewall.md §2 says to write the file atomically.)"""
+    policy = textwrap.dedent(
+        """\
+        version: 1
+        content_logging: false
+        middlewares:
+          - id: secrets
+            kind: content-pattern
+            rules:
+              - {id: key, pattern: "AKIA", action: refuse, instruction: "no keys"}
+        """
+    )
+    emptied = []
+    for cut in range(len(policy)):
+        try:
+            spec = parse_firewall(policy[:cut], Path("firewall.yaml"))
+        except FirewallConfigError:
+            continue
+        if not spec.middlewares:
+            emptied.append(cut)
+    assert emptied == []
+
+
 def test_content_logging_can_be_turned_on(tmp_path):
-    assert load(tmp_path, "version: 1\ncontent_logging: true\n").content_logging is True
+    text = "version: 1\ncontent_logging: true\nmiddlewares: []\n"
+    assert load(tmp_path, text).content_logging is True
 
 
 def test_omitted_keys_take_their_documented_defaults(tmp_path):
@@ -271,7 +315,7 @@ def test_yaml_1_2_keeps_no_and_yes_as_strings(tmp_path):
 
 
 def test_a_yes_where_a_bool_is_wanted_is_a_string_and_refused(tmp_path):
-    assert only_problem(tmp_path, "version: 1\ncontent_logging: yes\n") == (
+    assert only_problem(tmp_path, "version: 1\ncontent_logging: yes\nmiddlewares: []\n") == (
         "2:18: content_logging: should be a valid boolean (got the string 'yes')"
     )
 
@@ -338,7 +382,7 @@ def test_globs_of_names_wildcards_and_classes_are_accepted(tmp_path, glob):
 
 
 def test_an_unknown_top_level_key_points_at_the_key_and_lists_the_allowed_ones(tmp_path):
-    assert only_problem(tmp_path, "version: 1\ncolour: red\n") == (
+    assert only_problem(tmp_path, "version: 1\ncolour: red\nmiddlewares: []\n") == (
         "2:1: colour: unknown key 'colour'; allowed keys: version, content_logging, middlewares"
     )
 
@@ -387,7 +431,7 @@ def test_a_missing_version_is_refused(tmp_path):
     ],
 )
 def test_the_version_must_be_the_integer_1(tmp_path, value, message):
-    assert only_problem(tmp_path, f"version: {value}\n") == f"1:10: {message}"
+    assert only_problem(tmp_path, f"version: {value}\nmiddlewares: []\n") == f"1:10: {message}"
 
 
 def test_an_unknown_kind_is_one_problem_naming_the_five_kinds(tmp_path):
@@ -719,7 +763,7 @@ def test_several_problems_are_all_reported_in_file_order(tmp_path):
 
 
 def test_the_error_text_is_its_problems_one_per_line(tmp_path):
-    path = write(tmp_path, "version: 2\nx: 1\n")
+    path = write(tmp_path, "version: 2\nx: 1\nmiddlewares: []\n")
     with pytest.raises(FirewallConfigError) as raised:
         load_firewall(path)
     assert len(raised.value.problems) == 2
@@ -777,7 +821,7 @@ def test_a_file_over_1_mib_is_refused_before_parsing(tmp_path):
 
 def test_a_file_of_exactly_1_mib_is_read(tmp_path):
     path = tmp_path / "full.yaml"
-    head = b"version: 1\n#"
+    head = b"version: 1\nmiddlewares: []\n#"
     path.write_bytes(head + b"x" * (MAX_FILE_BYTES - len(head) - 1) + b"\n")
     assert path.stat().st_size == MAX_FILE_BYTES
     assert load_firewall(path).middlewares == ()
@@ -801,7 +845,7 @@ def test_keys_that_are_not_strings_are_refused_at_the_key(tmp_path):
 
 
 def test_a_mapping_key_does_not_crash_the_reader(tmp_path):
-    assert only_problem(tmp_path, "version: 1\n? {a: 1}\n: x\n") == (
+    assert only_problem(tmp_path, "version: 1\n? {a: 1}\n: x\nmiddlewares: []\n") == (
         "2:3: the file: key a mapping is not a string"
     )
 
