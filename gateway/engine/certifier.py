@@ -280,7 +280,7 @@ class ConversationState:
         )
 
     def action_certified_record(
-        self, action: p.Action, certificate: p.ActionCertificate
+        self, action: p.Action, certificate: p.Certificate
     ) -> p.ActionCertifiedRecord:
         """The record of a certified action: its RecordCore in this membership, under the
         anchor it was proposed on (a GENESIS names its own, a POST the current one)."""
@@ -996,7 +996,11 @@ class Certifier:
             return
         staged = conversation.action_certified_record(
             action,
-            p.ActionCertificate(action_hash=hash_, signatures=_sorted_statements(signers.values())),
+            p.Certificate(
+                kind=p.CertificateKind.ACTION,
+                subject=hash_,
+                entries=_sorted_statements(signers.values()),
+            ),
         )
         record_hash = staged.record_hash
         conversation.staged[record_hash] = staged
@@ -1036,8 +1040,10 @@ class Certifier:
             return
         record = p.CertifiedRecord(
             action_certified_record=staged,
-            durability_certificate=p.DurabilityCertificate(
-                record_hash=record_hash, votes=_sorted_statements(votes.values())
+            durability_certificate=p.Certificate(
+                kind=p.CertificateKind.DURABILITY,
+                subject=record_hash,
+                entries=_sorted_statements(votes.values()),
             ),
         )
         effects.writes.append(DeleteStaged(agent_id=self.agent_id, record_hash=record_hash))
@@ -1299,8 +1305,10 @@ class Certifier:
         completed = p.CompletedReanchor(
             anchor_hash=reanchor.anchor_hash,
             reanchor=reanchor.body,
-            certificate=p.ReanchorCertificate(
-                anchor_hash=reanchor.anchor_hash, votes=_sorted_statements(reanchor.votes.values())
+            certificate=p.Certificate(
+                kind=p.CertificateKind.REANCHOR,
+                subject=reanchor.anchor_hash,
+                entries=_sorted_statements(reanchor.votes.values()),
             ),
         )
         self._adopt_reanchor(conversation, completed, effects, now=now)

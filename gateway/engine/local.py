@@ -429,7 +429,10 @@ class LocalOrder:
                 for m in members
             )
             staged = conversation.action_certified_record(
-                action, p.ActionCertificate(action_hash=action_hash, signatures=signatures)
+                action,
+                p.Certificate(
+                    kind=p.CertificateKind.ACTION, subject=action_hash, entries=signatures
+                ),
             )
             record_hash = staged.record_hash
             votes = tuple(
@@ -446,8 +449,8 @@ class LocalOrder:
             )
             record = p.CertifiedRecord(
                 action_certified_record=staged,
-                durability_certificate=p.DurabilityCertificate(
-                    record_hash=record_hash, votes=votes
+                durability_certificate=p.Certificate(
+                    kind=p.CertificateKind.DURABILITY, subject=record_hash, entries=votes
                 ),
             )
             data = p.encode(record)

@@ -168,7 +168,9 @@ async def _move_one(
         current = p.CompletedReanchor(
             anchor_hash=current_hash,
             reanchor=body,
-            certificate=p.ReanchorCertificate(anchor_hash=current_hash, votes=votes),
+            certificate=p.Certificate(
+                kind=p.CertificateKind.REANCHOR, subject=current_hash, entries=votes
+            ),
         )
         completed = p.encode(current)
         body_bytes = p.encode(body)

@@ -54,12 +54,11 @@ from gateway.engine.protocol.builders import (
     build_record_core,
 )
 from gateway.engine.protocol.certificates import (
-    ActionCertificate,
     ActionCertifiedRecord,
+    Certificate,
+    CertificateKind,
     CertifiedRecord,
     CompletedReanchor,
-    DurabilityCertificate,
-    ReanchorCertificate,
     RouterAnchor,
 )
 from gateway.engine.protocol.conversation import (
@@ -153,7 +152,6 @@ __all__ = [
     "STATEMENT_ARTIFACT",
     "VERSION",
     "Action",
-    "ActionCertificate",
     "ActionCertifiedRecord",
     "ActionProposal",
     "ActionSignature",
@@ -165,10 +163,11 @@ __all__ = [
     "CatchUpItemKind",
     "CatchUpPage",
     "CatchUpRequest",
+    "Certificate",
+    "CertificateKind",
     "CertifiedRecord",
     "CompletedReanchor",
     "ConversationIdentity",
-    "DurabilityCertificate",
     "DurabilityVote",
     "Envelope",
     "GenesisAction",
@@ -180,7 +179,6 @@ __all__ = [
     "ProtocolError",
     "ProtocolObject",
     "ReanchorBody",
-    "ReanchorCertificate",
     "ReanchorVote",
     "RecordCore",
     "RouterAnchor",

@@ -1,6 +1,7 @@
 """Certificates (engine.md §5.1-§5.2) and the certified objects that carry them.
 
-Action, durability and re-anchor certificates, a `CompletedReanchor` (a re-anchor with its
+The one `Certificate` shape in its three kinds (`CertificateKind`: action, durability,
+re-anchor), a `CompletedReanchor` (a re-anchor with its
 certificate), the `RouterAnchor` a record was certified under, and the two stages of a record:
 `ActionCertifiedRecord` (staged before the durability vote) and `CertifiedRecord`. Whether a
 certificate meets its threshold is checked in `rules.py`.
@@ -8,8 +9,10 @@ certificate meets its threshold is checked in `rules.py`.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Self, TypeAlias
+from typing import ClassVar, Final, Self, TypeAlias
 
 from harness_contract.ids import HashId
 from harness_contract.jsonvalue import JsonValue
@@ -28,84 +31,73 @@ from gateway.identity.objects import (
 # --- Certificates (§5.1-§5.2) ------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ActionCertificate:
-    """`{kind:"action_certificate", actionHash, signatures:[SignedStatement...]}`."""
+class CertificateKind(enum.StrEnum):
+    """The three certificates of §5.1, each its own `kind` on the wire.
 
-    KIND: ClassVar[str] = "action_certificate"
-    action_hash: str
-    signatures: tuple[SignedStatement, ...]
+    They share one shape, a subject hash and one entry per signer, and differ in the names of
+    those two fields and in what the entries must be (checked in `rules.py`).
+    """
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        return {
-            "kind": self.KIND,
-            "version": VERSION,
-            "actionHash": self.action_hash,
-            "signatures": [entry.to_json() for entry in self.signatures],
-        }
-
-    @classmethod
-    def from_json(cls, value: JsonValue, *, at: str = "action_certificate") -> Self:
-        """Decode strictly (entries one per signer, in byte order); raises `ProtocolError`."""
-        obj = object_fields(value, cls.KIND, ("actionHash", "signatures"), at)
-        return cls(
-            action_hash=hash_id_field(obj, "actionHash", HashId.ACTION, at),
-            signatures=statement_entries(obj, "signatures", at),
-        )
+    ACTION = "action_certificate"
+    """`{actionHash, signatures}`: `action_signature`s over one action (GENESIS all n,
+    POST a quorum with the author)."""
+    DURABILITY = "durability_certificate"
+    """`{recordHash, votes}`: a quorum of `durability_vote`s, each cast after storing the
+    record."""
+    REANCHOR = "reanchor_certificate"
+    """`{anchorHash, votes}`: a quorum of `reanchor_vote`s carrying one re-anchor body."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DurabilityCertificate:
-    """`{kind:"durability_certificate", recordHash, votes:[SignedStatement...]}`."""
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    subject_field: str
+    subject_id: HashId
+    entries_field: str
 
-    KIND: ClassVar[str] = "durability_certificate"
-    record_hash: str
-    votes: tuple[SignedStatement, ...]
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
-        return {
-            "kind": self.KIND,
-            "version": VERSION,
-            "recordHash": self.record_hash,
-            "votes": [entry.to_json() for entry in self.votes],
-        }
-
-    @classmethod
-    def from_json(cls, value: JsonValue, *, at: str = "durability_certificate") -> Self:
-        """Decode strictly (entries one per signer, in byte order); raises `ProtocolError`."""
-        obj = object_fields(value, cls.KIND, ("recordHash", "votes"), at)
-        return cls(
-            record_hash=hash_id_field(obj, "recordHash", HashId.RECORD, at),
-            votes=statement_entries(obj, "votes", at),
-        )
+_LAYOUTS: Final[Mapping[CertificateKind, _Layout]] = {
+    CertificateKind.ACTION: _Layout("actionHash", HashId.ACTION, "signatures"),
+    CertificateKind.DURABILITY: _Layout("recordHash", HashId.RECORD, "votes"),
+    CertificateKind.REANCHOR: _Layout("anchorHash", HashId.ANCHOR, "votes"),
+}
+"""Each kind's JSON field names and the hash its subject is; the wire forms are the spec's."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReanchorCertificate:
-    """`{kind:"reanchor_certificate", anchorHash, votes:[SignedStatement...]}`."""
+class Certificate:
+    """A certificate of one `kind`: `{kind:"action_certificate", actionHash,
+    signatures:[SignedStatement...]}`, `{kind:"durability_certificate", recordHash,
+    votes:[...]}` or `{kind:"reanchor_certificate", anchorHash, votes:[...]}`.
 
-    KIND: ClassVar[str] = "reanchor_certificate"
-    anchor_hash: str
-    votes: tuple[SignedStatement, ...]
+    `subject` is the hash the certificate names (ActionHash, RecordHash or AnchorHash) and
+    `entries` its signed statements, one per signer in AgentId byte order.
+    """
+
+    kind: CertificateKind
+    subject: str
+    entries: tuple[SignedStatement, ...]
 
     def to_json(self) -> dict[str, JsonValue]:
-        """The spec's JSON object."""
+        """The spec's JSON object for this kind."""
+        layout = _LAYOUTS[self.kind]
         return {
-            "kind": self.KIND,
+            "kind": self.kind.value,
             "version": VERSION,
-            "anchorHash": self.anchor_hash,
-            "votes": [entry.to_json() for entry in self.votes],
+            layout.subject_field: self.subject,
+            layout.entries_field: [entry.to_json() for entry in self.entries],
         }
 
     @classmethod
-    def from_json(cls, value: JsonValue, *, at: str = "reanchor_certificate") -> Self:
-        """Decode strictly (entries one per signer, in byte order); raises `ProtocolError`."""
-        obj = object_fields(value, cls.KIND, ("anchorHash", "votes"), at)
+    def from_json(cls, value: JsonValue, *, kind: CertificateKind, at: str | None = None) -> Self:
+        """Decode strictly a certificate that must be of `kind` (entries one per signer, in
+        byte order); raises `ProtocolError`."""
+        layout = _LAYOUTS[kind]
+        where = kind.value if at is None else at
+        obj = object_fields(value, kind.value, (layout.subject_field, layout.entries_field), where)
         return cls(
-            anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
-            votes=statement_entries(obj, "votes", at),
+            kind=kind,
+            subject=hash_id_field(obj, layout.subject_field, layout.subject_id, where),
+            entries=statement_entries(obj, layout.entries_field, where),
         )
 
 
@@ -116,7 +108,8 @@ class CompletedReanchor:
     KIND: ClassVar[str] = "completed_reanchor"
     anchor_hash: str
     reanchor: ReanchorBody
-    certificate: ReanchorCertificate
+    certificate: Certificate
+    """Of kind REANCHOR."""
 
     def to_json(self) -> dict[str, JsonValue]:
         """The spec's JSON object."""
@@ -135,7 +128,9 @@ class CompletedReanchor:
         return cls(
             anchor_hash=hash_id_field(obj, "anchorHash", HashId.ANCHOR, at),
             reanchor=ReanchorBody.from_json(obj["reanchor"], at=f"{at}.reanchor"),
-            certificate=ReanchorCertificate.from_json(obj["certificate"], at=f"{at}.certificate"),
+            certificate=Certificate.from_json(
+                obj["certificate"], kind=CertificateKind.REANCHOR, at=f"{at}.certificate"
+            ),
         )
 
 
@@ -152,7 +147,8 @@ class ActionCertifiedRecord:
     record_hash: str
     record_core: RecordCore
     router_anchor: RouterAnchor
-    action_certificate: ActionCertificate
+    action_certificate: Certificate
+    """Of kind ACTION."""
 
     def to_json(self) -> dict[str, JsonValue]:
         """The spec's JSON object."""
@@ -184,8 +180,10 @@ class ActionCertifiedRecord:
             record_hash=hash_id_field(obj, "recordHash", HashId.RECORD, at),
             record_core=RecordCore.from_json(obj["recordCore"], at=f"{at}.recordCore"),
             router_anchor=router_anchor,
-            action_certificate=ActionCertificate.from_json(
-                obj["actionCertificate"], at=f"{at}.actionCertificate"
+            action_certificate=Certificate.from_json(
+                obj["actionCertificate"],
+                kind=CertificateKind.ACTION,
+                at=f"{at}.actionCertificate",
             ),
         )
 
@@ -196,7 +194,8 @@ class CertifiedRecord:
 
     KIND: ClassVar[str] = "certified_record"
     action_certified_record: ActionCertifiedRecord
-    durability_certificate: DurabilityCertificate
+    durability_certificate: Certificate
+    """Of kind DURABILITY."""
 
     @property
     def record_hash(self) -> str:
@@ -220,7 +219,9 @@ class CertifiedRecord:
             action_certified_record=ActionCertifiedRecord.from_json(
                 obj["actionCertifiedRecord"], at=f"{at}.actionCertifiedRecord"
             ),
-            durability_certificate=DurabilityCertificate.from_json(
-                obj["durabilityCertificate"], at=f"{at}.durabilityCertificate"
+            durability_certificate=Certificate.from_json(
+                obj["durabilityCertificate"],
+                kind=CertificateKind.DURABILITY,
+                at=f"{at}.durabilityCertificate",
             ),
         )

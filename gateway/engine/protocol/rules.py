@@ -14,12 +14,11 @@ from typing import TypeVar, assert_never
 from harness_contract.ids import RandomId, agent_id_order_key
 
 from gateway.engine.protocol.certificates import (
-    ActionCertificate,
     ActionCertifiedRecord,
+    Certificate,
+    CertificateKind,
     CertifiedRecord,
     CompletedReanchor,
-    DurabilityCertificate,
-    ReanchorCertificate,
 )
 from gateway.engine.protocol.conversation import (
     Action,
@@ -115,6 +114,13 @@ def _check_entries(
     return frozenset(entry.signer_agent_id for entry in entries)
 
 
+def _check_kind(certificate: Certificate, required: CertificateKind) -> None:
+    # Decoding fixes the kind by position; this catches a certificate built locally in the
+    # wrong place, which the entries' statement type would otherwise report less plainly.
+    if certificate.kind is not required:
+        raise ProtocolError(f"{certificate.kind.value} where {required.value} is required")
+
+
 def check_action(action: Action, membership: MembershipDescriptor) -> None:
     """Check an action against its (trusted, verified) membership, as §5.4 step 1 asks:
     conversation and membership hash, the intent's hash and fields, the author being a
@@ -150,7 +156,7 @@ def check_action(action: Action, membership: MembershipDescriptor) -> None:
 
 
 def check_action_certificate(
-    certificate: ActionCertificate,
+    certificate: Certificate,
     *,
     action: Action,
     membership: MembershipDescriptor,
@@ -162,12 +168,13 @@ def check_action_certificate(
 
     Raises `ProtocolError` naming the first failure.
     """
-    if certificate.action_hash != action_hash(action):
+    _check_kind(certificate, CertificateKind.ACTION)
+    if certificate.subject != action_hash(action):
         raise ProtocolError("action_certificate.actionHash is not the action's hash")
     signers = _check_entries(
-        certificate.signatures,
+        certificate.entries,
         statement_type=ActionSignature,
-        names_subject=lambda statement: statement.action_hash == certificate.action_hash,
+        names_subject=lambda statement: statement.action_hash == certificate.subject,
         membership=membership,
         cache=cache,
         at="action_certificate.signatures",
@@ -190,7 +197,7 @@ def check_action_certificate(
 
 
 def check_durability_certificate(
-    certificate: DurabilityCertificate,
+    certificate: Certificate,
     *,
     record_hash: str,
     membership: MembershipDescriptor,
@@ -199,11 +206,12 @@ def check_durability_certificate(
     """Check a durability certificate (§5.1): it names `record_hash`; at least quorum(n)
     `durability_vote`s naming it, this conversation and membership, one per member in
     AgentId byte order, each verifying. Raises `ProtocolError`."""
-    if certificate.record_hash != record_hash:
+    _check_kind(certificate, CertificateKind.DURABILITY)
+    if certificate.subject != record_hash:
         raise ProtocolError("durability_certificate.recordHash is not the record's hash")
     expected_membership = membership_hash(membership)
     signers = _check_entries(
-        certificate.votes,
+        certificate.entries,
         statement_type=DurabilityVote,
         names_subject=lambda vote: (
             vote.record_hash == record_hash
@@ -221,7 +229,7 @@ def check_durability_certificate(
 
 
 def check_reanchor_certificate(
-    certificate: ReanchorCertificate,
+    certificate: Certificate,
     *,
     reanchor: ReanchorBody,
     membership: MembershipDescriptor,
@@ -230,11 +238,12 @@ def check_reanchor_certificate(
     """Check a re-anchor certificate (§5.1): it names `reanchor`'s hash; at least quorum(n)
     `reanchor_vote`s naming that hash and carrying that body, one per member in AgentId
     byte order, each verifying. Raises `ProtocolError`."""
+    _check_kind(certificate, CertificateKind.REANCHOR)
     expected = anchor_hash(reanchor)
-    if certificate.anchor_hash != expected:
+    if certificate.subject != expected:
         raise ProtocolError("reanchor_certificate.anchorHash is not the re-anchor's hash")
     signers = _check_entries(
-        certificate.votes,
+        certificate.entries,
         statement_type=ReanchorVote,
         names_subject=lambda vote: vote.anchor_hash == expected and vote.reanchor == reanchor,
         membership=membership,

@@ -118,7 +118,7 @@ async def test_a_direct_post_certifies_with_both_members_signatures(world):
     record = p.decode(bob[0].record, p.CertifiedRecord)
     descriptor = world.descriptor("alice", "bob")
     p.check_certified_record(record, membership=descriptor)
-    assert len(record.action_certified_record.action_certificate.signatures) == 2
+    assert len(record.action_certified_record.action_certificate.entries) == 2
     assert record.action_certified_record.record_core.action.post_intent.post_id == post_id
 
 

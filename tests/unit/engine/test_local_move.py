@@ -88,7 +88,7 @@ async def test_router_path_conversations_move_onto_the_local_instance_with_one_h
             ]
             anchor = p.decode(row.anchor, p.CompletedReanchor)
             assert anchor.reanchor.router_instance_id == world.store.local_instance_id
-            assert len(anchor.certificate.votes) == 2
+            assert len(anchor.certificate.entries) == 2
             assert row.depth == 2
             assert local.is_local(direct)
             assert all(not c.knows(direct) for c in certifiers.values())
@@ -160,7 +160,9 @@ async def test_members_on_different_anchors_after_a_crash_between_adoptions_move
     completed = p.CompletedReanchor(
         anchor_hash=anchor_hash,
         reanchor=body,
-        certificate=p.ReanchorCertificate(anchor_hash=anchor_hash, votes=votes),
+        certificate=p.Certificate(
+            kind=p.CertificateKind.REANCHOR, subject=anchor_hash, entries=votes
+        ),
     )
     state.conversations[direct] = replace(row, anchor=p.encode(completed), anchor_hash=anchor_hash)
     certifiers, local = await _restarted(world)

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from gateway.engine.protocol import (
     MAX_ENVELOPE_BODY_BYTES,
     VERSION,
-    ActionCertificate,
     ActionCertifiedRecord,
     ActionProposal,
     ActionSignature,
@@ -27,10 +26,11 @@ from gateway.engine.protocol import (
     CatchUpItemKind,
     CatchUpPage,
     CatchUpRequest,
+    Certificate,
+    CertificateKind,
     CertifiedRecord,
     CompletedReanchor,
     ConversationIdentity,
-    DurabilityCertificate,
     DurabilityVote,
     Envelope,
     GenesisAction,
@@ -41,7 +41,6 @@ from gateway.engine.protocol import (
     PostIntent,
     ProtocolError,
     ReanchorBody,
-    ReanchorCertificate,
     ReanchorVote,
     SignedAgentCard,
     SignedEnvelope,
@@ -171,20 +170,22 @@ def signed(members: list[Member], statement_for) -> tuple[SignedStatement, ...]:
     return tuple(sign_statement(m.key, statement_for(m)) for m in members)
 
 
-def action_certificate(action, signers: list[Member]) -> ActionCertificate:
+def action_certificate(action, signers: list[Member]) -> Certificate:
     hashed = action_hash(action)
-    return ActionCertificate(
-        action_hash=hashed,
-        signatures=signed(
+    return Certificate(
+        kind=CertificateKind.ACTION,
+        subject=hashed,
+        entries=signed(
             signers, lambda m: ActionSignature(signer_agent_id=m.agent_id, action_hash=hashed)
         ),
     )
 
 
-def durability_certificate(conv: Conversation, record: str, signers) -> DurabilityCertificate:
-    return DurabilityCertificate(
-        record_hash=record,
-        votes=signed(
+def durability_certificate(conv: Conversation, record: str, signers) -> Certificate:
+    return Certificate(
+        kind=CertificateKind.DURABILITY,
+        subject=record,
+        entries=signed(
             signers,
             lambda m: DurabilityVote(
                 signer_agent_id=m.agent_id,
@@ -229,7 +230,7 @@ def completed_reanchor(conv: Conversation, selected: str, voters=None) -> Comple
     return CompletedReanchor(
         anchor_hash=hashed,
         reanchor=body,
-        certificate=ReanchorCertificate(anchor_hash=hashed, votes=votes),
+        certificate=Certificate(kind=CertificateKind.REANCHOR, subject=hashed, entries=votes),
     )
 
 
@@ -285,9 +286,9 @@ INCOMPLETE = CatchUpIncomplete(
 SAMPLE_PACKETS: dict[str, Packet] = {
     "genesis proposal": ActionProposal(action=CONV.genesis),
     "post proposal": ActionProposal(action=POST),
-    "action signature": POST_RECORD.action_certified_record.action_certificate.signatures[0],
-    "durability vote": POST_RECORD.durability_certificate.votes[0],
-    "reanchor vote": REANCHOR.certificate.votes[0],
+    "action signature": POST_RECORD.action_certified_record.action_certificate.entries[0],
+    "durability vote": POST_RECORD.durability_certificate.entries[0],
+    "reanchor vote": REANCHOR.certificate.entries[0],
     "attestation": PAGE.attestation,
     "catch-up request": REQUEST,
     "catch-up request with a position": catch_up_request(
@@ -453,24 +454,24 @@ def test_a_durability_vote_never_counts_as_an_action_signature():
     # The same signers, one entry replaced by that member's durability vote.
     vote = next(
         v
-        for v in POST_RECORD.durability_certificate.votes
-        if v.signer_agent_id == certificate.signatures[0].signer_agent_id
+        for v in POST_RECORD.durability_certificate.entries
+        if v.signer_agent_id == certificate.entries[0].signer_agent_id
     )
-    mixed = replace(certificate, signatures=(vote, *certificate.signatures[1:]))
+    mixed = replace(certificate, entries=(vote, *certificate.entries[1:]))
     with pytest.raises(ProtocolError, match="durability_vote where action_signature is required"):
         check_action_certificate(mixed, action=POST, membership=CONV.membership)
-    only_votes = replace(certificate, signatures=POST_RECORD.durability_certificate.votes)
+    only_votes = replace(certificate, entries=POST_RECORD.durability_certificate.entries)
     with pytest.raises(ProtocolError):
         check_action_certificate(only_votes, action=POST, membership=CONV.membership)
 
 
 def test_an_action_signature_never_counts_as_a_durability_vote():
     durability = POST_RECORD.durability_certificate
-    signatures = POST_RECORD.action_certified_record.action_certificate.signatures
+    signatures = POST_RECORD.action_certified_record.action_certificate.entries
     with pytest.raises(ProtocolError, match="where durability_vote is required"):
         check_durability_certificate(
-            replace(durability, votes=signatures),
-            record_hash=durability.record_hash,
+            replace(durability, entries=signatures),
+            record_hash=durability.subject,
             membership=CONV.membership,
         )
 
@@ -478,13 +479,13 @@ def test_an_action_signature_never_counts_as_a_durability_vote():
 def test_a_reanchor_vote_never_counts_as_a_durability_vote_and_back():
     with pytest.raises(ProtocolError, match="where durability_vote is required"):
         check_durability_certificate(
-            replace(POST_RECORD.durability_certificate, votes=REANCHOR.certificate.votes),
+            replace(POST_RECORD.durability_certificate, entries=REANCHOR.certificate.entries),
             record_hash=POST_RECORD.record_hash,
             membership=CONV.membership,
         )
     with pytest.raises(ProtocolError, match="where reanchor_vote is required"):
         check_reanchor_certificate(
-            replace(REANCHOR.certificate, votes=POST_RECORD.durability_certificate.votes),
+            replace(REANCHOR.certificate, entries=POST_RECORD.durability_certificate.entries),
             reanchor=REANCHOR.reanchor,
             membership=CONV.membership,
         )
@@ -534,15 +535,15 @@ def test_different_valid_signer_subsets_give_one_record_hash():
 
 def test_certificate_entries_out_of_byte_order_or_repeated_fail():
     certificate = POST_RECORD.action_certified_record.action_certificate
-    swapped = (certificate.signatures[1], certificate.signatures[0], *certificate.signatures[2:])
+    swapped = (certificate.entries[1], certificate.entries[0], *certificate.entries[2:])
     with pytest.raises(ProtocolError, match="byte order"):
         check_action_certificate(
-            replace(certificate, signatures=swapped), action=POST, membership=CONV.membership
+            replace(certificate, entries=swapped), action=POST, membership=CONV.membership
         )
-    repeated = (certificate.signatures[0], *certificate.signatures)
+    repeated = (certificate.entries[0], *certificate.entries)
     with pytest.raises(ProtocolError, match="one entry per signer"):
         check_action_certificate(
-            replace(certificate, signatures=repeated), action=POST, membership=CONV.membership
+            replace(certificate, entries=repeated), action=POST, membership=CONV.membership
         )
 
 
@@ -551,35 +552,35 @@ def test_a_certificate_entry_from_a_non_member_fails():
     certificate = POST_RECORD.action_certified_record.action_certificate
     entry = sign_statement(
         outsider.key,
-        ActionSignature(signer_agent_id=outsider.agent_id, action_hash=certificate.action_hash),
+        ActionSignature(signer_agent_id=outsider.agent_id, action_hash=certificate.subject),
     )
     entries = sorted(
-        (*certificate.signatures, entry),
+        (*certificate.entries, entry),
         key=lambda e: RandomId.AGENT.decode(e.signer_agent_id) or b"",
     )
     with pytest.raises(ProtocolError, match="not a member"):
         check_action_certificate(
-            replace(certificate, signatures=tuple(entries)), action=POST, membership=CONV.membership
+            replace(certificate, entries=tuple(entries)), action=POST, membership=CONV.membership
         )
 
 
 def test_a_certificate_entry_naming_another_hash_or_badly_signed_fails():
     certificate = POST_RECORD.action_certified_record.action_certificate
-    signer = CONV.member(certificate.signatures[0].signer_agent_id)
+    signer = CONV.member(certificate.entries[0].signer_agent_id)
     other = sign_statement(
         signer.key,
         ActionSignature(signer_agent_id=signer.agent_id, action_hash=action_hash(CONV.genesis)),
     )
     with pytest.raises(ProtocolError, match="another subject"):
         check_action_certificate(
-            replace(certificate, signatures=(other, *certificate.signatures[1:])),
+            replace(certificate, entries=(other, *certificate.entries[1:])),
             action=POST,
             membership=CONV.membership,
         )
-    forged = replace(certificate.signatures[0], signature=certificate.signatures[1].signature)
+    forged = replace(certificate.entries[0], signature=certificate.entries[1].signature)
     with pytest.raises(ProtocolError, match="signature is invalid"):
         check_action_certificate(
-            replace(certificate, signatures=(forged, *certificate.signatures[1:])),
+            replace(certificate, entries=(forged, *certificate.entries[1:])),
             action=POST,
             membership=CONV.membership,
         )
@@ -658,7 +659,7 @@ def test_post_intent_hash_excludes_predecessor_and_anchor():
 
 
 def test_every_hash_has_its_prefix():
-    statement = POST_RECORD.durability_certificate.votes[0].statement
+    statement = POST_RECORD.durability_certificate.entries[0].statement
     signed_envelope = seal_envelope(
         CONV.members[0].key,
         sender_agent_id=CONV.members[0].agent_id,
@@ -1083,7 +1084,7 @@ def test_a_catch_up_answer_goes_only_to_responder_and_requester_in_byte_order(pa
 
 def test_an_envelope_with_other_recipients_a_foreign_sender_or_a_bad_signature_is_dropped():
     sender = CONV.members[1]
-    packet = POST_RECORD.durability_certificate.votes[1]
+    packet = POST_RECORD.durability_certificate.entries[1]
     assert packet.signer_agent_id == sender.agent_id
     good = seal_envelope(
         sender.key,
@@ -1239,7 +1240,7 @@ def test_a_catch_up_page_attested_by_someone_else_or_for_another_item_fails():
             sender_agent_id=PAGE.attestation.signer_agent_id,
             membership=CONV.membership,
         )
-    not_attestation = replace(PAGE, attestation=POST_RECORD.durability_certificate.votes[0])
+    not_attestation = replace(PAGE, attestation=POST_RECORD.durability_certificate.entries[0])
     with pytest.raises(ProtocolError, match="where catch_up_attestation is required"):
         check_catch_up_answer(
             not_attestation,
@@ -1251,7 +1252,7 @@ def test_a_catch_up_page_attested_by_someone_else_or_for_another_item_fails():
 def test_a_catch_up_page_with_an_invalid_record_fails():
     durability = replace(
         GENESIS_RECORD.durability_certificate,
-        votes=GENESIS_RECORD.durability_certificate.votes[: quorum(CONV.n) - 1],
+        entries=GENESIS_RECORD.durability_certificate.entries[: quorum(CONV.n) - 1],
     )
     record = replace(GENESIS_RECORD, durability_certificate=durability)
     page = replace(PAGE, item=record)
@@ -1278,3 +1279,31 @@ def test_statement_kinds_cover_the_closed_union():
     assert isinstance(CONV.genesis, GenesisAction)
     assert isinstance(PAGE.item, CertifiedRecord)
     assert SignedEnvelope.KIND == "signed_envelope"
+
+
+def test_each_certificate_kind_keeps_the_specs_field_names_on_the_wire():
+    action = POST_RECORD.action_certified_record.action_certificate.to_json()
+    durability = POST_RECORD.durability_certificate.to_json()
+    reanchor = REANCHOR.certificate.to_json()
+    assert set(action) == {"kind", "version", "actionHash", "signatures"}
+    assert action["kind"] == "action_certificate"
+    assert set(durability) == {"kind", "version", "recordHash", "votes"}
+    assert durability["kind"] == "durability_certificate"
+    assert set(reanchor) == {"kind", "version", "anchorHash", "votes"}
+    assert reanchor["kind"] == "reanchor_certificate"
+
+
+def test_a_certificate_decoded_where_another_kind_belongs_is_refused():
+    durability = POST_RECORD.durability_certificate.to_json()
+    assert Certificate.from_json(durability, kind=CertificateKind.DURABILITY) == (
+        POST_RECORD.durability_certificate
+    )
+    with pytest.raises(ProtocolError, match="reanchor_certificate"):
+        Certificate.from_json(durability, kind=CertificateKind.REANCHOR)
+
+
+def test_a_certificate_checked_as_another_kind_is_refused():
+    with pytest.raises(ProtocolError, match="durability_certificate where action_certificate"):
+        check_action_certificate(
+            POST_RECORD.durability_certificate, action=POST, membership=CONV.membership
+        )
