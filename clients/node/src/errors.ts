@@ -24,7 +24,8 @@
  * never shadows `@connectrpc/connect`'s `ConnectError`.
  */
 
-import type { CheckedGuidance, FirewallRefusal, JsonValue } from "./values.js";
+import type { CheckedGuidance, FirewallRefusal } from "./guidance.js";
+import type { JsonValue } from "./json.js";
 
 /** The gRPC status code names, indexed by code number. */
 export const GRPC_CODES = [

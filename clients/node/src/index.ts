@@ -69,3 +69,5 @@ export type {
   UnreachableMember,
 } from "./errors.js";
 export type * from "./values.js";
+export type * from "./guidance.js";
+export type * from "./json.js";

@@ -11,18 +11,13 @@
  */
 
 import type { SendFailure } from "./errors.js";
+import type { CheckedGuidance, LocalGuidance, Withheld } from "./guidance.js";
+import type { JsonObject, JsonValue } from "./json.js";
 
-/** A JSON value: finite numbers only, objects with string keys. */
-export type JsonValue =
-  | null
-  | boolean
-  | number
-  | string
-  | readonly JsonValue[]
-  | { readonly [key: string]: JsonValue };
-
-/** A JSON object. */
-export type JsonObject = { readonly [key: string]: JsonValue };
+// The JSON and guidance values live in leaves that `errors.ts` imports too, so errors and
+// values never import each other; they are re-exported here with the rest of the values.
+export type * from "./guidance.js";
+export type * from "./json.js";
 
 /** `agent:<AgentName>`. */
 export type AgentAddress = string;
@@ -105,72 +100,6 @@ export interface SendResult {
    * one for a message or an answer, one per member conversation for a gather.
    */
   readonly postIds: readonly PostId[];
-}
-
-// --- guidance ----------------------------------------------------------------------
-
-/** Why the local firewall refused a send or withheld text. */
-export type FirewallRefusal =
-  | "forbidden-recipient"
-  | "content-blocked"
-  | "rate-limited"
-  | "middleware-unavailable";
-
-/** What a rule expects the model to do about its subjects. */
-export type Expectation = "required" | "permitted" | "wait" | "none";
-
-/** One text a firewall check covered. */
-export interface GuidanceSubject {
-  readonly id: string;
-  readonly sender: string;
-  readonly recipients: readonly string[];
-  readonly text: string;
-}
-
-/** An instruction stating an expectation about some subjects. */
-export interface ExpectationInstruction {
-  readonly middlewareId: string;
-  readonly ruleId: string;
-  readonly expectation: Expectation;
-  readonly subjects: readonly string[];
-  readonly instruction: string;
-}
-
-/** An instruction reporting a middleware's judgement (a classifier). */
-export interface UncertainInstruction {
-  readonly middlewareId: string;
-  readonly ruleId: string;
-  readonly uncertain: { readonly choice: string; readonly probability: number };
-  readonly instruction: string;
-}
-
-/** One of the two instruction shapes (`"expectation" in i` tells them apart). */
-export type Instruction = ExpectationInstruction | UncertainInstruction;
-
-/** The outcome of one firewall check that admitted what it checked. */
-export interface CheckedGuidance {
-  readonly checkId: string;
-  readonly subjects: readonly GuidanceSubject[];
-  readonly instructions: readonly Instruction[];
-}
-
-/** The guidance on one member's answer in a collective result. */
-export type MemberGuidance = CheckedGuidance & { readonly member: AgentAddress };
-
-/** The guidance of a `collectiveResult` delivery. */
-export interface CollectiveGuidance {
-  readonly question?: CheckedGuidance;
-  readonly answers: readonly MemberGuidance[];
-}
-
-/** What the local firewall says about one delivery (`"checkId" in g` is the checked form). */
-export type LocalGuidance = CheckedGuidance | CollectiveGuidance;
-
-/** Text the local firewall withheld from the runtime, never peer content. */
-export interface Withheld {
-  readonly kind: "withheld";
-  readonly checkId: string;
-  readonly reason: FirewallRefusal;
 }
 
 // --- inbound -----------------------------------------------------------------------

@@ -24,10 +24,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, assert_never
+from typing import TypeAlias, assert_never
 
-if TYPE_CHECKING:
-    from harness_contract.guidance import CheckedGuidance
+# The firewall's refusal vocabulary sits with the guidance values (a leaf, so guidance never
+# imports this module); re-exported here, where every failure's reason is named.
+from harness_contract.guidance import CheckedGuidance
+from harness_contract.guidance import FirewallRefusal as FirewallRefusal
 
 
 class StatusCode(enum.Enum):
@@ -463,19 +465,6 @@ class CollectiveError(_EqualByFields, HarnessError):
 
 
 # --- FirewallSendError -----------------------------------------------------------------
-
-
-class FirewallRefusal(enum.StrEnum):
-    """Why the local firewall refused a send or withheld text (firewall.md §3)."""
-
-    FORBIDDEN_RECIPIENT = "forbidden-recipient"
-    """A recipient policy denies this sender and recipient."""
-    CONTENT_BLOCKED = "content-blocked"
-    """A content pattern refuses the outgoing text."""
-    RATE_LIMITED = "rate-limited"
-    """The agent sends faster than its rate limit allows."""
-    MIDDLEWARE_UNAVAILABLE = "middleware-unavailable"
-    """An external middleware failed and is configured to fail closed."""
 
 
 class FirewallSendError(_EqualByFields, HarnessError):

@@ -1,7 +1,10 @@
 """Local firewall guidance values of the contract (firewall.md §3).
 
-The firewall itself comes later; these are the public shapes it produces, which the
-contract, the protobuf API and every item already carry.
+These are the public shapes the firewall produces, which the contract, the protobuf API and
+every item carry. The module is a leaf: `FirewallRefusal` lives here, beside `Withheld`, and
+`errors.py` (whose `FirewallSendError` carries a refusal and a `CheckedGuidance`) imports it
+from here and re-exports it, so the two modules never import each other
+(`tests/unit/test_package_cycles.py`).
 """
 
 from __future__ import annotations
@@ -10,7 +13,18 @@ import enum
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from harness_contract.errors import FirewallRefusal
+
+class FirewallRefusal(enum.StrEnum):
+    """Why the local firewall refused a send or withheld text (firewall.md §3)."""
+
+    FORBIDDEN_RECIPIENT = "forbidden-recipient"
+    """A recipient policy denies this sender and recipient."""
+    CONTENT_BLOCKED = "content-blocked"
+    """A content pattern refuses the outgoing text."""
+    RATE_LIMITED = "rate-limited"
+    """The agent sends faster than its rate limit allows."""
+    MIDDLEWARE_UNAVAILABLE = "middleware-unavailable"
+    """An external middleware failed and is configured to fail closed."""
 
 
 class Expectation(enum.StrEnum):
