@@ -1,8 +1,8 @@
 """The agents one daemon hosts: their runtimes, their API tokens, and registering new ones.
 
 An `AgentDirectory` builds each hosted agent's `AgentRuntime` (restored from the store at
-start, or fresh when `register` mints a key and a Registry card), keeps the agents by id
-and by name, and owns the token rules: API tokens are stored and cached only as SHA-256
+start, or fresh when `register` mints a key and a Registry card), keeps them in its
+`HostedAgents` table by id and by name, and owns the token rules: API tokens are stored and cached only as SHA-256
 digests, rotating or revoking them ends the agent's stream, and the operator token is
 compared in constant time. Every registration and token change is logged on
 `harness.audit` with the agent's name, never a token.
@@ -78,39 +78,19 @@ class Hosting:
     """The local firewall every agent's sends and items pass, when one is configured."""
 
 
-class AgentDirectory:
-    """The hosted agents by id and by name, and their tokens."""
+class HostedAgents:
+    """The directory's table: the runtimes of the agents hosted here, by id and by name.
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        local_instance_id: str,
-        network: Network,
-        registry: RegistryClient,
-        hosting: Hosting,
-        admin_token: str,
-        on_hosted: Callable[[], None] = lambda: None,
-    ) -> None:
-        """`on_hosted` is called after `register` hosts a new agent (the composition root
-        republishes the gauges that count hosted agents)."""
-        self._store = store
-        self._local_instance_id = local_instance_id
-        self._network = network
-        self._registry = registry
-        self._hosting = hosting
-        self._admin_token = admin_token
-        self._on_hosted = on_hosted
+    It holds no connection to anything, so the composition root builds it before the
+    `Network` and hands the network's deliveries-ready signal straight to
+    `deliveries_ready`; the `AgentDirectory` fills it as it hosts agents."""
+
+    def __init__(self) -> None:
         self._by_id: dict[str, AgentRuntime] = {}
         self._by_name: dict[str, AgentRuntime] = {}
-        self._tokens: dict[str, tuple[str, bool]] = {}
-        """Token digest to (AgentId, revoked), as read from the store."""
-        self._registering = asyncio.Lock()
-
-    # --- hosted agents ---------------------------------------------------------------------
 
     @property
-    def hosted_count(self) -> int:
+    def count(self) -> int:
         """How many agents are hosted here."""
         return len(self._by_id)
 
@@ -122,7 +102,7 @@ class AgentDirectory:
         """Every hosted agent's name, in hosting order."""
         return list(self._by_name)
 
-    def hosted(self, agent_id: str) -> AgentRuntime | None:
+    def by_id(self, agent_id: str) -> AgentRuntime | None:
         """The runtime of a hosted agent by id, or None."""
         return self._by_id.get(agent_id)
 
@@ -135,17 +115,27 @@ class AgentDirectory:
             )
         return runtime
 
-    async def restore(self) -> None:
-        """Host every agent whose identity the store holds, each from its snapshot; none is
-        started (`start` does that, once local order and the Router feed are ready)."""
-        for row in await self._store.identities():
-            identity = Identity(
-                agent_id=row.agent_id,
-                agent_name=row.agent_name,
-                key=SigningKey(row.seed),
-                card=p.decode(row.signed_card, p.SignedAgentCard),
-            )
-            await self._host(identity, restore=True)
+    def has_name(self, name: str) -> bool:
+        """True when an agent of that name is hosted here."""
+        return name in self._by_name
+
+    def add(self, runtime: AgentRuntime) -> None:
+        """Host `runtime` (the directory calls this once per agent)."""
+        self._by_id[runtime.identity.agent_id] = runtime
+        self._by_name[runtime.identity.agent_name] = runtime
+
+    def deliveries_ready(self, agent_ids: Iterable[str]) -> None:
+        """Wake the classifiers of the hosted agents among `agent_ids` (others are ignored):
+        the network's deliveries-ready signal, wired here once by the composition root."""
+        for agent_id in agent_ids:
+            runtime = self._by_id.get(agent_id)
+            if runtime is not None:
+                runtime.deliveries_ready()
+
+    def end_streams(self, reason: StreamEndReason) -> None:
+        """End every open `Messages` stream for `reason`."""
+        for runtime in self._by_id.values():
+            runtime.inbox.end_stream(reason)
 
     async def start(self) -> None:
         """Start every hosted agent's runtime."""
@@ -157,17 +147,51 @@ class AgentDirectory:
         for runtime in self._by_id.values():
             await runtime.close()
 
-    def end_streams(self, reason: StreamEndReason) -> None:
-        """End every open `Messages` stream for `reason`."""
-        for runtime in self._by_id.values():
-            runtime.inbox.end_stream(reason)
 
-    def deliveries_ready(self, agent_ids: Iterable[str]) -> None:
-        """Wake the classifiers of the hosted agents among `agent_ids` (others are ignored)."""
-        for agent_id in agent_ids:
-            runtime = self._by_id.get(agent_id)
-            if runtime is not None:
-                runtime.deliveries_ready()
+class AgentDirectory:
+    """Hosting agents (restored at start or registered), and their tokens; the hosted
+    runtimes live in its `HostedAgents` table."""
+
+    def __init__(
+        self,
+        *,
+        hosted: HostedAgents,
+        store: Store,
+        local_instance_id: str,
+        network: Network,
+        registry: RegistryClient,
+        hosting: Hosting,
+        admin_token: str,
+        on_hosted: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`on_hosted` is called after `register` hosts a new agent (the composition root
+        republishes the gauges that count hosted agents)."""
+        self._hosted = hosted
+        self._store = store
+        self._local_instance_id = local_instance_id
+        self._network = network
+        self._registry = registry
+        self._hosting = hosting
+        self._admin_token = admin_token
+        self._on_hosted = on_hosted
+        self._tokens: dict[str, tuple[str, bool]] = {}
+        """Token digest to (AgentId, revoked), as read from the store."""
+        self._registering = asyncio.Lock()
+
+    # --- hosting ---------------------------------------------------------------------------
+
+    async def restore(self) -> None:
+        """Host every agent whose identity the store holds, each from its snapshot; none is
+        started (`HostedAgents.start` does that, once local order and the Router feed are
+        ready)."""
+        for row in await self._store.identities():
+            identity = Identity(
+                agent_id=row.agent_id,
+                agent_name=row.agent_name,
+                key=SigningKey(row.seed),
+                card=p.decode(row.signed_card, p.SignedAgentCard),
+            )
+            await self._host(identity, restore=True)
 
     async def register(self, name: str) -> RegisteredAgent:
         """Mint the agent's key, register its card, host and start it, and return its first
@@ -177,7 +201,7 @@ class AgentDirectory:
         taken = f"{agent_address(name)} is already registered"
         # One registration at a time: the name check and the hosting must not interleave.
         async with self._registering:
-            if name in self._by_name:
+            if self._hosted.has_name(name):
                 raise ManagementError(ManagementErrorReason.NAME_TAKEN, taken)
             key = SigningKey.generate()
             outcome = await self._registry.register(name, key.public_key_b64)
@@ -252,8 +276,7 @@ class AgentDirectory:
         )
         if snapshot is not None:
             runtime.collectives.restore(snapshot.open_operations, snapshot.received_requests)
-        self._by_id[identity.agent_id] = runtime
-        self._by_name[identity.agent_name] = runtime
+        self._hosted.add(runtime)
         self._network.host(certifier)
         return runtime
 
@@ -274,7 +297,7 @@ class AgentDirectory:
         agent_id, revoked = known
         if revoked:
             return AuthFailure.REVOKED
-        runtime = self._by_id.get(agent_id)
+        runtime = self._hosted.by_id(agent_id)
         return runtime if runtime is not None else AuthFailure.UNKNOWN
 
     def is_admin(self, token: str) -> bool:
@@ -286,7 +309,7 @@ class AgentDirectory:
     async def rotate_token(self, name: str) -> str:
         """Revoke the agent's tokens, end its stream, and mint a new token; raises
         `ManagementError` `not-found`."""
-        runtime = self.runtime(name)
+        runtime = self._hosted.runtime(name)
         token = RandomId.API_TOKEN.mint()
         await self._store.apply(
             [
@@ -306,7 +329,7 @@ class AgentDirectory:
     async def revoke_token(self, name: str) -> None:
         """Revoke the agent's tokens and end its stream; raises `ManagementError`
         `not-found`."""
-        runtime = self.runtime(name)
+        runtime = self._hosted.runtime(name)
         await self._store.apply([RevokeTokens(agent_id=runtime.identity.agent_id)])
         self._forget_tokens(runtime.identity.agent_id)
         runtime.inbox.end_stream(StreamEndReason.REVOKED)

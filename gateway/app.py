@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from gateway import __version__
-from gateway.agents import AgentDirectory, Hosting
+from gateway.agents import AgentDirectory, HostedAgents, Hosting
 from gateway.backends import StoreWiring, open_nats_router, open_store
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.closing import AsyncClosing
@@ -151,6 +151,8 @@ class Components:
     router_service: RouterService | None
     """The embedded Router served to other daemons, when this daemon exposes it."""
     network: Network
+    hosted: HostedAgents
+    """The hosted agents' runtimes: the network's deliveries-ready signal goes here."""
     agents: AgentDirectory
     management: ManagementQueries
     gauges: GaugeLoop
@@ -360,6 +362,9 @@ class Gateway(AsyncClosing):
             )
         opened.push_async_callback(router.close)
 
+        # The directory's table exists before the network, so the engine's deliveries-ready
+        # signal is handed to it directly, once, here.
+        hosted = HostedAgents()
         network = Network(
             router=router,
             store=store,
@@ -367,7 +372,7 @@ class Gateway(AsyncClosing):
             clock=self._clock,
             observer=NetworkObserver(
                 on_certified=self._certified,
-                on_deliveries=self._deliveries_ready,
+                on_deliveries=hosted.deliveries_ready,
                 on_attachment=self._attachment,
                 on_event=self.metrics.count_router_event,
                 on_fatal=self._on_fatal,
@@ -375,6 +380,7 @@ class Gateway(AsyncClosing):
         )
         opened.push_async_callback(network.close)
         agents = AgentDirectory(
+            hosted=hosted,
             store=store,
             local_instance_id=store.local_instance_id,
             network=network,
@@ -384,9 +390,9 @@ class Gateway(AsyncClosing):
             # harness_router_attachments counts hosted agents: a new one joins the feed's state.
             on_hosted=lambda: self._attachment(network.state),
         )
-        opened.push_async_callback(agents.close)
+        opened.push_async_callback(hosted.close)
         management = ManagementQueries(
-            agents=agents, store=store, network=network, mode=settings.mode, clock=self._clock
+            hosted=hosted, store=store, network=network, mode=settings.mode, clock=self._clock
         )
         gauges = GaugeLoop(management, self.metrics)
         opened.push_async_callback(gauges.close)
@@ -413,6 +419,7 @@ class Gateway(AsyncClosing):
             router=router,
             router_service=router_service,
             network=network,
+            hosted=hosted,
             agents=agents,
             management=management,
             gauges=gauges,
@@ -475,12 +482,12 @@ class Gateway(AsyncClosing):
             certifiers={c.agent_id: c for c in components.network.certifiers()},
         )
         await components.network.start()
-        await components.agents.start()
+        await components.hosted.start()
         self._state = GatewayState.SERVING
         components.gauges.start()
         await components.server.set_serving()
         logger.info(
-            "serving listen=%s agents=%d", components.server.address, components.agents.hosted_count
+            "serving listen=%s agents=%d", components.server.address, components.hosted.count
         )
 
     async def _close_after_failed_start(self) -> None:
@@ -598,7 +605,7 @@ class Gateway(AsyncClosing):
     def _end_streams(self) -> None:
         if self._components is None:
             return
-        self._components.agents.end_streams(StreamEndReason.SHUTDOWN)
+        self._components.hosted.end_streams(StreamEndReason.SHUTDOWN)
         if self._components.router_service is not None:
             # Other daemons' held reads of the exposed Router would hold the grace too.
             self._components.router_service.end_reads()
@@ -633,7 +640,7 @@ class Gateway(AsyncClosing):
             return
         components = self._components
         await components.gauges.close()
-        await components.agents.close()
+        await components.hosted.close()
         await components.network.close()
         await components.router.close()
         await components.registry.close()
@@ -698,10 +705,6 @@ class Gateway(AsyncClosing):
         )
 
     def _attachment(self, state: RouterAttachment) -> None:
-        hosted = 0 if self._components is None else self._components.agents.hosted_count
+        hosted = 0 if self._components is None else self._components.hosted.count
         for each in RouterAttachment:
             self.metrics.set_router_attachments(each, hosted if each is state else 0)
-
-    def _deliveries_ready(self, agent_ids: set[str]) -> None:
-        if self._components is not None:
-            self._components.agents.deliveries_ready(agent_ids)

@@ -3,7 +3,8 @@
 `ManagementQueries` answers the management API's questions (`harness agents show`,
 `harness conversations`, `harness history`, `harness status`) and reads the gauges that
 `gateway.observability.gauges` publishes. It changes nothing: registering agents and
-rotating or revoking tokens belong to the `AgentDirectory`.
+rotating or revoking tokens belong to the `AgentDirectory`; it reads the hosted agents from
+the directory's `HostedAgents` table.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from harness_contract.kinds import PostKind
 from harness_contract.values import CollectiveOp
 
 from gateway import __version__
-from gateway.agents import AgentDirectory
+from gateway.agents import HostedAgents
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.endpoint.api import (
     AgentStatus,
@@ -40,13 +41,13 @@ class ManagementQueries:
     def __init__(
         self,
         *,
-        agents: AgentDirectory,
+        hosted: HostedAgents,
         store: Store,
         network: Network,
         mode: str,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._agents = agents
+        self._hosted = hosted
         self._store = store
         self._network = network
         self._mode = mode
@@ -54,7 +55,7 @@ class ManagementQueries:
 
     async def agent_status(self, name: str) -> AgentStatus:
         """What an operator sees about one agent; raises `ManagementError` `not-found`."""
-        runtime = self._agents.runtime(name)
+        runtime = self._hosted.runtime(name)
         agent_id = runtime.identity.agent_id
         backlog = await self._store.unread_count(agent_id)
         oldest = await self._store.oldest_unread(agent_id)
@@ -92,7 +93,7 @@ class ManagementQueries:
     ) -> tuple[list[AgentStatus], str | None]:
         """Hosted agents by name after `after`, a page at a time, and the next page's
         `after` (None on the last page)."""
-        names = sorted(name for name in self._agents.names() if name.startswith(prefix))
+        names = sorted(name for name in self._hosted.names() if name.startswith(prefix))
         if after is not None:
             names = [name for name in names if name > after]
         page = names[:limit]
@@ -101,7 +102,7 @@ class ManagementQueries:
 
     async def conversations(self, name: str) -> list[ConversationSummary]:
         """Every conversation one hosted agent stores; raises `ManagementError` `not-found`."""
-        runtime = self._agents.runtime(name)
+        runtime = self._hosted.runtime(name)
         summaries = []
         for row in await self._store.conversations(runtime.identity.agent_id):
             descriptor = p.decode(row.descriptor, p.MembershipDescriptor)
@@ -131,7 +132,7 @@ class ManagementQueries:
 
         Raises `ManagementError`: `not-found` for an agent not hosted here or a record not
         in the conversation, `invalid-address` for an address naming no valid conversation."""
-        runtime = self._agents.runtime(name)
+        runtime = self._hosted.runtime(name)
         try:
             conversation = canonicalize(address, name)
         except SendError as error:
@@ -174,7 +175,7 @@ class ManagementQueries:
         return GatewayStatus(
             version=__version__,
             mode=self._mode,
-            hosted_agents=self._agents.hosted_count,
+            hosted_agents=self._hosted.count,
             router_state=self._network.state.value,
         )
 
@@ -185,12 +186,12 @@ class ManagementQueries:
         unacknowledged = dict.fromkeys(Listener, 0)
         oldest = dict.fromkeys(Listener, 0.0)
         for agent_id, (count, created) in summary.items():
-            runtime = self._agents.hosted(agent_id)
+            runtime = self._hosted.by_id(agent_id)
             listening = runtime is not None and runtime.inbox.listening
             listener = Listener.ATTACHED if listening else Listener.DETACHED
             unacknowledged[listener] += count
             oldest[listener] = max(oldest[listener], now - created)
-        runtimes = self._agents.runtimes()
+        runtimes = self._hosted.runtimes()
         pending = dict.fromkeys(PostKind, 0)
         open_ops = dict.fromkeys(CollectiveOp, 0)
         for runtime in runtimes:

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from gateway.agents import AgentDirectory, Hosting
+from gateway.agents import AgentDirectory, HostedAgents, Hosting
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.endpoint.inbox import NULL_INBOX_OBSERVER
 from gateway.endpoint.runtime import SendObserver, SendTimeouts
@@ -25,8 +25,9 @@ ADMIN_TOKEN = "hadm_" + "a" * 43
 
 @dataclass
 class Directory:
-    """The directory under test, its queries, and the store beneath them."""
+    """The directory under test, its table, its queries, and the store beneath them."""
 
+    hosted: HostedAgents
     agents: AgentDirectory
     management: ManagementQueries
     store: MemoryStore
@@ -45,19 +46,15 @@ async def directory(
         registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
     )
     router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
-    built: Directory | None = None
-
-    def deliveries(agent_ids: set[str]) -> None:
-        if built is not None:
-            built.agents.deliveries_ready(agent_ids)
-
+    hosted = HostedAgents()
     network = Network(
         router=router,
         store=store,
         local_instance_id=store.local_instance_id,
-        observer=NetworkObserver(on_deliveries=deliveries),
+        observer=NetworkObserver(on_deliveries=hosted.deliveries_ready),
     )
     agents = AgentDirectory(
+        hosted=hosted,
         store=store,
         local_instance_id=store.local_instance_id,
         network=network,
@@ -76,13 +73,13 @@ async def directory(
         admin_token=ADMIN_TOKEN,
     )
     management = ManagementQueries(
-        agents=agents, store=store, network=network, mode="embedded", clock=clock
+        hosted=hosted, store=store, network=network, mode="embedded", clock=clock
     )
-    built = Directory(agents=agents, management=management, store=store)
+    built = Directory(hosted=hosted, agents=agents, management=management, store=store)
     try:
         yield built
     finally:
-        await agents.close()
+        await hosted.close()
         await network.close()
         await router.close()
         await client.close()

@@ -16,9 +16,9 @@ async def test_a_registered_agent_is_hosted_and_its_token_authenticates_to_its_r
         assert registered.address == "agent:alice"
         runtime = await built.agents.authenticate(registered.token)
         assert isinstance(runtime, AgentRuntime)
-        assert runtime is built.agents.runtime("alice")
-        assert built.agents.hosted(registered.agent_id) is runtime
-        assert (built.agents.hosted_count, built.agents.names()) == (1, ["alice"])
+        assert runtime is built.hosted.runtime("alice")
+        assert built.hosted.by_id(registered.agent_id) is runtime
+        assert (built.hosted.count, built.hosted.names()) == (1, ["alice"])
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ async def test_registering_a_bad_or_taken_name_is_refused_with_its_reason(name, 
         with pytest.raises(ManagementError) as raised:
             await built.agents.register(name)
         assert raised.value.reason is reason
-        assert built.agents.hosted_count == 1
+        assert built.hosted.count == 1
 
 
 async def test_rotating_revokes_the_old_token_and_the_new_one_authenticates():
@@ -59,7 +59,7 @@ async def test_the_admin_token_is_the_wrong_role_for_an_agent_and_others_are_unk
 async def test_an_agent_not_hosted_here_is_not_found():
     async with directory() as built:
         with pytest.raises(ManagementError) as raised:
-            built.agents.runtime("nobody")
+            built.hosted.runtime("nobody")
         assert raised.value.reason is ManagementErrorReason.NOT_FOUND
         assert raised.value.detail == "agent:nobody is not hosted here"
         with pytest.raises(ManagementError):
@@ -73,7 +73,7 @@ async def test_a_restored_directory_hosts_every_stored_agent_and_keeps_its_token
     # `directory` closes the runtimes, not the store: the second one starts from its rows.
     async with directory(store) as second:
         await second.agents.restore()
-        assert second.agents.names() == ["alice"]
+        assert second.hosted.names() == ["alice"]
         assert isinstance(await second.agents.authenticate(token), AgentRuntime)
 
 

@@ -50,7 +50,7 @@ def request_value(
 
 
 async def post_raw(gw: RunningGateway, author: str, members: tuple[str, ...], parts: Any) -> None:
-    posting = gw.gateway.components.agents.runtime(author).posting
+    posting = gw.gateway.components.hosted.runtime(author).posting
     cards = await posting.resolve_cards(members)
     descriptor = posting.membership_with(list(cards.values()))  # type: ignore[arg-type]
     [handle] = await posting.bind_posts([(descriptor, check_content(parts))], within=10)

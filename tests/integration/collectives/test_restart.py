@@ -80,7 +80,7 @@ async def test_a_gather_open_at_a_restart_ends_in_one_result_counting_answers_fr
         assert isinstance(item, CollectiveResultItem)
         assert item.id == result.operation_id
         assert [o.outcome for o in item.outcomes] == [Answered(content={"slot": "mon"}), Declined()]
-        runtime = gw.gateway.components.agents.runtime("alice")
+        runtime = gw.gateway.components.hosted.runtime("alice")
         assert runtime.collectives.open_counts() == {"gather": 0, "all_gather": 0}
 
 

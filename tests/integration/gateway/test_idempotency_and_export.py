@@ -105,7 +105,7 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
     async with run_gateway() as gw:
         alice_token = await gw.register("alice")
         await gw.register("bob")
-        runtime = gw.gateway.components.agents.runtime("alice")
+        runtime = gw.gateway.components.hosted.runtime("alice")
         request = b'{"failureDelivery":"result","input":{"text":"x","to":"agent:bob"}}'
         await gw.gateway.components.store.apply(
             [
