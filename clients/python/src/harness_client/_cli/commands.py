@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
+from harness_contract.addresses import agent_address
 
 from harness_client import (
     Accept,
@@ -216,10 +217,12 @@ async def agents_rotate(ctx: Context) -> int:
     async with await ctx.management() as client:
         token = await client.rotate_token(ctx.args.name)
     if ctx.out.json:
-        ctx.out.value({"address": f"agent:{ctx.args.name}", "token": token})
+        ctx.out.value({"address": agent_address(ctx.args.name), "token": token})
     else:
         ctx.out.line(token)
-        ctx.out.note(f"agent:{ctx.args.name}'s other tokens are revoked; this one is shown once")
+        ctx.out.note(
+            f"{agent_address(ctx.args.name)}'s other tokens are revoked; this one is shown once"
+        )
     return EXIT_OK
 
 
@@ -227,9 +230,9 @@ async def agents_revoke(ctx: Context) -> int:
     async with await ctx.management() as client:
         await client.revoke_token(ctx.args.name)
     if ctx.out.json:
-        ctx.out.value({"address": f"agent:{ctx.args.name}", "revoked": True})
+        ctx.out.value({"address": agent_address(ctx.args.name), "revoked": True})
     else:
-        ctx.out.line(f"revoked every token of agent:{ctx.args.name}")
+        ctx.out.line(f"revoked every token of {agent_address(ctx.args.name)}")
     return EXIT_OK
 
 
