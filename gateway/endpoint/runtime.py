@@ -271,13 +271,15 @@ class AgentPosting:
     async def settled(self, post_id: str) -> asyncio.Future[str]:
         """A future of an own post's RecordHash: already resolved when its intent
         completed (while the daemon was down), else resolved when this daemon promotes it."""
+        network = self._parts.network
+        # The latch first (engine.md §5.10 Restart): an outcome released while the row is
+        # read below resolves it; registered after the read, it would wait for an outcome
+        # that was already released and never comes again.
+        latch = network.latch(post_id)
         row = await self._parts.store.intent(self._parts.identity.agent_id, post_id)
-        record_hash = None if row is None else row.record_hash
-        if record_hash is None:
-            return self._parts.network.latch(post_id)
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        future.set_result(record_hash)
-        return future
+        if row is not None and row.record_hash is not None:
+            network.settle(post_id, row.record_hash)
+        return latch
 
     def prepare_item(
         self, item: InboundItem, *, token: str | None = None

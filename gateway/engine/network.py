@@ -482,6 +482,14 @@ class Network:
         """A future resolved with the RecordHash when this daemon promotes the post."""
         return _waiter(self._latches, post_id)
 
+    def settle(self, post_id: str, record_hash: str) -> None:
+        """Resolve and drop the post's latch with the RecordHash its stored intent holds: it
+        certified before this latch was registered (before a restart, or while the row was
+        being read). Nothing happens when no latch waits."""
+        latch = self._latches.pop(post_id, None)
+        if latch is not None and not latch.done():
+            latch.set_result(record_hash)
+
     def drained(self, post_id: str) -> asyncio.Future[None]:
         """A future resolved when the Router accepts an envelope of this post's proposal."""
         return _waiter(self._drained, post_id)
