@@ -11,12 +11,13 @@ are what the collectives return to the endpoint's classification pass and send p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from harness_contract.addresses import agent_address
 from harness_contract.errors import HarnessError, SendError
+from harness_contract.jsonvalue import JsonValue
 from harness_contract.kinds import ConsumedKind, DeliveryItem
 from harness_contract.values import Content, InboundItem
 
@@ -61,10 +62,18 @@ class PostingPort(Protocol):
         `within` seconds of waiting for the Router; raises `SendError`."""
         ...
 
-    async def check_send(self, recipients: Sequence[str], text: str) -> None:
+    async def check_send(
+        self,
+        recipients: Sequence[str],
+        text: str,
+        *,
+        content: Mapping[str, JsonValue] | None = None,
+    ) -> None:
         """The local firewall's send check of this agent's text to these members (names),
         before anything is bound; raises `FirewallSendError`. Admitted, its guidance is the
-        send's."""
+        send's. `content` is an answer's content (empty for a decline), whose keys and
+        values content patterns search as texts, `text` being its JSON; None for plain
+        text."""
         ...
 
     async def await_certified(self, handle: PostHandle) -> str:

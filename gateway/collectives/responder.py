@@ -156,8 +156,9 @@ class Responder:
                 operation_id=request.id,
                 to=refusal_to,
             )
-        # The firewall's send check of the answer's JSON text (§1.5 step 5), to everyone the
-        # answer reaches: the requester, and an all_gather's other members.
+        # The firewall's send check of the answer's JSON text and its content's texts (§1.5
+        # step 5), to everyone the answer reaches: the requester, and an all_gather's other
+        # members.
         recipients = [
             name
             for name in dict.fromkeys((request.requester, *request.members))
@@ -165,7 +166,9 @@ class Responder:
         ]
         try:
             await self._posting.check_send(
-                recipients, canonical_json(response_to_json(response)).decode()
+                recipients,
+                canonical_json(response_to_json(response)).decode(),
+                content={} if accepted is None else accepted.content,
             )
         except FirewallSendError as error:
             raise CollectiveRefusal(error, operation_id=request.id, to=refusal_to) from None

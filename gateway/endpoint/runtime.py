@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -36,7 +36,7 @@ from harness_contract.collective_part import (
 from harness_contract.content import multicast_content, text_of
 from harness_contract.errors import HarnessError, SendError, SendErrorReason
 from harness_contract.guidance import CheckedGuidance
-from harness_contract.jsonvalue import JsonValueError, parse_canonical_json
+from harness_contract.jsonvalue import JsonValue, JsonValueError, parse_canonical_json
 from harness_contract.kinds import (
     CollectiveEnd,
     ConsumedKind,
@@ -218,7 +218,13 @@ class AgentPosting:
             invocation.posts.extend(handles)
         return handles
 
-    async def check_send(self, recipients: Sequence[str], text: str) -> None:
+    async def check_send(
+        self,
+        recipients: Sequence[str],
+        text: str,
+        *,
+        content: Mapping[str, JsonValue] | None = None,
+    ) -> None:
         """The firewall's send check (firewall.md §2.1) of this agent's text to these
         members (names), before anything is bound; raises `FirewallSendError`. Its guidance
         becomes the invocation's `SendResult.guidance`."""
@@ -226,7 +232,9 @@ class AgentPosting:
         if firewall is None or not firewall.active:
             return
         name = self._parts.identity.agent_name
-        guidance = await firewall.check_send(name, outgoing(name, recipients, text))
+        guidance = await firewall.check_send(
+            name, outgoing(name, recipients, text, content=content)
+        )
         invocation = _INVOCATION.get()
         if invocation is not None:
             invocation.guidance = guidance

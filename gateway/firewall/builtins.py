@@ -44,6 +44,7 @@ from gateway.firewall.spec import (
     ContentPatternSpec,
     Directions,
     PatternAction,
+    PatternMatch,
     RateAction,
     RateLimitSpec,
     RecipientPolicySpec,
@@ -358,7 +359,7 @@ _BLOCKING: Final = frozenset({PatternAction.REFUSE, PatternAction.WITHHOLD, Patt
 
 
 class _PatternRule:
-    __slots__ = ("action", "blocking", "id", "instruction", "regex")
+    __slots__ = ("action", "blocking", "id", "instruction", "match", "regex")
 
     def __init__(
         self,
@@ -367,23 +368,60 @@ class _PatternRule:
         regex: _Pattern,
         action: PatternAction,
         instruction: str,
+        match: PatternMatch,
     ) -> None:
         self.id = id
         self.regex = regex
         self.action = action
         self.blocking = action in _BLOCKING
         self.instruction = instruction
+        self.match = match
+
+
+class _RuleSet:
+    """Some of a middleware's rules, searched together: one RE2 set scan per text finds
+    every rule whose pattern occurs in it (as positions in the middleware's rules).
+
+    Every RE2 call releases the GIL, and taking it back costs up to a switch interval while
+    another thread (the store's writer) runs Python: one call per text instead of one per
+    rule keeps that to a minimum on the hot path."""
+
+    __slots__ = ("_positions", "_rules", "_set")
+
+    def __init__(self, rules: Iterable[tuple[int, _PatternRule, str]]) -> None:
+        chosen = list(rules)
+        self._positions = tuple(position for position, _, _ in chosen)
+        self._rules = tuple(rule for _, rule, _ in chosen)
+        self._set = _pattern_set(pattern for _, _, pattern in chosen) if chosen else None
+
+    def found(self, text: str) -> Iterable[int]:
+        """Positions of the rules whose pattern occurs in `text`."""
+        if not self._rules:
+            return ()
+        if self._set is None:
+            return [
+                position
+                for position, rule in zip(self._positions, self._rules, strict=True)
+                if rule.regex.search(text) is not None
+            ]
+        # RE2's set answers None, not an empty list, when nothing matches.
+        return [self._positions[index] for index in self._set.Match(text) or ()]
 
 
 class ContentPattern:
     """RE2 patterns over each subject's text, rules in order.
+
+    Plain text (a message, a question, a request) is searched as it is by every rule. An
+    answer is searched by a `match: text` rule (the default) in each of its content's keys
+    and values as the text it is, and by a `match: json` rule in its canonical JSON text
+    (firewall.md §3.5).
 
     Outbound, a blocking match (`refuse`, `withhold`, `drop`) refuses with `content-blocked`
     and the first decides. Inbound, a blocking match withholds its subject (`drop` asks the
     pipeline to drop the item), `refuse` included: a `both` middleware's block holds both
     ways. `flag` only adds a `permitted` instruction carrying the rule's text."""
 
-    __slots__ = ("_id", "_rules", "_selection", "_set")
+    __slots__ = ("_all", "_id", "_json", "_rules", "_selection", "_text")
 
     def __init__(self, spec: ContentPatternSpec) -> None:
         self._id = spec.id
@@ -394,24 +432,29 @@ class ContentPattern:
                 regex=cast("_Pattern", re2.compile(rule.pattern)),
                 action=rule.action,
                 instruction=rule.instruction,
+                match=rule.match,
             )
             for rule in spec.rules
         )
-        self._set = _pattern_set(rule.pattern for rule in spec.rules)
+        indexed = [
+            (position, compiled, spec.rules[position].pattern)
+            for position, compiled in enumerate(self._rules)
+        ]
+        self._all = _RuleSet(indexed)
+        self._text = _RuleSet(entry for entry in indexed if entry[1].match is PatternMatch.TEXT)
+        self._json = _RuleSet(entry for entry in indexed if entry[1].match is PatternMatch.JSON)
 
-    def _matching(self, text: str) -> Iterable[_PatternRule]:
-        """The rules whose pattern occurs in `text`, in rule order.
-
-        One RE2 set scan finds them all at once. Every RE2 call releases the GIL, and
-        taking it back costs up to a switch interval while another thread (the store's
-        writer) runs Python: one call per subject instead of one per rule keeps that to a
-        minimum on the hot path."""
-        if self._set is None:
-            return [rule for rule in self._rules if rule.regex.search(text) is not None]
-        found = self._set.Match(text)
-        if not found:
-            return ()
-        return [self._rules[index] for index in sorted(found)]
+    def _matching(self, subject: Subject) -> Iterable[_PatternRule]:
+        """The rules whose pattern occurs in the subject, in rule order."""
+        values = subject.values
+        if values is None:
+            # Plain text is what both kinds of rule search: one scan for them all.
+            found = set(self._all.found(subject.subject.text))
+        else:
+            found = set(self._json.found(subject.subject.text))
+            for value in values:
+                found.update(self._text.found(value))
+        return [self._rules[position] for position in sorted(found)]
 
     @property
     def id(self) -> str:
@@ -445,7 +488,7 @@ class ContentPattern:
     def _check_send(self, subjects: tuple[Subject, ...]) -> Judgement:
         flags: list[Instruction] = []
         for subject in subjects:
-            for rule in self._matching(subject.subject.text):
+            for rule in self._matching(subject):
                 if rule.blocking:
                     return Refuse(
                         refusal=FirewallRefusal.CONTENT_BLOCKED,
@@ -466,7 +509,7 @@ class ContentPattern:
             blocked = False
             # Every matching rule counts, not only up to the first block: a later `drop`
             # rule that also matches must still drop the item.
-            for rule in self._matching(subject.subject.text):
+            for rule in self._matching(subject):
                 if rule.blocking:
                     blocked = True
                     drop = drop or rule.action is PatternAction.DROP
@@ -493,7 +536,7 @@ class ContentPattern:
 class _PatternSet(Protocol):
     """What this module uses of an RE2 set (google-re2 ships no types)."""
 
-    def Match(self, text: str) -> list[int]: ...  # noqa: N802 - RE2's name
+    def Match(self, text: str) -> list[int] | None: ...  # noqa: N802 - RE2's name
 
 
 def _pattern_set(patterns: Iterable[str]) -> _PatternSet | None:

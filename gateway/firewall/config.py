@@ -43,6 +43,7 @@ from gateway.firewall.spec import (
     MiddlewareSpec,
     OnError,
     PatternAction,
+    PatternMatch,
     PatternRule,
     RateAction,
     RateLimitSpec,
@@ -283,6 +284,7 @@ class _PatternRule(_Model):
     pattern: Annotated[str, Field(max_length=MAX_PATTERN_CHARS), AfterValidator(_check_pattern)]
     action: str  # which actions are allowed depends on the direction: `_check_across`
     instruction: Annotated[_InstructionText, Field(min_length=1)]
+    match: Literal["text", "json"] = "text"
 
 
 class _ContentPattern(_Model):
@@ -782,6 +784,7 @@ def _spec_of(middleware: _AnyMiddleware, source: Path) -> MiddlewareSpec:
                         pattern=rule.pattern,
                         action=PatternAction(rule.action),
                         instruction=rule.instruction,
+                        match=PatternMatch(rule.match),
                     )
                     for rule in middleware.rules
                 ),

@@ -64,7 +64,8 @@ class SubjectRole(enum.StrEnum):
     """Which text a subject is."""
 
     OUTGOING = "outgoing"
-    """A send's text: a message, a question, or an answer's JSON text (id `out`)."""
+    """A send's text: a message, a question, or an answer's JSON text with its content's
+    texts as `values` (id `out`)."""
     DIRECT = "direct"
     """An inbound direct message (id: its PostId)."""
     GROUP = "group"
@@ -91,6 +92,10 @@ class Subject:
     role: SubjectRole
     deadline_at: int | None = None
     """A request's `deadlineAt` (epoch milliseconds); None for every other role."""
+    values: tuple[str, ...] | None = None
+    """For an answer, whose `text` is its canonical JSON: every key and value of its
+    content as the text it is (`subjects.content_texts`), which content patterns search by
+    default. None for plain text (a message, a question), searched as it is."""
 
     @property
     def id(self) -> str:

@@ -43,6 +43,20 @@ class PatternAction(enum.StrEnum):
     FLAG = "flag"
 
 
+class PatternMatch(enum.StrEnum):
+    """What of a structured subject (an answer's content) a content-pattern rule searches.
+
+    A message, a question or a request is plain text, which both search as it is."""
+
+    TEXT = "text"
+    """Each key and each value on its own, as the text it is: a string unescaped (a newline
+    is a newline, not `\\n`), a number or boolean as written in JSON. The default: a
+    rule written against messages then holds for answers too."""
+    JSON = "json"
+    """The subject's canonical JSON text, as an external middleware sees it: for rules
+    about the JSON itself (a key next to its value, `"plan":"AKIA`)."""
+
+
 class OnError(enum.StrEnum):
     """What an external middleware's failure does."""
 
@@ -100,6 +114,8 @@ class PatternRule:
     """RE2 syntax, already compiled once by the validator."""
     action: PatternAction
     instruction: str
+    match: PatternMatch = PatternMatch.TEXT
+    """What of an answer's content the pattern searches (plain text is searched as is)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

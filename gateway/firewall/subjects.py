@@ -6,17 +6,21 @@ itself. Delivery: a message or request is one subject under its PostId, from its
 the conversation's other members; a collective result is checked as separate subjects, its
 question (under the operation id) and each answered member's content (under the member's
 address). `operationFailed` is local text and has none.
+
+An answer's subject carries, beside its JSON text, every key and value of its content as
+the text it is (`content_texts`): in JSON a newline is `\\n` and a quote `\\"`, so a pattern
+written for messages (`secret\\s+plan`) would miss in the JSON what it refuses in a message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
 from harness_contract.addresses import GROUP_PREFIX, agent_address
 from harness_contract.content import text_of
 from harness_contract.guidance import GuidanceSubject
-from harness_contract.jsonvalue import canonical_json
+from harness_contract.jsonvalue import JsonValue, canonical_json
 from harness_contract.values import (
     Answered,
     CollectiveOp,
@@ -34,8 +38,17 @@ OUT: Final = "out"
 """The subject id of a send's text."""
 
 
-def outgoing(agent: str, recipients: Sequence[str], text: str) -> Subject:
-    """A send's subject: `agent`'s text to the named recipients (names, not addresses)."""
+def outgoing(
+    agent: str,
+    recipients: Sequence[str],
+    text: str,
+    *,
+    content: Mapping[str, JsonValue] | None = None,
+) -> Subject:
+    """A send's subject: `agent`'s text to the named recipients (names, not addresses).
+
+    `content` is an answer's content (empty for a decline), `text` then its JSON text;
+    None when `text` is plain text (a message or a question)."""
     return Subject(
         subject=GuidanceSubject(
             id=OUT,
@@ -44,7 +57,33 @@ def outgoing(agent: str, recipients: Sequence[str], text: str) -> Subject:
             text=text,
         ),
         role=SubjectRole.OUTGOING,
+        values=None if content is None else content_texts(content),
     )
+
+
+def content_texts(content: Mapping[str, JsonValue]) -> tuple[str, ...]:
+    """Every key and every value of `content`, depth first in key order, each as the text
+    it is: a string unescaped, a number, boolean or null as written in canonical JSON.
+
+    Keys are included: the model reading an answer reads its field names too (an answer's
+    are its form's, written by the asker), and a rule that should see them must not depend
+    on where a word sits."""
+    return tuple(_texts(dict(content)))
+
+
+def _texts(value: JsonValue) -> Iterator[str]:
+    match value:
+        case str():
+            yield value
+        case Mapping():
+            for key in sorted(value):
+                yield key
+                yield from _texts(value[key])
+        case Sequence():
+            for each in value:
+                yield from _texts(each)
+        case _:
+            yield canonical_json(value).decode()
 
 
 def of_item(agent: str, item: InboundItem, *, requester: str | None) -> tuple[Subject, ...]:
@@ -124,6 +163,7 @@ def _result_subjects(item: CollectiveResultItem, asker: str) -> tuple[Subject, .
                     text=canonical_json(dict(result.outcome.content)).decode(),
                 ),
                 role=SubjectRole.ANSWER,
+                values=content_texts(result.outcome.content),
             )
         )
     return tuple(subjects)

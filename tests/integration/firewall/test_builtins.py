@@ -420,7 +420,7 @@ async def test_a_refused_gather_with_inbound_failure_delivery_completes_as_opera
         assert text_of(await agents["bob"].next()) == "sorry"
 
 
-async def test_an_answer_is_checked_as_its_json_text_and_a_refusal_keeps_the_request_open(
+async def test_a_json_rule_checks_an_answer_as_its_json_text_and_a_refusal_keeps_it_open(
     tmp_path,
 ):
     config = write_config(
@@ -433,6 +433,7 @@ async def test_an_answer_is_checked_as_its_json_text_and_a_refusal_keeps_the_req
             rules:
               - id: key
                 pattern: '"plan":"AKIA'
+                match: json
                 action: refuse
                 instruction: "no keys in answers"
         """,

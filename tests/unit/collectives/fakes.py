@@ -4,7 +4,7 @@ test says so, with real agent cards from a `MemoryRegistry`, and a `FakeClock`."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness_contract.addresses import unknown_agent_error
@@ -58,6 +58,8 @@ class FakePosting:
     committed: list[Write] = field(default_factory=list)
     published_kinds: list[str] = field(default_factory=list)
     checked: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    checked_contents: list[dict[str, JsonValue] | None] = field(default_factory=list)
+    """The `content` of each check, beside `checked`: an answer's content, None for text."""
     """Every firewall send check: (recipients, text)."""
     refuse_sends: FirewallSendError | None = None
     """A firewall refusal every send check raises."""
@@ -122,8 +124,15 @@ class FakePosting:
             return future
         return self.latch(post_id)
 
-    async def check_send(self, recipients: Sequence[str], text: str) -> None:
+    async def check_send(
+        self,
+        recipients: Sequence[str],
+        text: str,
+        *,
+        content: Mapping[str, JsonValue] | None = None,
+    ) -> None:
         self.checked.append((tuple(recipients), text))
+        self.checked_contents.append(None if content is None else dict(content))
         if self.refuse_sends is not None:
             raise self.refuse_sends
 

@@ -27,6 +27,7 @@ from gateway.firewall.spec import (
     FirewallSpec,
     OnError,
     PatternAction,
+    PatternMatch,
     PatternRule,
     RateAction,
     RateLimitSpec,
@@ -636,6 +637,43 @@ def test_each_direction_accepts_its_actions(tmp_path, direction, action):
     (middleware,) = load(tmp_path, text).middlewares
     assert isinstance(middleware, ContentPatternSpec)
     assert middleware.rules[0].action == PatternAction(action)
+
+
+def test_a_pattern_rule_matches_text_values_unless_it_asks_for_the_json(tmp_path):
+    spec = load(
+        tmp_path,
+        one_middleware(
+            """\
+            id: p
+            kind: content-pattern
+            rules:
+              - {id: words, pattern: "x", action: refuse, instruction: "no"}
+              - {id: raw, pattern: "x", action: refuse, instruction: "no", match: json}
+              - {id: said, pattern: "x", action: refuse, instruction: "no", match: text}
+            """
+        ),
+    )
+    [middleware] = spec.middlewares
+    assert isinstance(middleware, ContentPatternSpec)
+    assert [rule.match for rule in middleware.rules] == [
+        PatternMatch.TEXT,
+        PatternMatch.JSON,
+        PatternMatch.TEXT,
+    ]
+
+
+def test_a_pattern_match_other_than_text_or_json_is_refused(tmp_path):
+    text = one_middleware(
+        """\
+        id: p
+        kind: content-pattern
+        rules:
+          - {id: r, pattern: "x", action: refuse, instruction: "no", match: keys}
+        """
+    )
+    assert only_problem(tmp_path, text) == (
+        "6:73: middlewares[0].rules[0].match: should be 'text' or 'json' (got the string 'keys')"
+    )
 
 
 def test_an_unknown_direction_is_refused_with_the_allowed_ones(tmp_path):
