@@ -117,13 +117,6 @@ def ensure_admin_token(settings: Settings) -> tuple[str, Path]:
     return token, path
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayHooks:
-    """Optional callbacks of the composition root (tests and the CLI use them)."""
-
-    on_fatal: Callable[[BaseException], None] | None = None
-
-
 class RegistryBackend(RegistryPort, Protocol):
     """A Registry backend the daemon opened (its own SQLite file, or a client of a
     standalone Registry), and so must close."""

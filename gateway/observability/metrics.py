@@ -282,17 +282,6 @@ class Listener(enum.StrEnum):
     """The agent has none; its backlog never alerts (an agent may be offline)."""
 
 
-class LeaseEvent(enum.StrEnum):
-    """`event` of `harness_agent_leases_total` (cluster mode)."""
-
-    ACQUIRED = "acquired"
-    """This replica took an agent's lease."""
-    RELEASED = "released"
-    """This replica gave one up."""
-    LOST = "lost"
-    """A lease expired under this replica."""
-
-
 class StoreBackend(enum.StrEnum):
     """`backend` of the `harness_store_*` family."""
 
@@ -749,9 +738,6 @@ class Metrics:
             "or a local unit failed; the log names each one.",
             registry=registry,
         )
-        self._leases = families.counter(
-            "harness_agent_leases_total", "Agent lease events (cluster mode).", event=LeaseEvent
-        )
         self._router_attachments = families.gauge(
             "harness_router_attachments",
             "Hosted agents by the state of their Router feed.",
@@ -936,10 +922,6 @@ class Metrics:
         """`n` conversations are set aside (engine.md §5.10)."""
         self._conversations_set_aside.set(n)
 
-    def count_lease_event(self, event: LeaseEvent) -> None:
-        """An agent lease `event` (`LeaseEvent`) on this replica (cluster mode)."""
-        _pick(self._leases, "harness_agent_leases_total", event).inc()
-
     def set_router_attachments(self, state: RouterAttachment, n: int) -> None:
         """`n` hosted agents have their Router feed in `state` (`RouterAttachment`, the
         `RouterAttachment` values). Set every state each time the split changes."""
@@ -948,25 +930,6 @@ class Metrics:
     def count_router_event(self, event: RouterEvent) -> None:
         """A Router feed `event` (`RouterEvent`)."""
         _pick(self._router_events, "harness_router_events_total", event).inc()
-
-    # --- the store (see StoreMetrics) ---
-
-    def observe_store_commit(self, backend: str, batch_size: int, seconds: float) -> None:
-        """A group of `batch_size` writes committed in `seconds` on `backend`."""
-        _pick(self._store_batch, "harness_store_commit_batch_size", backend).observe(batch_size)
-        _pick(self._store_commit, "harness_store_commit_seconds", backend).observe(seconds)
-
-    def observe_store_write_wait(self, backend: str, seconds: float) -> None:
-        """A writer waited `seconds` from enqueue to its commit's end on `backend`."""
-        _pick(self._store_wait, "harness_store_write_wait_seconds", backend).observe(seconds)
-
-    def set_store_queue_depth(self, backend: str, depth: int) -> None:
-        """`depth` writes wait for the next commit on `backend`."""
-        _pick(self._store_depth, "harness_store_queue_depth", backend).set(depth)
-
-    def count_store_commit_failure(self, backend: str) -> None:
-        """A group commit failed on `backend`."""
-        _pick(self._store_failures, "harness_store_commit_failures_total", backend).inc()
 
     # --- the firewall ---
 
@@ -1053,7 +1016,6 @@ __all__ = [
     "FirewallVerdict",
     "GrpcMethodMetrics",
     "GrpcType",
-    "LeaseEvent",
     "Listener",
     "Metrics",
     "Mode",

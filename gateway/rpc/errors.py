@@ -6,8 +6,8 @@ failure has one) and an `ErrorInfo` (domain `harness.v1`, reason in UPPER_SNAKE)
 exception nobody mapped becomes INTERNAL with its traceback logged. grpc.aio owns the status
 of a cancelled call, so `CancelledError` always passes through.
 
-The table, operations.md §3 (each contract reason declares its `StatusCode`; `STATUS_CODES`
-turns ours into gRPC's):
+The table, operations.md §3 (each contract reason declares its `StatusCode`, numbered as
+gRPC's, so `harness_contract.wire.status_of` sets it as it is):
 
 | Failure | Code |
 |---|---|
@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import grpc
@@ -50,7 +50,6 @@ from harness_contract.errors import (
     InvalidRequestReason,
     PermissionDeniedError,
     PermissionDeniedReason,
-    StatusCode,
     UnavailableError,
     UnavailableReason,
 )
@@ -71,27 +70,6 @@ ERROR_DOMAIN: Final = wire.ERROR_DOMAIN
 
 INTERNAL_MESSAGE: Final = "internal error; the gateway logged it"
 """The status message of a defect; the traceback stays in the gateway's log."""
-
-STATUS_CODES: Final[Mapping[StatusCode, grpc.StatusCode]] = {
-    StatusCode.OK: grpc.StatusCode.OK,
-    StatusCode.CANCELLED: grpc.StatusCode.CANCELLED,
-    StatusCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
-    StatusCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    StatusCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
-    StatusCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    StatusCode.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    StatusCode.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
-    StatusCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    StatusCode.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
-    StatusCode.ABORTED: grpc.StatusCode.ABORTED,
-    StatusCode.OUT_OF_RANGE: grpc.StatusCode.OUT_OF_RANGE,
-    StatusCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
-    StatusCode.INTERNAL: grpc.StatusCode.INTERNAL,
-    StatusCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    StatusCode.DATA_LOSS: grpc.StatusCode.DATA_LOSS,
-    StatusCode.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-}
-"""Our mirror of the status codes to gRPC's: the one table (operations.md §3)."""
 
 NOT_READY: Final = UnavailableReason.NOT_READY.name
 """ErrorInfo reason of a call before the gateway is SERVING."""
@@ -230,7 +208,6 @@ __all__ = [
     "MALFORMED_REQUEST",
     "NOT_READY",
     "SHUTTING_DOWN",
-    "STATUS_CODES",
     "abort_with",
     "internal_status",
     "malformed_request_status",

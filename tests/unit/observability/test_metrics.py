@@ -51,7 +51,6 @@ from gateway.observability.metrics import (
     FirewallReload,
     FirewallVerdict,
     GrpcType,
-    LeaseEvent,
     Listener,
     Metrics,
     Mode,
@@ -89,7 +88,6 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_stream_ends_total": ("counter", {"reason": StreamEndReason}),
     "harness_agents_hosted": ("gauge", {}),
     "harness_conversations_set_aside": ("gauge", {}),
-    "harness_agent_leases_total": ("counter", {"event": LeaseEvent}),
     "harness_router_attachments": ("gauge", {"state": RouterAttachment}),
     "harness_router_events_total": ("counter", {"event": RouterEvent}),
     "harness_store_commit_batch_size": ("histogram", {"backend": StoreBackend}),
@@ -342,7 +340,6 @@ BAD_CALLS: list[tuple[str, Callable[[Metrics], object]]] = [
     ("an unknown auth reason", lambda m: m.count_auth_failure("expired")),  # type: ignore[arg-type]
     ("an unknown firewall kind", lambda m: m.count_firewall_refusal("my-middleware", "x")),  # type: ignore[arg-type]
     ("an unknown verdict", lambda m: m.observe_firewall_check("external", "send", "ok", 0.1)),  # type: ignore[arg-type]
-    ("an unknown backend", lambda m: m.count_store_commit_failure("mysql")),
     ("a non-string value", lambda m: m.count_router_event(3)),  # type: ignore[arg-type]
     ("an unknown grpc type", lambda m: m.grpc_method("duplex", "x.Y", "Z")),
     ("an unknown status code", lambda m: m.grpc_method("unary", "", "").handled("TEAPOT")),
@@ -383,7 +380,6 @@ def test_the_helpers_count_into_their_own_series(metrics: Metrics):
     metrics.count_stream_open(StreamOpen.TAKEOVER)
     metrics.count_stream_end(StreamEndReason.TAKEN_OVER)
     metrics.set_agents_hosted(5)
-    metrics.count_lease_event(LeaseEvent.LOST)
     metrics.set_router_attachments(RouterAttachment.DETACHED, 5)
     metrics.count_router_event(RouterEvent.FEED_GAP)
     metrics.count_auth_failure(AuthFailure.WRONG_ROLE)
@@ -417,7 +413,6 @@ def test_the_helpers_count_into_their_own_series(metrics: Metrics):
     assert get("harness_stream_opens_total", {"result": "takeover"}) == 1
     assert get("harness_stream_ends_total", {"reason": "taken-over"}) == 1
     assert get("harness_agents_hosted", {}) == 5
-    assert get("harness_agent_leases_total", {"event": "lost"}) == 1
     assert get("harness_router_attachments", {"state": "detached"}) == 5
     assert get("harness_router_events_total", {"event": "feed-gap"}) == 1
     assert get("harness_auth_failures_total", {"reason": "wrong-role"}) == 1

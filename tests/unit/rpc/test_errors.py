@@ -95,11 +95,12 @@ def error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo:
     raise AssertionError("no ErrorInfo")
 
 
-def test_the_status_table_maps_every_code_of_ours_to_the_grpc_code_of_the_same_name():
-    assert set(errors.STATUS_CODES) == set(StatusCode)
-    for ours, theirs in errors.STATUS_CODES.items():
-        assert ours.name == theirs.name
-        assert ours.value == theirs.value[0]
+def test_every_status_code_of_the_contract_is_the_grpc_code_of_the_same_name_and_number():
+    # The contract's codes go on the wire as their numbers (`wire.status_of`): each must be
+    # gRPC's code of that name, and every gRPC code must have its mirror.
+    assert {code.name for code in StatusCode} == {code.name for code in grpc.StatusCode}
+    for ours in StatusCode:
+        assert grpc.StatusCode[ours.name].value[0] == ours.value
 
 
 @pytest.mark.parametrize(
@@ -244,7 +245,7 @@ MANAGEMENT_TABLE: dict[str, grpc.StatusCode] = {
 
 def test_every_management_reason_has_a_status_code_and_the_documented_one():
     assert {
-        reason.value: errors.STATUS_CODES[reason.status_code] for reason in ManagementErrorReason
+        reason.value: grpc.StatusCode[reason.status_code.name] for reason in ManagementErrorReason
     } == MANAGEMENT_TABLE
 
 
