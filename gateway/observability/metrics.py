@@ -288,7 +288,7 @@ class StoreBackend(enum.StrEnum):
     SQLITE = "sqlite"
     """SQLite under the data directory."""
     POSTGRESQL = "postgresql"
-    """PostgreSQL (cluster mode)."""
+    """PostgreSQL (`--store postgresql://...`), shared by several daemons."""
 
 
 FirewallKind = MiddlewareKind

@@ -1,4 +1,6 @@
-"""The store: one SQLite file per daemon, written through group commits (engine.md §8).
+"""The store, written through group commits (engine.md §8): a SQLite file in the daemon's
+data directory, or PostgreSQL shared by several daemons (`gateway.store.postgres`, imported
+only when chosen, by `gateway.backends`, so an embedded daemon never loads psycopg).
 
 What other packages may import is listed in `__all__`; the modules behind it are internal.
 
@@ -9,7 +11,8 @@ What other packages may import is listed in `__all__`; the modules behind it are
 - Errors: `StoreError` and its tree (see `gateway.store.errors`).
 
 - `Store`: the typed seam the engine and endpoints use (`SqliteStore` on the file,
-  `MemoryStore` in memory for unit tests), with its vocabulary in `gateway.store.records`.
+  `PostgresStore` in `gateway.store.postgres`, `MemoryStore` in memory for unit tests), with
+  its vocabulary in `gateway.store.records`.
 """
 
 from __future__ import annotations

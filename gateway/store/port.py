@@ -1,6 +1,8 @@
 """The `Store` seam: what the engine and the endpoints need from durable storage.
 
-SQLite implements it now (`SqliteStore`); PostgreSQL will implement the same Protocol.
+Three implementations: `SqliteStore` (one file in the data directory), `PostgresStore`
+(`gateway.store.postgres`: one database shared by several daemons, each owning its agents
+under a lease) and `MemoryStore` (unit tests); one contract suite runs on all three.
 Writes are typed (`gateway.store.records.Write`) and every `apply` call is atomic; reads
 return typed rows. Nothing here speaks SQL.
 """
