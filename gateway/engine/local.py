@@ -22,7 +22,10 @@ Callers may rely on:
   `Certified` and delivery notices released.
 - A unit that raises is rolled back alone and its conversation is set aside at every member
   (binds to it fail `certification-unavailable`, its open intents stay open); an ambiguous
-  COMMIT is fatal (the daemon stops, engine.md §8).
+  COMMIT is fatal (the daemon stops, engine.md §8). A unit the store could not take
+  (`StoreUnavailable`: a network store's outage, nothing written) is built again after a
+  backoff (`UNIT_RETRY_FIRST` doubling up to `UNIT_RETRY_MOST`); its sends meanwhile answer
+  `delivery-pending` at their bound, as the design says of a store holding a post back.
 - An idle sequencer writes nothing.
 """
 
@@ -40,6 +43,7 @@ from harness_contract.jsonvalue import canonical_json
 from harness_contract.kinds import PostKind
 from harness_contract.values import Content
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import (
     BindRefused,
@@ -51,7 +55,7 @@ from gateway.engine.certifier import (
     router_anchor_from_bytes,
     router_anchor_hash,
 )
-from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreFailed
+from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreFailed, StoreUnavailable
 from gateway.store.port import Store
 from gateway.store.records import (
     ConversationRow,
@@ -70,6 +74,17 @@ UNIT_MAX_POSTS: Final = 512
 """Most posts one local unit certifies (engine.md §5.10 Batching)."""
 UNIT_MAX_BYTES: Final = 4 * 1024 * 1024
 """Most record bytes one local unit writes per member; the rest waits for the next unit."""
+
+UNIT_RETRY_FIRST: Final = 0.05
+"""Seconds before a unit the store could not take (`StoreUnavailable`) is built again.
+
+A network store's outage is transient and nothing of the unit was written, so its
+conversation waits and tries again rather than being set aside or left for a restart."""
+
+UNIT_RETRY_MOST: Final = 5.0
+"""Longest wait, in seconds, between tries of one conversation's unit while the store stays
+unavailable; the wait doubles from `UNIT_RETRY_FIRST` up to it, so an outage costs a few
+attempts a minute, not a busy loop."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +109,8 @@ class _Conversation(ConversationState):
     in_flight: bool = False
     founding: asyncio.Future[bool] | None = None
     """While the bind that writes the foundation is committing: resolves True once it did."""
+    retry_delay: float = 0.0
+    """Seconds the last retry after `StoreUnavailable` waited; 0 once a unit committed."""
     encoded: tuple[bytes, bytes] | None = None
     """The descriptor's and the anchor's bytes, encoded once."""
 
@@ -136,8 +153,10 @@ class LocalOrder:
         release: Callable[[Effects], None],
         on_fatal: Callable[[BaseException], None],
         observer: LocalObserver | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
+        self._clock = clock
         self.instance_id = instance_id
         """The store's durable local instance id: the anchor every local conversation names."""
         self._certifiers = certifiers
@@ -151,6 +170,8 @@ class LocalOrder:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._units: set[asyncio.Task[None]] = set()
+        self._retries: set[asyncio.Task[None]] = set()
+        """Conversations waiting out a store outage before their unit is built again."""
         self._restored: dict[str, dict[str, ConversationRow]] = {}
         self._restored_intents: list[tuple[str, IntentRow]] = []
 
@@ -363,11 +384,16 @@ class LocalOrder:
         self._observer.on_set_aside(item)
 
     async def close(self) -> None:
-        """Stop the sequencer; units in flight finish (their commits are the writer's)."""
+        """Stop the sequencer and the retry waits (their intents stay open and certify after
+        the restart); units in flight finish (their commits are the writer's)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        retries = list(self._retries)
+        for retry in retries:
+            retry.cancel()
+        await asyncio.gather(*retries, return_exceptions=True)
         if self._units:
             await asyncio.gather(*self._units, return_exceptions=True)
 
@@ -517,6 +543,12 @@ class LocalOrder:
             logger.error("local unit commit ambiguous: stopping the daemon")
             self._on_fatal(error)
             return
+        except StoreUnavailable:
+            # A network store's outage: nothing was written and the store is not FAILED
+            # (engine.md §8), so the unit is built again once the store may be back. Setting
+            # the conversation aside, or leaving it for a restart, would stop it for good.
+            self._retry_later(unit.conversation)
+            return
         except (StoreClosed, StoreFailed):
             # Shutdown, or the writer already stopped the daemon: not this conversation's
             # fault. Its intents stay open and certify after the restart.
@@ -530,6 +562,28 @@ class LocalOrder:
             )
             return
         self.committed(unit)
+
+    def _retry_later(self, conversation: _Conversation) -> None:
+        # in_flight stays set while waiting, so neither the sequencer (woken by other
+        # conversations) nor a bind's own unit builds for this conversation before the wait.
+        delay = min(UNIT_RETRY_MOST, max(UNIT_RETRY_FIRST, conversation.retry_delay * 2))
+        conversation.retry_delay = delay
+        logger.warning(
+            "local unit not written, the store is unavailable; retrying in %.2f s conversation=%s",
+            delay,
+            conversation.id,
+        )
+        task = asyncio.ensure_future(self._retry_after(conversation, delay))
+        task.set_name("local-unit-retry")
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+
+    async def _retry_after(self, conversation: _Conversation, delay: float) -> None:
+        await self._clock.sleep(delay)
+        conversation.in_flight = False
+        if self._conversations.get(conversation.id) is conversation:  # not set aside meanwhile
+            self._ready[conversation.id] = None
+            self._wake.set()
 
     # --- certifying in the bind's own unit (§5.10 Atomic unit, rule 2) ------------------------
 
@@ -563,6 +617,7 @@ class LocalOrder:
         done = {post.post_id for post in unit.posts}
         conversation.queue = [intent for intent in conversation.queue if intent.post_id not in done]
         conversation.in_flight = False
+        conversation.retry_delay = 0.0
         if _ready_prefix(conversation.queue):
             self._ready[conversation.id] = None
         self._wake.set()

@@ -182,6 +182,7 @@ class Network:
             release=self.release,
             on_fatal=self._fail,
             observer=local_observer,
+            clock=clock,
         )
         """The order of conversations whose members are all hosted here (§5.10)."""
 

@@ -13,6 +13,7 @@ from harness_contract.codec import message_from_json
 from harness_contract.content import multicast_content
 from harness_contract.jsonvalue import parse_canonical_json
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
@@ -67,15 +68,18 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def world_on(store: MemoryStore) -> AsyncIterator[World]:
-    """Members in one process on `store`, a memory Registry and the in-process Router."""
+async def world_on(store: MemoryStore, *, clock: Clock = SYSTEM_CLOCK) -> AsyncIterator[World]:
+    """Members in one process on `store`, a memory Registry and the in-process Router, with
+    the network's timers on `clock`."""
     registry = MemoryRegistry()
     cache = VerifyCache()
     client = RegistryClient(
         registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
     )
     router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
-    network = Network(router=router, store=store, local_instance_id=store.local_instance_id)
+    network = Network(
+        router=router, store=store, local_instance_id=store.local_instance_id, clock=clock
+    )
     built = World(registry, client, cache, router, store, network, {})
     try:
         yield built

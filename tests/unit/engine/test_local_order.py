@@ -9,8 +9,10 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 from harness_contract.content import multicast_content
 
+from gateway.clock import FakeClock
 from gateway.engine.certifier import BindRefused
-from gateway.store.errors import ConstraintViolation
+from gateway.engine.local import UNIT_RETRY_MOST
+from gateway.store.errors import ConstraintViolation, StoreUnavailable
 from gateway.store.memory import MemoryStore
 from gateway.store.records import PutRecord, Write
 from tests.support import eventually
@@ -18,15 +20,20 @@ from tests.unit.engine.test_certification import BOUND, World, started, world_on
 
 
 class FailingStore(MemoryStore):
-    """Refuses (definitely) every unit that certifies a record of one conversation."""
+    """Refuses (definitely) every unit that certifies a record of one conversation, and the
+    next `unavailable` units that certify any record as a network store's outage does."""
 
     def __init__(self) -> None:
         super().__init__()
         self.failing: str | None = None
+        self.unavailable = 0
 
     async def apply(self, writes: Sequence[Write]) -> None:
         if any(isinstance(w, PutRecord) and w.conversation_id == self.failing for w in writes):
             raise ConstraintViolation("forced by the test")
+        if self.unavailable and any(isinstance(w, PutRecord) for w in writes):
+            self.unavailable -= 1
+            raise StoreUnavailable("the server is unreachable (forced by the test)")
         await super().apply(writes)
 
 
@@ -67,3 +74,28 @@ async def test_a_unit_that_raises_sets_only_its_conversation_aside(world):
     # Every other conversation goes on.
     assert await asyncio.wait_for(await _post(world, "alice", "carol"), BOUND)
     assert await asyncio.wait_for(await _post(world, "carol", "alice", "bob"), BOUND)
+
+
+async def test_a_unit_the_store_could_not_take_is_tried_again_and_its_conversation_goes_on():
+    clock = FakeClock()
+    async with world_on(FailingStore(), clock=clock) as world:
+        await started(world, "alice", "bob")
+        store = world.store
+        assert isinstance(store, FailingStore)
+        local = world.network.local
+        store.unavailable = 1
+        first = await _post(world, "alice", "bob")
+        await eventually(lambda: asyncio.sleep(0, store.unavailable), lambda n: n == 0)
+        # Nothing was written and nothing else happens: only the retry can certify it.
+        assert not first.done()
+
+        async def retried() -> bool:
+            clock.advance(UNIT_RETRY_MOST)
+            await asyncio.sleep(0)
+            return first.done()
+
+        await eventually(retried)
+        assert first.result().startswith("rch_")
+        assert local.set_aside_count == 0
+        # The conversation is not left behind: later posts certify too.
+        assert await asyncio.wait_for(await _post(world, "bob", "alice"), BOUND)
