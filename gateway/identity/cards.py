@@ -24,7 +24,7 @@ from gateway.identity.objects import (
     signature_field,
 )
 
-# --- Registry objects (§3) ---------------------------------------------------------------
+# --- Registry objects (engine.md §3) -----------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

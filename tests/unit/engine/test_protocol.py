@@ -321,7 +321,7 @@ def jcs(value) -> bytes:
     return canonical_json(value)
 
 
-# --- §10 vector 2: byte order ------------------------------------------------------------
+# --- engine.md §10 vector 2: byte order --------------------------------------------------
 
 
 def test_the_conversation_identity_lists_agent_ids_in_byte_order_and_derives_the_vector():
@@ -369,7 +369,7 @@ def test_the_membership_descriptor_orders_cards_by_agent_id_bytes():
     )
 
 
-# --- §10 vector 5: thresholds ------------------------------------------------------------
+# --- engine.md §10 vector 5: thresholds --------------------------------------------------
 
 
 def test_the_quorum_and_fault_bound_match_the_published_thresholds():
