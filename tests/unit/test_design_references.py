@@ -15,6 +15,7 @@ The check reads files only: no process, no socket.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -195,8 +196,10 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def unresolved() -> tuple[list[str], list[str]]:
-    """(named references that do not resolve, bare ones that do not), as `path:line: ref`."""
+@functools.cache
+def unresolved() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(named references that do not resolve, bare ones that do not), as `path:line: ref`;
+    read once for both tests that report them."""
     sections = design_sections()
     named_problems, bare_problems = [], []
     for path in scanned_files():
@@ -218,7 +221,7 @@ def unresolved() -> tuple[list[str], list[str]]:
             elif not any(reference.section in sections.get(name, ()) for name in designs):
                 cited = ", ".join(f"{name}.md" for name in sorted(designs))
                 bare_problems.append(f"{reference} (not a heading of {cited})")
-    return named_problems, bare_problems
+    return tuple(named_problems), tuple(bare_problems)
 
 
 def test_every_design_reference_names_a_design_file_with_that_numbered_heading():
