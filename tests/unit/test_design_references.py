@@ -15,6 +15,7 @@ The check reads files only: no process, no socket.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -286,3 +287,30 @@ def test_a_numbered_heading_gives_its_section_and_an_unnumbered_one_none():
         for line in ("## 1. What", "### 5.4.1 Step", "## 8a. One store", "## Errors", "#5 no")
     ]
     assert numbers == ["1", "5.4.1", "8a", None, None]
+
+
+def test_operations_names_every_setting_with_its_variable_and_every_exported_metric():
+    # Imported here: the reference checks above need nothing of the gateway.
+    from gateway import __version__
+    from gateway.observability.metrics import Metrics
+    from gateway.settings import Settings, env_name
+
+    operations = (DESIGN_DIR / "operations.md").read_text(encoding="utf-8")
+    settings = [field.name for field in dataclasses.fields(Settings) if field.name != "role"]
+    missing = [
+        f"setting {name} ({env_name(name)})"
+        for name in settings
+        if f"`{env_name(name)}`" not in operations
+    ]
+    exposition = Metrics(__version__, Settings().mode).render()
+    families = {
+        line.split()[2]
+        for line in exposition.splitlines()
+        if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")
+    }
+    missing += [
+        f"metric {name}"
+        for name in sorted(families)
+        if not name.startswith(("process_", "python_")) and f"`{name}`" not in operations
+    ]
+    assert not missing, "operations.md does not name:\n" + "\n".join(missing)
