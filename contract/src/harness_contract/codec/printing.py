@@ -13,12 +13,7 @@ from harness_contract.codec.items import item_to_json, message_to_json, outcome_
 from harness_contract.codec.sends import send_input_to_json, send_result_to_json
 from harness_contract.content import content_to_json
 from harness_contract.errors import HarnessError
-from harness_contract.guidance import (
-    CheckedGuidance,
-    CollectiveGuidance,
-    LocalGuidance,
-    Withheld,
-)
+from harness_contract.guidance import CheckedGuidance, CollectiveGuidance, LocalGuidance, Withheld
 from harness_contract.jsonvalue import JsonValue
 from harness_contract.management import (
     AgentStatus,
