@@ -201,6 +201,8 @@ class SendOutcome(enum.StrEnum):
     """SendError delivery-pending (alerts: HarnessSendFailuresHigh)."""
     OUTCOME_UNKNOWN = "outcome-unknown"
     """SendError outcome-unknown (alerts: HarnessOutcomeUnknown)."""
+    TOO_MANY_OPERATIONS = "too-many-operations"
+    """SendError too-many-operations: an agent at its bound of open operations."""
     MEMBERS_UNREACHABLE = "members-unreachable"
     """CollectiveError members-unreachable."""
     SCHEMA_INVALID = "schema-invalid"

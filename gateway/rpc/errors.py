@@ -18,6 +18,7 @@ gRPC's, so `harness_contract.wire.status_of` sets it as it is):
 | certification-unavailable, persistence-failed, network-unavailable; not ready; shutting down | UNAVAILABLE |
 | delivery-pending (the post will still be sent: never resend) | DEADLINE_EXCEEDED |
 | outcome-unknown (the post may have been sent) | UNKNOWN |
+| too-many-operations (the asker is at its bound of open operations; a gateway extension) | RESOURCE_EXHAUSTED |
 | `FirewallSendError`; a token of the wrong role | PERMISSION_DENIED |
 | missing, malformed, unknown or revoked token (with an `AuthenticationError` detail) | UNAUTHENTICATED |
 

@@ -349,7 +349,7 @@ def test_the_endpoint_service_has_exactly_the_contract_methods_and_streams_only_
     }
 
 
-def test_send_error_reasons_are_exactly_the_eleven_contract_reasons():
+def test_send_error_reasons_are_the_eleven_contract_reasons_and_the_gateways_extension():
     contract = [
         "invalid-address",
         "unknown-agent",
@@ -363,7 +363,10 @@ def test_send_error_reasons_are_exactly_the_eleven_contract_reasons():
         "delivery-pending",
         "outcome-unknown",
     ]
-    assert enum_values("SendErrorReason") == [contract_to_upper_snake(value) for value in contract]
+    extension = ["too-many-operations"]
+    assert enum_values("SendErrorReason") == [
+        contract_to_upper_snake(value) for value in [*contract, *extension]
+    ]
 
 
 @pytest.mark.parametrize(

@@ -131,6 +131,7 @@ export const SEND_ERROR_REASON = new EnumBridge<Exclude<errorsPb.SendErrorReason
     [S.NETWORK_UNAVAILABLE]: "network-unavailable",
     [S.DELIVERY_PENDING]: "delivery-pending",
     [S.OUTCOME_UNKNOWN]: "outcome-unknown",
+    [S.TOO_MANY_OPERATIONS]: "too-many-operations",
   },
 );
 

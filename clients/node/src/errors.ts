@@ -97,7 +97,7 @@ export abstract class HarnessError extends Error {
 
 // --- SendError -------------------------------------------------------------------
 
-/** The eleven closed `SendError` reasons. */
+/** The closed `SendError` reasons: the contract's eleven and the gateway's `too-many-operations`. */
 export type SendErrorReason =
   | "invalid-address"
   | "unknown-agent"
@@ -109,7 +109,8 @@ export type SendErrorReason =
   | "persistence-failed"
   | "network-unavailable"
   | "delivery-pending"
-  | "outcome-unknown";
+  | "outcome-unknown"
+  | "too-many-operations";
 
 interface SendReasonEntry {
   /** The status code it travels under (operations.md §3). */
@@ -178,9 +179,14 @@ export const SEND_ERROR_REASONS: { readonly [R in SendErrorReason]: SendReasonEn
     text: "the gateway lost track of this send; the message may or may not have been sent",
     clause: "the connection was lost; the message may or may not have been sent",
   },
+  "too-many-operations": {
+    code: "RESOURCE_EXHAUSTED",
+    text: "this agent has too many gather and all_gather operations open; nothing was sent; wait for a result before asking again",
+    clause: "this agent has too many operations open",
+  },
 };
 
-/** A send failed with one of the eleven closed reasons, with an optional detail. */
+/** A send failed with one of the closed reasons, with an optional detail. */
 export class SendError extends HarnessError {
   readonly reason: SendErrorReason;
   /** Text that replaces the reason's text in the message. */

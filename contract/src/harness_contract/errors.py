@@ -52,7 +52,7 @@ class StatusCode(enum.Enum):
     PERMISSION_DENIED = 7
     """The local firewall refused the send, or a token of the wrong role was used."""
     RESOURCE_EXHAUSTED = 8
-    """A limit was hit (message size)."""
+    """A limit was hit (message size, too-many-operations)."""
     FAILED_PRECONDITION = 9
     """The state forbids it now: not registered, version mismatch, no open question, listening."""
     ABORTED = 10
@@ -72,7 +72,8 @@ class StatusCode(enum.Enum):
 
 
 class SendErrorReason(enum.StrEnum):
-    """The eleven closed `SendError` reasons of the contract."""
+    """The closed `SendError` reasons: the contract's eleven and the gateway's
+    `too-many-operations`."""
 
     INVALID_ADDRESS = "invalid-address"
     """The address is not `agent:<name>` or `group:<name>,...` by syntax."""
@@ -96,6 +97,10 @@ class SendErrorReason(enum.StrEnum):
     """The intent is bound and the post will still be sent; never resend."""
     OUTCOME_UNKNOWN = "outcome-unknown"
     """The send may or may not have happened."""
+    TOO_MANY_OPERATIONS = "too-many-operations"
+    """A gateway extension: the asking agent has as many gather and all_gather operations
+    open as the gateway allows (`--max-open-operations`); nothing was sent. Asking again
+    succeeds once one completes."""
 
     @property
     def status_code(self) -> StatusCode:
@@ -125,6 +130,7 @@ _SEND_ERROR_CODES: dict[SendErrorReason, StatusCode] = {
     SendErrorReason.NETWORK_UNAVAILABLE: StatusCode.UNAVAILABLE,
     SendErrorReason.DELIVERY_PENDING: StatusCode.DEADLINE_EXCEEDED,
     SendErrorReason.OUTCOME_UNKNOWN: StatusCode.UNKNOWN,
+    SendErrorReason.TOO_MANY_OPERATIONS: StatusCode.RESOURCE_EXHAUSTED,
 }
 
 _SEND_ERROR_TEXTS: dict[SendErrorReason, str] = {
@@ -157,6 +163,10 @@ _SEND_ERROR_TEXTS: dict[SendErrorReason, str] = {
     SendErrorReason.OUTCOME_UNKNOWN: (
         "the gateway lost track of this send; the message may or may not have been sent"
     ),
+    SendErrorReason.TOO_MANY_OPERATIONS: (
+        "this agent has too many gather and all_gather operations open; nothing was sent; "
+        "wait for a result before asking again"
+    ),
 }
 
 _SEND_ERROR_CLAUSES: dict[SendErrorReason, str] = {
@@ -180,6 +190,7 @@ _SEND_ERROR_CLAUSES: dict[SendErrorReason, str] = {
     SendErrorReason.OUTCOME_UNKNOWN: (
         "the connection was lost; the message may or may not have been sent"
     ),
+    SendErrorReason.TOO_MANY_OPERATIONS: "this agent has too many operations open",
 }
 
 
@@ -226,7 +237,7 @@ class _EqualByFields:
 
 
 class SendError(_EqualByFields, HarnessError):
-    """A send failed with one of the eleven closed reasons, with an optional detail."""
+    """A send failed with one of the closed reasons, with an optional detail."""
 
     def __init__(self, reason: SendErrorReason, detail: str | None = None) -> None:
         super().__init__(reason.value)

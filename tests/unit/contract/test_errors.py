@@ -45,9 +45,14 @@ CONTRACT_SEND_REASONS = {
     "outcome-unknown",
 }
 
+GATEWAY_SEND_REASONS = {"too-many-operations"}
+"""The gateway's extensions of the contract's `SendError` reasons."""
 
-def test_send_error_reasons_are_exactly_the_eleven_of_the_contract():
-    assert {reason.value for reason in SendErrorReason} == CONTRACT_SEND_REASONS
+
+def test_send_error_reasons_are_the_eleven_of_the_contract_and_the_gateways_extension():
+    assert {reason.value for reason in SendErrorReason} == (
+        CONTRACT_SEND_REASONS | GATEWAY_SEND_REASONS
+    )
 
 
 def test_every_send_reason_has_a_text_a_clause_and_a_status_code():
@@ -66,6 +71,7 @@ def test_every_send_reason_has_a_text_a_clause_and_a_status_code():
         (SendErrorReason.NETWORK_UNAVAILABLE, StatusCode.UNAVAILABLE),
         (SendErrorReason.DELIVERY_PENDING, StatusCode.DEADLINE_EXCEEDED),
         (SendErrorReason.OUTCOME_UNKNOWN, StatusCode.UNKNOWN),
+        (SendErrorReason.TOO_MANY_OPERATIONS, StatusCode.RESOURCE_EXHAUSTED),
     ],
 )
 def test_send_reasons_travel_under_the_operations_table_codes(reason, code):

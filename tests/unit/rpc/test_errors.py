@@ -62,6 +62,7 @@ OPERATIONS_TABLE: dict[str, grpc.StatusCode] = {
     "network-unavailable": grpc.StatusCode.UNAVAILABLE,
     "delivery-pending": grpc.StatusCode.DEADLINE_EXCEEDED,
     "outcome-unknown": grpc.StatusCode.UNKNOWN,
+    "too-many-operations": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

@@ -66,9 +66,16 @@ class _SendErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SendE
     """"delivery-pending": "the message will still be sent"; never resend it."""
     SEND_ERROR_REASON_OUTCOME_UNKNOWN: _SendErrorReason.ValueType  # 11
     """"outcome-unknown": "the message may have been sent"."""
+    SEND_ERROR_REASON_TOO_MANY_OPERATIONS: _SendErrorReason.ValueType  # 12
+    """"too-many-operations" (a gateway extension, RESOURCE_EXHAUSTED): the asking agent has
+    as many gather and all_gather operations open as the gateway allows; nothing was
+    sent, and asking again succeeds once one completes.
+    """
 
 class SendErrorReason(_SendErrorReason, metaclass=_SendErrorReasonEnumTypeWrapper):
-    """The contract's closed `SendError` reasons (exactly eleven)."""
+    """The closed `SendError` reasons: the contract's eleven, and the gateway's
+    `too-many-operations`.
+    """
 
 SEND_ERROR_REASON_UNSPECIFIED: SendErrorReason.ValueType  # 0
 """Never sent; a decoder treats it as a malformed message."""
@@ -100,6 +107,11 @@ SEND_ERROR_REASON_DELIVERY_PENDING: SendErrorReason.ValueType  # 10
 """"delivery-pending": "the message will still be sent"; never resend it."""
 SEND_ERROR_REASON_OUTCOME_UNKNOWN: SendErrorReason.ValueType  # 11
 """"outcome-unknown": "the message may have been sent"."""
+SEND_ERROR_REASON_TOO_MANY_OPERATIONS: SendErrorReason.ValueType  # 12
+""""too-many-operations" (a gateway extension, RESOURCE_EXHAUSTED): the asking agent has
+as many gather and all_gather operations open as the gateway allows; nothing was
+sent, and asking again succeeds once one completes.
+"""
 Global___SendErrorReason: _TypeAlias = SendErrorReason  # noqa: Y015
 
 class _AnswerFieldReason:
