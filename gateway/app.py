@@ -60,7 +60,6 @@ from gateway.observability.metrics import (
     FirewallReload,
     Metrics,
     SendOutcome,
-    StoreBackend,
     StoreMetrics,
 )
 from gateway.observability.metrics_server import MetricsServer
@@ -293,10 +292,7 @@ class Gateway(AsyncClosing):
                 writer_settings=CommitWriterSettings(
                     commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
                 ),
-                observer=StoreMetrics(
-                    self.metrics,
-                    StoreBackend.POSTGRESQL if settings.store_is_postgres else StoreBackend.SQLITE,
-                ),
+                observer=StoreMetrics(self.metrics, settings.store_kind),
                 on_fatal=self._on_fatal,
                 run_id=self._run_id,
             ),

@@ -544,6 +544,7 @@ async def _registry(settings: Settings) -> int:
         {
             "role": "registry",
             **_addresses(registry),
+            "store": settings.store_kind,
             "data_dir": str(registry.data_dir),
             "peer_token_file": str(registry.peer_token_path),
             # Public, and what daemons pin with --registry-public-key (docs/deploy.md).
@@ -582,7 +583,9 @@ async def _serve(settings: Settings) -> int:
         on_hangup=gateway.reload_firewall,
         ready={
             "role": "serve",
-            "mode": settings.mode,
+            "mode": settings.mode.value,
+            # Reported beside the mode: a daemon is embedded or joined whatever its store.
+            "store": settings.store_kind,
             **_addresses(gateway),
             "data_dir": str(settings.data_dir),
             "admin_token_file": str(gateway.admin_token_path),

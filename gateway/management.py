@@ -31,6 +31,7 @@ from gateway.engine import protocol as p
 from gateway.engine.network import Network
 from gateway.observability.gauges import GaugeReading
 from gateway.observability.metrics import Listener
+from gateway.settings import Mode
 from gateway.store.port import Store
 
 
@@ -44,7 +45,7 @@ class ManagementQueries:
         hosted: HostedAgents,
         store: Store,
         network: Network,
-        mode: str,
+        mode: Mode,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._hosted = hosted
@@ -174,7 +175,7 @@ class ManagementQueries:
         """Version, mode, hosted agents and Router state."""
         return GatewayStatus(
             version=__version__,
-            mode=self._mode,
+            mode=self._mode.value,
             hosted_agents=self._hosted.count,
             router_state=self._network.state.value,
         )

@@ -8,6 +8,7 @@ environment. Durations take `ms`/`s`/`m`/`h` (a bare number is seconds), sizes
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -61,6 +62,28 @@ def default_registry_data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 LogFormat = Literal["json", "text", "auto"]
 Role = Literal["serve", "router", "registry"]
+StoreKind = Literal["sqlite", "postgresql"]
+"""Where a process keeps its rows: SQLite in its data directory, or PostgreSQL."""
+
+
+class Mode(enum.StrEnum):
+    """What a process is, as it reports itself: the `mode` of `harness_build_info`, of the
+    management status (`harness status`) and of the `ready` line (operations.md §1).
+
+    A daemon is `embedded` or `joined` by how it reaches its Router and Registry; where it
+    keeps its rows is reported on its own (`Settings.store_kind`, the `store` of the
+    `ready` line and the `backend` of the `harness_store_*` metrics)."""
+
+    EMBEDDED = "embedded"
+    """`serve` with its Router and Registry in-process (neither `--router` nor
+    `--registry`), whatever its store."""
+    JOINED = "joined"
+    """`serve` joined to a shared Router (a standalone one over gRPC, or NATS JetStream), to
+    a standalone Registry, or to both, whatever its store."""
+    ROUTER = "router"
+    """The standalone Router (`harness-gateway router`)."""
+    REGISTRY = "registry"
+    """The standalone Registry (`harness-gateway registry`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,11 +234,21 @@ class Settings:
         return self.embedded if self.reflection is None else self.reflection
 
     @property
-    def mode(self) -> str:
-        """The `mode` label of `harness_build_info`: `embedded`, `joined`, or the role."""
-        if self.role != "serve":
-            return self.role
-        return "embedded" if self.embedded else "joined"
+    def mode(self) -> Mode:
+        """What this process reports itself as: `embedded`, `joined`, or its standalone role."""
+        match self.role:
+            case "router":
+                return Mode.ROUTER
+            case "registry":
+                return Mode.REGISTRY
+            case "serve":
+                return Mode.EMBEDDED if self.embedded else Mode.JOINED
+
+    @property
+    def store_kind(self) -> StoreKind:
+        """Where the rows are kept: `postgresql` with `--store postgresql://...`, else
+        `sqlite` in the data directory."""
+        return "postgresql" if self.store_is_postgres else "sqlite"
 
     @property
     def joins_over_tls(self) -> bool:

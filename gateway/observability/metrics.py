@@ -81,6 +81,7 @@ from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
 from gateway.engine.network import RouterAttachment, RouterEvent
 from gateway.firewall.model import Direction, MiddlewareKind, Verdict
+from gateway.settings import Mode
 
 logger = logging.getLogger(__name__)
 
@@ -312,21 +313,6 @@ class FirewallReload(enum.StrEnum):
     """The file is invalid; the old one stays."""
 
 
-class Mode(enum.StrEnum):
-    """`mode` of `harness_build_info` (operations.md §1)."""
-
-    EMBEDDED = "embedded"
-    """`serve` with in-process Router and Registry."""
-    JOINED = "joined"
-    """`serve` joined to a shared Router and Registry."""
-    CLUSTER = "cluster"
-    """`serve` over JetStream and PostgreSQL."""
-    ROUTER = "router"
-    """The standalone Router."""
-    REGISTRY = "registry"
-    """The standalone Registry."""
-
-
 class GrpcType(enum.StrEnum):
     """`grpc_type` of the `grpc_server_*` family."""
 
@@ -537,7 +523,7 @@ class Metrics:
     def __init__(
         self,
         version: str,
-        mode: str,
+        mode: Mode,
         *,
         grpc_services: Sequence[str] = DAEMON_GRPC_SERVICES,
     ) -> None:
@@ -545,7 +531,8 @@ class Metrics:
 
         Args:
             version: the package version (`harness_build_info{version}`).
-            mode: a `Mode` value.
+            mode: what the process reports itself as (`Settings.mode`); another value
+                is refused with `ValueError`.
             grpc_services: the services this process registers (keys of
                 `GRPC_SERVICE_METHODS`); their methods are labelled by name, any other
                 method as `unknown`/`unknown`.

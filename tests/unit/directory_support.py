@@ -17,6 +17,7 @@ from gateway.management import ManagementQueries
 from gateway.registry import MemoryRegistry, RegistryClient
 from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter
+from gateway.settings import Mode
 from gateway.store.memory import MemoryStore
 
 ADMIN_TOKEN = "hadm_" + "a" * 43
@@ -73,7 +74,7 @@ async def directory(
         admin_token=ADMIN_TOKEN,
     )
     management = ManagementQueries(
-        hosted=hosted, store=store, network=network, mode="embedded", clock=clock
+        hosted=hosted, store=store, network=network, mode=Mode.EMBEDDED, clock=clock
     )
     built = Directory(hosted=hosted, agents=agents, management=management, store=store)
     try:

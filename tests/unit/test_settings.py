@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from gateway.settings import (
+    Mode,
     Settings,
     SettingsError,
     describe,
@@ -22,6 +23,53 @@ def test_defaults_are_the_embedded_mode_on_loopback():
     assert settings.embedded
     assert settings.reflection_enabled
     assert settings.stream_window == 256
+
+
+PG = "postgresql://harness@db:5432/harness"
+"""A PostgreSQL store URL (nothing is opened by loading settings)."""
+PEER = {"peer_token_file": "/run/peer-token"}
+"""The flag every gRPC join needs."""
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode", "store"),
+    [
+        ({}, Mode.EMBEDDED, "sqlite"),
+        ({"store": PG}, Mode.EMBEDDED, "postgresql"),
+        ({"expose_network": True}, Mode.EMBEDDED, "sqlite"),
+        ({"router": "grpc://r:7771", "registry": "grpc://g:7772", **PEER}, Mode.JOINED, "sqlite"),
+        ({"registry": "grpc://g:7772", **PEER}, Mode.JOINED, "sqlite"),
+        ({"router": "nats://n:4222", "registry": "grpc://g:7772", **PEER}, Mode.JOINED, "sqlite"),
+        (
+            {"router": "nats://n:4222", "registry": "grpc://g:7772", "store": PG, **PEER},
+            Mode.JOINED,
+            "postgresql",
+        ),
+    ],
+    ids=[
+        "embedded-sqlite",
+        "embedded-postgresql",
+        "embedded-exposed",
+        "joined-grpc",
+        "joined-registry-only",
+        "joined-nats",
+        "joined-nats-postgresql",
+    ],
+)
+def test_a_daemon_reports_embedded_or_joined_by_its_router_and_registry_and_its_store_apart(
+    flags: dict[str, object], mode: Mode, store: str
+):
+    settings = load_settings(env={}, flags=flags)
+    assert (settings.mode, settings.store_kind) == (mode, store)
+
+
+def test_the_standalone_roles_report_their_role_as_their_mode():
+    router = load_settings(
+        env={}, flags={"registry": "grpc://g:7772", **PEER}, defaults={"role": "router"}
+    )
+    registry = load_settings(env={}, defaults={"role": "registry"})
+    assert (router.mode, registry.mode) == (Mode.ROUTER, Mode.REGISTRY)
+    assert {mode.value for mode in Mode} == {"embedded", "joined", "router", "registry"}
 
 
 def test_xdg_state_home_sets_the_data_directory():
@@ -125,7 +173,7 @@ def test_a_nats_router_is_a_list_of_servers_each_normalised_to_the_scheme():
     settings = load_settings(env={}, flags={"router": "nats://a:4222, b:4223,nats://c:4224/"})
     assert settings.router == "nats://a:4222,nats://b:4223,nats://c:4224"
     assert settings.router_is_nats
-    assert settings.mode == "joined"
+    assert settings.mode is Mode.JOINED
     tls = load_settings(env={"HARNESS_ROUTER": "tls://a:4222"})
     assert tls.router == "tls://a:4222"
 

@@ -64,6 +64,7 @@ async def test_standalone_processes_report_ready_serve_health_and_stop_in_order_
         assert str(router.ready_line["instance_id"]).startswith("rti_")
         assert registry.ready_line["role"] == "registry"
         assert registry.ready_line["data_dir"] == str(registry.data_dir)
+        assert registry.ready_line["store"] == "sqlite"
         # What --registry-public-key pins (docs/deploy.md): 32 bytes, unpadded base64url.
         assert re.fullmatch(r"[A-Za-z0-9_-]{43}", str(registry.ready_line["registry_public_key"]))
         serving = health_pb2.HealthCheckResponse.SERVING
@@ -96,6 +97,7 @@ async def test_a_daemon_exposing_its_embedded_network_is_joined_by_another(tmp_p
         async with started(spoke):
             assert hub.ready_line["mode"] == "embedded"
             assert spoke.ready_line["mode"] == "joined"
+            assert hub.ready_line["store"] == spoke.ready_line["store"] == "sqlite"
             assert (
                 await health_status(hub.address, "harness.v1.RouterService")
                 == health_pb2.HealthCheckResponse.SERVING

@@ -312,7 +312,7 @@ def test_build_info_is_one_with_the_version_and_mode(metrics: Metrics):
 
 def test_an_unknown_mode_or_an_empty_version_is_refused():
     with pytest.raises(ValueError, match="Mode"):
-        Metrics("1.2.3", "standalone")
+        Metrics("1.2.3", "standalone")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="version"):
         Metrics("", Mode.JOINED)
     with pytest.raises(ValueError, match="method table"):
