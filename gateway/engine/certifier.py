@@ -12,14 +12,19 @@ Every member processes its envelopes in Router order, its own proposals included
 members of a conversation that crosses daemons take no shortcut. Conversations whose members
 are all hosted here are not the Certifier's: `gateway.engine.local` orders them (§5.10).
 What a member holds of a conversation and of a bound intent on both paths, with the records
-built from them, is `ConversationState` and `BoundIntent`; each path subclasses them with its
-own working state.
+built from them, is `gateway.engine.state`'s `ConversationState` and `BoundIntent`; each path
+subclasses them with its own working state. The effect types are `gateway.engine.effects`'.
 
-The module is long (some 1,650 lines) because the state machine is one: proposals, votes,
-anchors, catch-up and promotion read and change the same per-conversation state under the
-same invariants, and a split along the protocol's phases would scatter each invariant over
-files that then share private state. The helpers that need no state (intent rows, post ops,
-conversation ids) sit at the end.
+The module is long (some 1,380 lines) because the state machine is one: proposals,
+signatures, staging, durability votes, promotion, re-anchoring and catch-up read and change
+the same per-conversation working state (`_Conversation`: locks, evidence, staged records,
+waiting proposals, the open re-anchor and catch-up round) under the same invariants (one
+lock per predecessor, a durability vote only for a staged record, the head moving only when
+a record is promoted), and a split along the protocol's phases would scatter each invariant
+over files that then share that private state. What needs none of it lives apart: the
+effects in `effects.py`, the state both paths share and the stateless record helpers
+(intent rows, post ops, the projection) in `state.py`; only `packet_conversation_id`, which
+the Router path alone needs, sits at the end.
 """
 
 from __future__ import annotations
@@ -28,19 +33,26 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, Protocol, Self, TypeVar, assert_never
+from typing import Final, Protocol, TypeVar, assert_never
 
-from harness_contract.addresses import agent_address, group_address
 from harness_contract.codec import message_to_json
-from harness_contract.collective_part import ClosePart, RequestPart, ResponsePart, read_collective
-from harness_contract.content import content_to_json
 from harness_contract.ids import RandomId, agent_id_order_key
 from harness_contract.jsonvalue import JsonValueError, canonical_json, parse_canonical_json
-from harness_contract.kinds import PostKind, PostOp
-from harness_contract.values import Content, DirectMessage, GroupMessage, InboundMessage
+from harness_contract.kinds import PostKind
+from harness_contract.values import Content
 
 from gateway.engine import protocol as p
-from gateway.identity.keys import SigningKey, VerifyCache
+from gateway.engine.effects import CatchUpQuery, Certified, Effects, OutboundEnvelope
+from gateway.engine.state import (
+    BindRefused,
+    BoundIntent,
+    ConversationPosition,
+    ConversationState,
+    Identity,
+    project,
+    router_anchor_from_bytes,
+)
+from gateway.identity.keys import VerifyCache
 from gateway.store.records import (
     AgentSnapshot,
     ConversationRow,
@@ -54,7 +66,6 @@ from gateway.store.records import (
     PutConversation,
     PutDelivery,
     PutEvidence,
-    PutIntent,
     PutLock,
     PutOutbox,
     PutReanchor,
@@ -65,6 +76,19 @@ from gateway.store.records import (
 )
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CATCH_UP_ROUND_TIMEOUT",
+    "REPROPOSE_INTERVAL",
+    "REPROPOSE_INTERVAL_MAX",
+    "WAITING_SIGNATURE_SUBJECTS",
+    "Certified",
+    "Certifier",
+    "Identity",
+    "packet_conversation_id",
+]
+"""`Certified` and `Identity` (from `gateway.engine.effects` and `gateway.engine.state`) are
+named here too: they are what a caller of the `Certifier` hands it and gets back."""
 
 REPROPOSE_INTERVAL: Final = 30.0
 """Seconds before a live proposal that neither certified nor saw its head move is sent
@@ -79,108 +103,7 @@ WAITING_SIGNATURE_SUBJECTS: Final = 256
 The set is volatile and losing it is safe (§5.5): members re-send their evidence."""
 
 
-# --- effects -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OutboundEnvelope:
-    """A signed envelope to hand the Router once its outbox row is durable."""
-
-    agent_id: str
-    row_id: int
-    conversation_id: str
-    post_id: str | None
-    signed_envelope: bytes
-    retry: bool = False
-    """Sent before (a restart cut its outcome): only the same bytes as a retry are safe."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Certified:
-    """A locally authored post was promoted: its send may succeed."""
-
-    agent_id: str
-    post_id: str
-    record_hash: str
-    bound_at: float
-    kind: PostKind
-    """Direct or group, for the certification latency metric."""
-    op: PostOp = PostOp.MULTICAST
-    """What the post carried: multicast, gather, all_gather, answer or close."""
-    resumed: bool = False
-    """The intent was reloaded after a restart: its latency spans the downtime."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CatchUpQuery:
-    """Another member asked for the item after a position; the shell reads the store and
-    answers through `Certifier.answer_catch_up`."""
-
-    agent_id: str
-    request: p.CatchUpRequest
-
-
-@dataclass
-class Effects:
-    """What one or more core calls produced, in order."""
-
-    writes: list[Write] = field(default_factory=list)
-    envelopes: list[OutboundEnvelope] = field(default_factory=list)
-    certified: list[Certified] = field(default_factory=list)
-    deliveries: set[str] = field(default_factory=set)
-    """Agents with new pending deliveries to classify."""
-    catch_up_queries: list[CatchUpQuery] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.writes or self.envelopes or self.certified or self.catch_up_queries)
-
-
-# --- state -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Identity:
-    """A hosted agent's committed identity."""
-
-    agent_id: str
-    agent_name: str
-    key: SigningKey
-    card: p.SignedAgentCard
-
-
-@dataclass(eq=False, kw_only=True)
-class BoundIntent:
-    """A bound post intent not yet certified, as the Router path and local order hold it."""
-
-    post_id: str
-    intent: p.PostIntent
-    bind_seq: int
-    bound_at: float
-    resumed: bool
-    """Reloaded after a restart (its latency is not observed)."""
-
-    def write(self, agent_id: str, state: IntentState, record_hash: str | None) -> Write:
-        """The intent's row at `agent_id`, its author."""
-        return intent_write(
-            agent_id,
-            self.intent,
-            bind_seq=self.bind_seq,
-            bound_at=self.bound_at,
-            state=state,
-            record_hash=record_hash,
-        )
-
-    def certified(self, agent_id: str, record_hash: str, kind: PostKind) -> Certified:
-        """The notice that the post certified as `record_hash`: its send may succeed."""
-        return Certified(
-            agent_id=agent_id,
-            post_id=self.post_id,
-            record_hash=record_hash,
-            bound_at=self.bound_at,
-            kind=kind,
-            op=post_op(self.intent.content),
-            resumed=self.resumed,
-        )
+# --- working state ------------------------------------------------------------------------
 
 
 @dataclass(eq=False, kw_only=True)
@@ -212,100 +135,6 @@ class _CatchUp:
 
 
 @dataclass(eq=False, kw_only=True)
-class ConversationState:
-    """A conversation's foundation and the head a member stands at, as the Router path and
-    local order both hold it (each adds its own working state)."""
-
-    id: str
-    descriptor: p.MembershipDescriptor
-    membership_hash: str
-    anchor: p.RouterAnchor
-    anchor_hash: str
-    head: str | None
-    depth: int
-
-    @classmethod
-    def founded(
-        cls, descriptor: p.MembershipDescriptor, membership_hash: str, anchor: p.GenesisAnchor
-    ) -> Self:
-        """A new conversation on `anchor`, with no record yet."""
-        return cls(
-            id=descriptor.conversation_id,
-            descriptor=descriptor,
-            membership_hash=membership_hash,
-            anchor=anchor,
-            anchor_hash=p.anchor_hash(anchor),
-            head=None,
-            depth=0,
-        )
-
-    @classmethod
-    def genesis(
-        cls, descriptor: p.MembershipDescriptor, membership_hash: str, instance_id: str
-    ) -> Self:
-        """A new conversation whose GenesisAnchor names the Router instance `instance_id`."""
-        anchor = p.GenesisAnchor(
-            conversation_id=descriptor.conversation_id,
-            membership_hash=membership_hash,
-            router_instance_id=instance_id,
-        )
-        return cls.founded(descriptor, membership_hash, anchor)
-
-    @classmethod
-    def from_row(
-        cls, row: ConversationRow, descriptor: p.MembershipDescriptor, anchor: p.RouterAnchor
-    ) -> Self:
-        """A stored conversation, given its row's decoded descriptor and anchor."""
-        return cls(
-            id=row.conversation_id,
-            descriptor=descriptor,
-            membership_hash=row.membership_hash,
-            anchor=anchor,
-            anchor_hash=row.anchor_hash,
-            head=row.head,
-            depth=row.depth,
-        )
-
-    def action_on(self, head: str | None, intent: p.PostIntent) -> p.Action | None:
-        """The action proposing `intent` on `head` under the current anchor: a GENESIS on
-        no head, else a POST; None on no head when the anchor is not a GenesisAnchor."""
-        if head is None:
-            if not isinstance(self.anchor, p.GenesisAnchor):
-                return None
-            return p.build_genesis_action(
-                membership=self.descriptor, anchor=self.anchor, intent=intent
-            )
-        return p.build_post_action(
-            anchor_hash=self.anchor_hash, previous_record_hash=head, intent=intent
-        )
-
-    def action_certified_record(
-        self, action: p.Action, certificate: p.Certificate
-    ) -> p.ActionCertifiedRecord:
-        """The record of a certified action: its RecordCore in this membership, under the
-        anchor it was proposed on (a GENESIS names its own, a POST the current one)."""
-        core = p.build_record_core(membership=self.descriptor, action=action)
-        return p.ActionCertifiedRecord(
-            record_hash=p.record_hash(core),
-            record_core=core,
-            router_anchor=action.anchor if isinstance(action, p.GenesisAction) else self.anchor,
-            action_certificate=certificate,
-        )
-
-    @property
-    def size(self) -> int:
-        return self.descriptor.size
-
-    @property
-    def member_ids(self) -> tuple[str, ...]:
-        return self.descriptor.member_agent_ids
-
-    @property
-    def kind(self) -> PostKind:
-        return PostKind.of_size(self.size)
-
-
-@dataclass(eq=False, kw_only=True)
 class _Conversation(ConversationState):
     locks: dict[str, str] = field(default_factory=dict)
     """Predecessor (`""` for GENESIS) → the ActionHash this member locked."""
@@ -327,33 +156,6 @@ class _Conversation(ConversationState):
         if self.encoded_descriptor is None:
             self.encoded_descriptor = p.encode(self.descriptor)
         return self.encoded_descriptor
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConversationPosition:
-    """Where one member stands in a conversation: its head and current anchor."""
-
-    head: str | None
-    depth: int
-    anchor: p.RouterAnchor
-    anchor_hash: str
-
-
-def router_anchor_hash(anchor: p.RouterAnchor) -> str:
-    match anchor:
-        case p.GenesisAnchor():
-            return p.anchor_hash(anchor)
-        case p.CompletedReanchor(anchor_hash=hash_):
-            return hash_
-        case _:
-            assert_never(anchor)
-
-
-def router_anchor_from_bytes(data: bytes) -> p.RouterAnchor:
-    value = parse_canonical_json(data)
-    if isinstance(value, dict) and value.get("kind") == p.CompletedReanchor.KIND:
-        return p.CompletedReanchor.from_json(value)
-    return p.GenesisAnchor.from_json(value)
 
 
 class _ConversationScoped(Protocol):
@@ -1499,16 +1301,6 @@ class Certifier:
             )
         self._send(conversation, packet, effects)
 
-    def catch_up_position(
-        self, request: p.CatchUpRequest
-    ) -> tuple[str | None, str | None, str | None]:
-        """(conversation's head, current anchor hash, the completed re-anchor's selected
-        record if the requester's anchor is older) for the shell's lookup."""
-        conversation = self._conversations.get(request.conversation_id)
-        if conversation is None:
-            return None, None, None
-        return conversation.head, conversation.anchor_hash, None
-
     def _on_catch_up_answer(
         self,
         signed: p.SignedEnvelope,
@@ -1574,42 +1366,6 @@ class Certifier:
                 assert_never(item)
 
 
-def post_op(content: Content) -> PostOp:
-    """The operation an own post carries, from its collective part."""
-    match read_collective(content).part:
-        case RequestPart(op=op):
-            return PostOp(op.value)
-        case ResponsePart():
-            return PostOp.ANSWER
-        case ClosePart():
-            return PostOp.CLOSE
-        case _:
-            return PostOp.MULTICAST
-
-
-def intent_write(
-    agent_id: str,
-    intent: p.PostIntent,
-    *,
-    bind_seq: int,
-    bound_at: float,
-    state: IntentState,
-    record_hash: str | None,
-) -> Write:
-    """The row of a post intent. A completed one carries no bytes: its certified record
-    holds them and the store keeps none (so they are not encoded for nothing)."""
-    return PutIntent(
-        agent_id=agent_id,
-        post_id=intent.post_id,
-        conversation_id=intent.conversation_id,
-        bind_seq=bind_seq,
-        intent=b"" if state is IntentState.COMPLETED else p.encode(intent),
-        state=state,
-        record_hash=record_hash,
-        bound_at=bound_at,
-    )
-
-
 def packet_conversation_id(signed: p.SignedEnvelope, packet: p.Packet) -> str:
     """The conversation an envelope is about (catch-up answers travel to two members only,
     so their recipients do not name it)."""
@@ -1626,31 +1382,3 @@ def packet_conversation_id(signed: p.SignedEnvelope, packet: p.Packet) -> str:
             return p.conversation_id(signed.envelope.recipient_agent_ids)
         case _:
             assert_never(packet)
-
-
-def project(descriptor: p.MembershipDescriptor, intent: p.PostIntent) -> InboundMessage:
-    """The delivery projection, from the certified record alone (names from its cards)."""
-    author = descriptor.card_of(intent.author_agent_id)
-    assert author is not None  # check_action proved the author is a member
-    sender = agent_address(author.agent_name)
-    if descriptor.size == 2:
-        return DirectMessage(
-            post_id=intent.post_id, address=sender, sender=sender, content=intent.content
-        )
-    names = sorted(member.card.agent_name for member in descriptor.members)
-    return GroupMessage(
-        post_id=intent.post_id,
-        address=group_address(names),
-        sender=sender,
-        members=tuple(agent_address(name) for name in names),
-        content=intent.content,
-    )
-
-
-class BindRefused(Exception):
-    """The intent cannot be bound (`certification-unavailable`)."""
-
-
-def content_bytes(content: Content) -> bytes:
-    """Canonical bytes of content (for logs and sizes)."""
-    return canonical_json(content_to_json(content))

@@ -45,12 +45,12 @@ from harness_contract.values import Content
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
-from gateway.engine.certifier import (
+from gateway.engine.certifier import Certifier
+from gateway.engine.effects import Effects
+from gateway.engine.state import (
     BindRefused,
     BoundIntent,
-    Certifier,
     ConversationState,
-    Effects,
     project,
     router_anchor_from_bytes,
     router_anchor_hash,

@@ -29,8 +29,9 @@ from harness_contract.ids import RandomId, agent_id_order_key
 from harness_contract.jsonvalue import canonical_json
 
 from gateway.engine import protocol as p
-from gateway.engine.certifier import Certifier, ConversationPosition, project
+from gateway.engine.certifier import Certifier
 from gateway.engine.local import LocalOrder
+from gateway.engine.state import ConversationPosition, project
 from gateway.store.port import Store
 from gateway.store.records import (
     ConversationRow,

@@ -32,14 +32,10 @@ from harness_contract.values import Content
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
-from gateway.engine.certifier import (
-    BindRefused,
-    Certified,
-    Certifier,
-    Effects,
-    OutboundEnvelope,
-)
+from gateway.engine.certifier import Certifier
+from gateway.engine.effects import Certified, Effects, OutboundEnvelope
 from gateway.engine.local import LocalObserver, LocalOrder
+from gateway.engine.state import BindRefused
 from gateway.router import (
     Accepted,
     Batch,

@@ -12,7 +12,7 @@ from harness_contract.content import multicast_content
 from harness_contract.ids import b64
 from harness_contract.kinds import PostKind
 
-from gateway.engine.certifier import Certified, Effects
+from gateway.engine.effects import Certified, Effects
 from gateway.store.memory import MemoryStore
 from gateway.store.records import IntentRow
 from tests.unit.endpoint.support import BOUNDED, Daemon, daemon

@@ -15,8 +15,9 @@ from harness_contract.jsonvalue import parse_canonical_json
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
-from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.certifier import Certifier
 from gateway.engine.network import Network, NetworkObserver, RouterAttachment
+from gateway.engine.state import Identity
 from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.registry import MemoryRegistry, Registered, RegistryClient
 from gateway.registry.verifier import RegistryEnvelopeVerifier

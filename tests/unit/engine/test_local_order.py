@@ -10,8 +10,8 @@ import pytest
 from harness_contract.content import multicast_content
 
 from gateway.clock import FakeClock
-from gateway.engine.certifier import BindRefused
 from gateway.engine.local import UNIT_RETRY_MOST
+from gateway.engine.state import BindRefused
 from gateway.store.errors import ConstraintViolation, StoreUnavailable
 from gateway.store.memory import MemoryStore
 from gateway.store.records import PutRecord, Write

@@ -1,0 +1,70 @@
+"""What the engine's functional cores produce for the shell to carry out (engine.md §5.4
+step 5, §5.5, §5.10).
+
+A core call (`Certifier`, local order's units) changes memory and appends to an `Effects`
+value: typed store writes, `OutboundEnvelope`s to hand the Router, `Certified` notices for
+the waiting sends, the agents with new deliveries, and `CatchUpQuery`s the shell answers
+from the store. `gateway.engine.network` commits the writes and only then releases the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness_contract.kinds import PostKind, PostOp
+
+from gateway.engine import protocol as p
+from gateway.store.records import Write
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboundEnvelope:
+    """A signed envelope to hand the Router once its outbox row is durable."""
+
+    agent_id: str
+    row_id: int
+    conversation_id: str
+    post_id: str | None
+    signed_envelope: bytes
+    retry: bool = False
+    """Sent before (a restart cut its outcome): only the same bytes as a retry are safe."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Certified:
+    """A locally authored post was promoted: its send may succeed."""
+
+    agent_id: str
+    post_id: str
+    record_hash: str
+    bound_at: float
+    kind: PostKind
+    """Direct or group, for the certification latency metric."""
+    op: PostOp = PostOp.MULTICAST
+    """What the post carried: multicast, gather, all_gather, answer or close."""
+    resumed: bool = False
+    """The intent was reloaded after a restart: its latency spans the downtime."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUpQuery:
+    """Another member asked for the item after a position; the shell reads the store and
+    answers through `Certifier.answer_catch_up`."""
+
+    agent_id: str
+    request: p.CatchUpRequest
+
+
+@dataclass
+class Effects:
+    """What one or more core calls produced, in order."""
+
+    writes: list[Write] = field(default_factory=list)
+    envelopes: list[OutboundEnvelope] = field(default_factory=list)
+    certified: list[Certified] = field(default_factory=list)
+    deliveries: set[str] = field(default_factory=set)
+    """Agents with new pending deliveries to classify."""
+    catch_up_queries: list[CatchUpQuery] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.writes or self.envelopes or self.certified or self.catch_up_queries)
