@@ -1,8 +1,9 @@
 /**
- * The local firewall's guidance values (firewall.md §3): what a check saw and advises, and
- * why it refused or withheld. A leaf: `errors.ts` (`FirewallSendError` carries a refusal
- * and a `CheckedGuidance`) and `values.ts` both import it, so they never import each
- * other; re-exported from `values.ts`. The Python contract's `guidance.py` is the same leaf.
+ * The local firewall's guidance values (the contract's "Local guidance"; firewall.md §3):
+ * what a check saw and advises, and why it refused or withheld. A leaf: `errors.ts`
+ * (`FirewallSendError` carries a refusal and a `CheckedGuidance`) and `values.ts` both
+ * import it, so they never import each other; re-exported from `values.ts`. The Python
+ * contract's `guidance.py` is the same leaf.
  */
 
 /** Why the local firewall refused a send or withheld text. */
