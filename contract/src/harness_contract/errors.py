@@ -17,6 +17,13 @@ declares its `StatusCode` (our mirror of gRPC's codes) and `gateway/rpc/` maps i
 Texts come from `engine.md` §6 (SendError messages), `collectives.md` §3.2-§3.3
 (CollectiveError messages and the short SendError clauses used inside them) and
 `firewall.md` §3.
+
+The module is long because it is one closed vocabulary (house-style.md §14): every failure
+class with its reasons, texts and status codes, read and reviewed as one set. A reason is
+added here once and `gateway/rpc/`, the wire mapping and both clients follow it; split
+across modules, the set could no longer be seen whole, and the classes would import the
+shared base and `_EqualByFields` from each other. Only `FirewallRefusal` lives elsewhere
+(the leaf `guidance.py`, because `Withheld` carries it too).
 """
 
 from __future__ import annotations
