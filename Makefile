@@ -10,11 +10,12 @@ SOURCES := gateway clients/python/src contract/src clients/examples tests proto/
 
 install: $(STAMP)
 
-# Reinstalls only when the dependency declarations change.
+# Reinstalls only when the dependency declarations change. pip's -qq prints errors only:
+# setuptools' editable-install notice would be the first thing a fresh `make serve` shows.
 $(STAMP): pyproject.toml clients/python/pyproject.toml contract/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e contract -e '.[dev]' -e clients/python
+	$(BIN)/python -m pip install -qq --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -qq --disable-pip-version-check -e contract -e '.[dev]' -e clients/python
 	touch $(STAMP)
 
 # The npm workspace (package.json): the Node client and the example scripts' tools, from
