@@ -24,7 +24,7 @@ A failed `Send` is counted from the error itself: `send_outcome()` maps every `H
 to a `SendOutcome` and never raises (a type the send vocabulary does not know is `other`,
 with a warning), so counting can never turn an answered send into INTERNAL.
 
-The module is long (some 1,100 lines) because it is the one definition of every exported
+The module is long (some 1,000 lines) because it is the one definition of every exported
 series: an operator reads one file to learn every name, label and bucket the gateway emits,
 and the series budget is counted in one place.
 
