@@ -2,6 +2,7 @@
 
 `await Gateway.start(settings)` composes one frozen `Components` record: the data directory
 (exclusive lock), the store, the Registry, the Router, the Router feed, the hosted agents'
+table (`HostedAgents`, which the feed's deliveries-ready signal reaches directly) and their
 `AgentDirectory`, the `ManagementQueries`, the gauges and the gRPC server. It then runs the
 start in one written order: serve gRPC (readiness NOT_SERVING), rebuild every hosted agent
 from the store, move existing conversations onto local order, start the Router feed and the
@@ -13,8 +14,9 @@ The Router and Registry are chosen by the settings (operations.md §1): in-proce
 embedded mode) unless `router` / `registry` name a standalone process to join, through the
 gRPC clients of `gateway/rpc/` (the Registry key pinned from a setting or fetched once at
 start), or `router` names a NATS JetStream cluster; the store is SQLite in the data
-directory or PostgreSQL (`gateway.backends` opens whichever is chosen). With `expose_network` the embedded Router and Registry are also served to other
-daemons on this daemon's own gRPC port, behind the peer token.
+directory or PostgreSQL (`gateway.backends` opens whichever is chosen). With
+`expose_network` the embedded Router and Registry are also served to other daemons on this
+daemon's own gRPC port, behind the peer token.
 
 The gRPC services receive one `GatewayCore` record built here: the gateway's lifecycle
 state, the `AgentDirectory` (hosting, tokens, registration) and the `ManagementQueries`
@@ -433,6 +435,7 @@ class Gateway(AsyncClosing):
             send_observer=_send_observer(self.metrics),
             clock=self._clock,
             firewall=firewall,
+            max_open_operations=settings.max_open_operations,
         )
 
     def _exposed_services(
