@@ -22,6 +22,7 @@ from harness_contract.addresses import agent_address, is_agent_name
 from harness_contract.ids import RandomId, token_digest
 
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.collectives.port import MAX_OPEN_OPERATIONS
 from gateway.endpoint.api import (
     AuthFailure,
     ManagementError,
@@ -76,6 +77,8 @@ class Hosting:
     """What every runtime and inbox reads the time through."""
     firewall: Firewall | None = None
     """The local firewall every agent's sends and items pass, when one is configured."""
+    max_open_operations: int = MAX_OPEN_OPERATIONS
+    """Most collective operations each agent may have open (`--max-open-operations`)."""
 
 
 class HostedAgents:
@@ -267,6 +270,7 @@ class AgentDirectory:
                 timeouts=hosting.timeouts,
                 clock=hosting.clock,
                 firewall=hosting.firewall,
+                max_open_operations=hosting.max_open_operations,
             ),
             run_id=hosting.run_id,
             export=None

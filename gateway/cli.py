@@ -195,6 +195,10 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         "--firewall-config",
         help="the local firewall's YAML file (re-read on SIGHUP; default: no firewall)",
     )
+    parser.add_argument(
+        "--max-open-operations",
+        help="gather and all_gather operations one agent may have open (256)",
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:

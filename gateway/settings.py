@@ -176,6 +176,12 @@ class Settings:
     firewall_config: Path | None = None
     """The local firewall's YAML file (`--firewall-config`, firewall.md §4.1), re-read on
     SIGHUP; None runs no firewall."""
+    max_open_operations: int = 256
+    """Most gather and all_gather operations one agent may have open (asked, result not yet
+    out) before its next ask is refused `too-many-operations` (`--max-open-operations`,
+    collectives.md §1.1). Each open operation costs memory, rows and start-up work for up to
+    30 days; 256 is far above what a model follows at once and bounds what one agent token
+    can make the daemon hold (`gateway/collectives/port.py` `MAX_OPEN_OPERATIONS`)."""
     keepalive_time: float = 30.0
     """Seconds between server keepalive pings."""
     keepalive_timeout: float = 10.0
@@ -518,6 +524,7 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "shutdown_grace": parse_duration,
     "history_export_dir": Path,
     "firewall_config": Path,
+    "max_open_operations": _positive_int,
     "keepalive_time": parse_duration,
     "keepalive_timeout": parse_duration,
     "keepalive_min_client_interval": parse_duration,

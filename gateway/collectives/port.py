@@ -35,6 +35,17 @@ going after the send returns, and the wait is never a failure."""
 DEADLINE_MAX_SECONDS: Final = 2_592_000
 """Longest relative deadline of a gather or all_gather, 30 days."""
 
+MAX_OPEN_OPERATIONS: Final = 256
+"""Most gather and all_gather operations one agent may have open (asked, result not yet
+emitted) before a new ask is refused `too-many-operations`; `--max-open-operations`.
+
+Each open operation holds memory (about 20 KiB: its record, its deadline timer, its
+request posts' latches), rows (about 40 KiB with its request intents) and work at every
+start (it is loaded back), for up to 30 days. Unbounded, one agent token opened 3,000 in
+under a minute and took 64 MB and 13 s of every later start. A model follows a few
+questions at a time; 256 is far above what one agent uses and bounds an agent's cost at
+about 5 MiB of memory and 10 MiB of rows."""
+
 
 class PostingPort(Protocol):
     """What the collectives need from their agent: its members, its posts, its inbox."""

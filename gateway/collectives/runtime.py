@@ -14,6 +14,11 @@ inbox item), so a restart rebuilds it (§4.7).
 
 The collectives reach their agent only through `PostingPort` (members, posts, inbox items)
 and read the time only through a `Clock`, so they run in a unit test on in-memory fakes.
+
+An agent has at most `max_open` operations open: asked (or being asked) and without a
+result yet, an all_gather's close included, and the ones a restart loaded back. An ask past
+the bound is refused `too-many-operations` before anything is looked up, checked, bound or
+stored; the slot is taken without an `await` in between, so concurrent asks cannot pass it.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.collectives.port import (
     COLLECTIVE_SEND_WAIT,
     DEADLINE_MAX_SECONDS,
+    MAX_OPEN_OPERATIONS,
     Classified,
     CollectiveAgent,
     CollectiveRefusal,
@@ -102,6 +108,7 @@ class Collectives:
             lambda op, outcome: None
         ),
         on_result: Callable[[CollectiveOp, CollectiveEnd], None] = lambda op, end: None,
+        max_open: int = MAX_OPEN_OPERATIONS,
     ) -> None:
         self._agent = CollectiveAgent(
             posting=posting, name=agent_name, agent_id=agent_id, clock=clock
@@ -109,12 +116,23 @@ class Collectives:
         self._posting = posting
         self._on_member_outcome = on_member_outcome
         self._on_result = on_result
+        self._max_open = max_open
         self._operations: dict[str, Operation] = {}
+        self._asking: set[str] = set()
+        """Operations whose send is running (they hold a slot before they are open)."""
+        self._closing: set[str] = set()
+        """all_gathers completed whose close is not yet certified (their result is not out)."""
+        self._at_bound = False
+        """The bound refused an ask since one was last admitted (one WARNING per episode)."""
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.responder: Final = Responder(self._agent, spawn=self._spawn)
         """The member's side (§1.5, §2.5, §3.1, §4.3): answers, received requests and closes,
         which callers reach directly; its background tasks are this object's."""
+
+    def held_count(self) -> int:
+        """Operations counted against the bound: open, being asked, or closing."""
+        return len(self._operations.keys() | self._asking | self._closing)
 
     def open_counts(self) -> dict[CollectiveOp, int]:
         """Open operations by op."""
@@ -142,6 +160,7 @@ class Collectives:
         for operation in list(self._operations.values()):
             if operation.state is OperationState.CLOSING:
                 self._operations.pop(operation.id, None)
+                self._closing.add(operation.id)
                 if operation.close_post_id is None:
                     self._spawn(self._post_close(operation), f"close-{operation.id}")
                 else:
@@ -187,8 +206,62 @@ class Collectives:
         requested_schema: RequestedSchema,
     ) -> str:
         """Run a gather or all_gather send; returns the operation id or raises
-        `CollectiveRefusal` (carrying a `SendError` or `CollectiveError`)."""
+        `CollectiveRefusal` (carrying a `SendError` or `CollectiveError`).
+
+        At the bound of open operations it raises `SendError` `too-many-operations`
+        itself, not a `CollectiveRefusal`: the send fails with it even under
+        `failureDelivery: "inbound"`, since an `operationFailed` item per refused ask
+        would store a row for each ask the bound is there to refuse."""
+        # Before any await: the slot is taken (or refused) in the same step as the count.
+        if self.held_count() >= self._max_open:
+            self._refuse_at_bound()
+            raise SendError(
+                SendErrorReason.TOO_MANY_OPERATIONS,
+                f"this agent has {self._max_open:,} gather and all_gather operations open, "
+                "the most the gateway allows; nothing was sent; wait for a result before "
+                "asking again",
+            )
         nonce, operation_id = mint_collective(self._agent.address)
+        self._at_bound = False
+        self._asking.add(operation_id)
+        try:
+            return await self._ask(
+                op=op,
+                to=to,
+                question=question,
+                deadline=deadline,
+                requested_schema=requested_schema,
+                nonce=nonce,
+                operation_id=operation_id,
+            )
+        finally:
+            self._asking.discard(operation_id)
+
+    def _refuse_at_bound(self) -> None:
+        if self._at_bound:
+            logger.debug("ask refused at the bound of open operations bound=%d", self._max_open)
+            return
+        # A client's doing, not a fault; WARNING once per episode so an operator sees a
+        # runaway or hostile agent without a line per refused ask.
+        self._at_bound = True
+        logger.warning(
+            "agent at its bound of open collective operations; asks are refused "
+            "too-many-operations until one completes agent=%s bound=%d",
+            self._agent.name,
+            self._max_open,
+        )
+
+    async def _ask(
+        self,
+        *,
+        op: CollectiveOp,
+        to: str,
+        question: str,
+        deadline: int,
+        requested_schema: RequestedSchema,
+        nonce: str,
+        operation_id: str,
+    ) -> str:
         refuse_to = to
         try:
             conversation = canonicalize(to, self._agent.name)
@@ -465,6 +538,7 @@ class Collectives:
     def _begin_close(self, operation: Operation, *, end: CollectiveEnd) -> list[Write]:
         """Complete an all_gather: post its close off the classification path (§4.2)."""
         self._operations.pop(operation.id, None)
+        self._closing.add(operation.id)
         timer = self._timers.pop(operation.id, None)
         if timer is not None and timer is not asyncio.current_task():
             timer.cancel()
@@ -519,6 +593,7 @@ class Collectives:
             self._timers.pop(operation.id, None)
             _, item_write = self._posting.prepare_item(self._result(operation))
             await self._posting.commit([item_write, self._operation_write(operation)])
+            self._closing.discard(operation.id)
             self._count_result(operation, operation.end or CollectiveEnd.DEADLINE)
             self._posting.published(DeliveryItem.COLLECTIVE_RESULT)
             return
@@ -535,6 +610,7 @@ class Collectives:
             OperationFailedItem(id=operation.id, to=operation.to, error=error)
         )
         await self._posting.commit([item_write, self._operation_write(operation)])
+        self._closing.discard(operation.id)
         self._on_result(operation.op, CollectiveEnd.FAILED)
         self._posting.published(DeliveryItem.OPERATION_FAILED)
 

@@ -63,7 +63,7 @@ from harness_contract.values import (
 )
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.collectives.port import Classified, CollectiveRefusal
+from gateway.collectives.port import MAX_OPEN_OPERATIONS, Classified, CollectiveRefusal
 from gateway.collectives.runtime import Collectives
 from gateway.endpoint.api import SendState
 from gateway.endpoint.export import HistoryExport
@@ -154,6 +154,8 @@ class AgentParts:
     """Every bound of the send pipeline and the collectives is measured on it."""
     firewall: Firewall | None = None
     """The local firewall, when the operator configured one (firewall.md)."""
+    max_open_operations: int = MAX_OPEN_OPERATIONS
+    """Most collective operations the agent may have open (`--max-open-operations`)."""
 
 
 class AgentPosting:
@@ -343,6 +345,7 @@ class AgentRuntime:
             clock=parts.clock,
             on_member_outcome=self._observer.on_member_outcome,
             on_result=self._observer.on_collective_result,
+            max_open=parts.max_open_operations,
         )
         if parts.firewall is not None:
             parts.inbox.screen = InboxScreen(

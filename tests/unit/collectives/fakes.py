@@ -8,12 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness_contract.addresses import unknown_agent_error
+from harness_contract.collective_part import ResponsePart
 from harness_contract.errors import FirewallSendError, SendError, SendErrorReason
 from harness_contract.ids import HashId, RandomId
 from harness_contract.jsonvalue import JsonValue
-from harness_contract.values import Content, InboundItem
+from harness_contract.values import CollectiveOp, CollectiveResultItem, Content, InboundItem
 
 from gateway.clock import FakeClock
+from gateway.collectives.port import MAX_OPEN_OPERATIONS, Classified
 from gateway.collectives.runtime import Collectives
 from gateway.engine import protocol as p
 from gateway.engine.network import PostHandle
@@ -58,11 +60,13 @@ class FakePosting:
     committed: list[Write] = field(default_factory=list)
     published_kinds: list[str] = field(default_factory=list)
     checked: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    """Every firewall send check: (recipients, text)."""
     checked_contents: list[dict[str, JsonValue] | None] = field(default_factory=list)
     """The `content` of each check, beside `checked`: an answer's content, None for text."""
-    """Every firewall send check: (recipients, text)."""
     refuse_sends: FirewallSendError | None = None
     """A firewall refusal every send check raises."""
+    hold_checks: asyncio.Event | None = None
+    """When set, every send check waits for this event (a send held mid-way)."""
     _items: dict[str, InboundItem] = field(default_factory=dict)
     _memberships: dict[str, p.MembershipDescriptor] = field(default_factory=dict)
     _latches: dict[str, asyncio.Future[str]] = field(default_factory=dict)
@@ -133,6 +137,8 @@ class FakePosting:
     ) -> None:
         self.checked.append((tuple(recipients), text))
         self.checked_contents.append(None if content is None else dict(content))
+        if self.hold_checks is not None:
+            await self.hold_checks.wait()
         if self.refuse_sends is not None:
             raise self.refuse_sends
 
@@ -229,8 +235,14 @@ async def cards_of(*names: str) -> dict[str, p.SignedAgentCard]:
     return cards
 
 
-def agent(name: str, cards: dict[str, p.SignedAgentCard], clock: FakeClock | None = None) -> Agent:
-    """`name`'s collectives, every other card resolvable."""
+def agent(
+    name: str,
+    cards: dict[str, p.SignedAgentCard],
+    clock: FakeClock | None = None,
+    *,
+    max_open: int = MAX_OPEN_OPERATIONS,
+) -> Agent:
+    """`name`'s collectives, every other card resolvable, at most `max_open` open."""
     clock = clock or FakeClock()
     posting = FakePosting(
         me=cards[name], cards={other: card for other, card in cards.items() if other != name}
@@ -243,7 +255,53 @@ def agent(name: str, cards: dict[str, p.SignedAgentCard], clock: FakeClock | Non
         clock=clock,
         on_member_outcome=lambda op, outcome: outcomes.members.append((op, outcome)),
         on_result=lambda op, end: outcomes.results.append((op, end)),
+        max_open=max_open,
     )
     return Agent(
         name=name, posting=posting, clock=clock, outcomes=outcomes, collectives=collectives
     )
+
+
+# --- what tests do through the collectives ---------------------------------------------
+
+
+async def ask(
+    alice: Agent, op: CollectiveOp, to: str, *, deadline: int = 60, question: str = "when?"
+) -> str:
+    """alice asks with the one test form; the operation id."""
+    return await alice.collectives.ask(
+        op=op, to=to, question=question, deadline=deadline, requested_schema=SCHEMA
+    )
+
+
+def answer(
+    alice: Agent,
+    operation_id: str,
+    sender: str,
+    *,
+    to: str | None = None,
+    slot: str | None = "mon",
+    record_hash: str = "",
+) -> Classified:
+    """Classify `sender`'s answer as alice's endpoint would; `to` defaults to the direct
+    conversation, a group address marks it as posted in that group."""
+    return alice.collectives.classify_response(
+        ResponsePart(id=operation_id, content=None if slot is None else {"slot": slot}),
+        sender=sender,
+        conversation_address=to or f"agent:{sender}",
+        is_group=to is not None,
+        record_hash=record_hash or HashId.RECORD.of(sender),
+    )
+
+
+def results(alice: Agent) -> list[CollectiveResultItem]:
+    """Every collective result alice's collectives committed, in order."""
+    return [
+        item for item in alice.posting.committed_items() if isinstance(item, CollectiveResultItem)
+    ]
+
+
+async def settle() -> None:
+    """Let the timer and close tasks woken by the clock run to their next wait."""
+    for _ in range(5):
+        await asyncio.sleep(0)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 from harness_contract.addresses import group_address
-from harness_contract.collective_part import ClosePart, ResponsePart, read_collective
+from harness_contract.collective_part import ClosePart, read_collective
 from harness_contract.errors import (
     CollectiveError,
     MembersUnreachable,
@@ -31,49 +31,9 @@ from harness_contract.values import (
 from gateway.collectives.port import CollectiveRefusal
 from gateway.collectives.runtime import Collectives
 from tests.support import eventually
-from tests.unit.collectives.fakes import SCHEMA, Agent, agent, cards_of
+from tests.unit.collectives.fakes import Agent, agent, answer, ask, cards_of, results, settle
 
 THIRTY_DAYS = 2_592_000
-
-
-async def ask(
-    alice: Agent, op: CollectiveOp, to: str, *, deadline: int = 60, question: str = "when?"
-) -> str:
-    return await alice.collectives.ask(
-        op=op, to=to, question=question, deadline=deadline, requested_schema=SCHEMA
-    )
-
-
-def answer(
-    alice: Agent,
-    operation_id: str,
-    sender: str,
-    *,
-    to: str | None = None,
-    slot: str | None = "mon",
-    record_hash: str = "",
-):
-    """Classify `sender`'s answer as alice's endpoint would; `to` defaults to the direct
-    conversation, a group address marks it as posted in that group."""
-    return alice.collectives.classify_response(
-        ResponsePart(id=operation_id, content=None if slot is None else {"slot": slot}),
-        sender=sender,
-        conversation_address=to or f"agent:{sender}",
-        is_group=to is not None,
-        record_hash=record_hash or HashId.RECORD.of(sender),
-    )
-
-
-def results(alice: Agent) -> list[CollectiveResultItem]:
-    return [
-        item for item in alice.posting.committed_items() if isinstance(item, CollectiveResultItem)
-    ]
-
-
-async def settle() -> None:
-    """Let the timer and close tasks woken by the clock run to their next wait."""
-    for _ in range(5):
-        await asyncio.sleep(0)
 
 
 @pytest.fixture
