@@ -14,9 +14,10 @@ from harness_contract.addresses import group_address
 from harness_contract.errors import CollectiveError, SendError, SendErrorReason, StatusCode
 from harness_contract.values import CollectiveOp, CollectiveResultItem
 
+from gateway.cli import _build_parser as build_parser
 from gateway.collectives.port import MAX_OPEN_OPERATIONS, CollectiveRefusal
 from gateway.collectives.runtime import Collectives
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError, load_settings
 from tests.support import eventually
 from tests.unit.collectives.fakes import Agent, agent, answer, ask, cards_of, results, settle
 
@@ -42,6 +43,19 @@ async def refused_at_the_bound(alice: Agent, op: CollectiveOp = CollectiveOp.GAT
 
 def test_the_default_bound_is_the_settings_default():
     assert Settings().max_open_operations == MAX_OPEN_OPERATIONS == 256
+
+
+def test_the_bound_is_set_by_its_variable_or_flag_and_must_be_positive():
+    variable = {"HARNESS_MAX_OPEN_OPERATIONS": "10"}
+    assert load_settings(env=variable).max_open_operations == 10
+    assert (
+        load_settings(env=variable, flags={"max_open_operations": "12"}).max_open_operations == 12
+    )
+    args = build_parser().parse_args(["serve", "--max-open-operations", "7"])
+    assert args.max_open_operations == "7"
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env={}, flags={"max_open_operations": "0"})
+    assert refused.value.errors == ["--max-open-operations: expected a positive integer, got '0'"]
 
 
 async def test_asks_up_to_the_bound_succeed_and_the_next_is_refused_with_nothing_made(
