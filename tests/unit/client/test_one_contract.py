@@ -10,8 +10,12 @@ comes back from the wire equal to what the gateway sent.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
+import re
 from pathlib import Path
+from types import ModuleType
 
 import harness_client
 import harness_contract.errors
@@ -80,17 +84,48 @@ def test_every_export_named_like_a_contract_value_is_the_contracts_own_object():
 
 def test_no_client_module_defines_a_class_the_contract_defines():
     contract = contract_names()
-    for path in sorted(CLIENT_ROOT.glob("*.py")):
+    for path in sorted(CLIENT_ROOT.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         defined = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
         assert not defined & set(contract), f"{path.name} redefines {defined & set(contract)}"
 
 
 def test_the_client_has_no_protobuf_converter_of_its_own():
-    for path in sorted(CLIENT_ROOT.glob("*.py")):
+    for path in sorted(CLIENT_ROOT.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
         assert not {name for name in functions if name.endswith(("_to_proto", "_from_proto"))}
+
+
+CONVERTER = re.compile(r"\w+_(?:to|from)_(?:json|proto)|to_json|status_of|error_of_status")
+"""The converters a split package's modules define and the package itself exports."""
+
+
+def submodules(package: ModuleType) -> list[ModuleType]:
+    return [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(package.__path__)
+    ]
+
+
+@pytest.mark.parametrize("package", [codec, wire], ids=lambda package: package.__name__)
+def test_a_split_package_exports_every_converter_its_modules_define(package):
+    # `harness_contract.codec` and `.wire` are one import each, whatever modules hold them.
+    modules = submodules(package)
+    assert len(modules) >= 6
+    converters = {
+        name: value
+        for module in modules
+        for name, value in vars(module).items()
+        if inspect.isfunction(value)
+        and value.__module__ == module.__name__
+        and not name.startswith("_")
+        and CONVERTER.fullmatch(name)
+    }
+    assert len(converters) >= 25
+    for name, value in converters.items():
+        assert getattr(package, name) is value, name
+        assert name in package.__all__, name
 
 
 @pytest.mark.parametrize("error", [*CLOSED_ERRORS, *STATUS_ERRORS], ids=repr)

@@ -110,6 +110,7 @@ def collective_operation_from_proto(
 
 
 def schema_from_proto(schema: struct_pb2.Struct) -> RequestedSchema:
+    """The requested schema of a gather or all_gather, as a JSON object."""
     return struct_from_proto(schema, "requested_schema")
 
 
