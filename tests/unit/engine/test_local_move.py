@@ -14,11 +14,7 @@ from gateway.engine.certifier import Certifier
 from gateway.engine.local import LocalOrder
 from gateway.engine.local_move import move_existing
 from gateway.store.records import IntentState
-from tests.unit.engine import test_certification as certification
-from tests.unit.engine.test_certification import BOUND, World, records_of, started
-
-world = certification.world
-"""The in-process world of the Router-path tests: the fixtures below are written by it."""
+from tests.unit.engine.support import BOUND, World, records_of, started
 
 
 async def _restarted(world: World) -> tuple[dict[str, Certifier], LocalOrder]:

@@ -16,7 +16,7 @@ from gateway.store.errors import ConstraintViolation, StoreUnavailable
 from gateway.store.memory import MemoryStore
 from gateway.store.records import PutRecord, Write
 from tests.support import eventually
-from tests.unit.engine.test_certification import BOUND, World, started, world_on
+from tests.unit.engine.support import BOUND, World, started, world_on
 
 
 class FailingStore(MemoryStore):
