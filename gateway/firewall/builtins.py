@@ -414,7 +414,7 @@ class ContentPattern:
     Plain text (a message, a question, a request) is searched as it is by every rule. An
     answer is searched by a `match: text` rule (the default) in each of its content's keys
     and values as the text it is, and by a `match: json` rule in its canonical JSON text
-    (firewall.md §3.5).
+    (firewall.md §4).
 
     Outbound, a blocking match (`refuse`, `withhold`, `drop`) refuses with `content-blocked`
     and the first decides. Inbound, a blocking match withholds its subject (`drop` asks the

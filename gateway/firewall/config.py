@@ -374,7 +374,7 @@ def parse_firewall(text: str, source: Path) -> FirewallSpec:
     An empty file (or one of comments only) is refused, as is one without `middlewares`:
     both are what an interrupted write leaves, and taking either for "no middlewares"
     would drop the whole policy unnoticed. No middleware is said explicitly, with
-    `middlewares: []` (firewall.md §2).
+    `middlewares: []` (firewall.md §4.1).
 
     Raises:
         FirewallConfigError: every problem found, in file order.
