@@ -1,4 +1,4 @@
-"""Content patterns on answers over a real gateway (firewall.md §3.5): a rule searches each
+"""Content patterns on answers over a real gateway (firewall.md §4): a rule searches each
 key and value of an answer as the text it is, so the JSON escaping of a newline (`\\n`) or
 a quote (`\\"`) no longer carries past it what it refuses in a message; outbound on the
 answering agent's send, inbound on the asking agent's result."""

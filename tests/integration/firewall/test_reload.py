@@ -1,4 +1,4 @@
-"""A reload (SIGHUP) of the firewall file on a real gateway (firewall.md §2): a file an
+"""A reload (SIGHUP) of the firewall file on a real gateway (firewall.md §4.1): a file an
 interrupted write left empty or cut short is kept out like a broken one, the policy in
 force stays and the operator is told at ERROR; `middlewares: []` removes it on purpose.
 """

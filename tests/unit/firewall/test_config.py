@@ -221,7 +221,7 @@ def test_no_cut_of_a_policy_reads_as_a_policy_of_no_middlewares():
     """Whatever byte an interrupted write stops at, what is left is refused or still has
     middlewares: a cut file never silently removes the whole policy. (A cut that leaves a
     valid file with fewer middlewares or a shorter value cannot be told from an edit;
-    firewall.md §2 says to write the file atomically.)"""
+    the user guide, docs/firewall.md, says to write the file atomically.)"""
     policy = textwrap.dedent(
         """\
         version: 1
