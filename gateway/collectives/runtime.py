@@ -242,12 +242,12 @@ class Collectives:
             logger.debug("ask refused at the bound of open operations bound=%d", self._max_open)
             return
         # A client's doing, not a fault; WARNING once per episode so an operator sees a
-        # runaway or hostile agent without a line per refused ask.
+        # runaway or hostile agent without a line per refused ask. The agent is in the
+        # line's context (set at the RPC boundary).
         self._at_bound = True
         logger.warning(
             "agent at its bound of open collective operations; asks are refused "
-            "too-many-operations until one completes agent=%s bound=%d",
-            self._agent.name,
+            "too-many-operations until one completes bound=%d",
             self._max_open,
         )
 
