@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import __version__
 from gateway.testing import _ready_entry, hermetic_environment
-from tests.unit.deploy.test_dockerfile import Stage, final_stage, substitute
+from tests.unit.deploy.dockerfile_support import Stage, final_stage, substitute
 
 pytestmark = pytest.mark.e2e
 

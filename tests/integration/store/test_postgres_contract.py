@@ -1,8 +1,8 @@
-"""The store contract suite (tests/unit/store/test_store_contract.py) on PostgreSQL.
+"""The store contract suite (`tests/unit/store/store_contract_suite.py`) on PostgreSQL.
 
-Every test function of the suite runs here as it is, with `store` a `PostgresStore` on a
-fresh database: one behaviour for SQLite, memory and PostgreSQL. New contract tests join
-without an edit here."""
+Every test function of the suite runs here as it is (the star import), with `store` a
+`PostgresStore` on a fresh database: one behaviour for SQLite, memory and PostgreSQL. New
+contract tests join without an edit here."""
 
 from __future__ import annotations
 
@@ -13,11 +13,8 @@ import pytest
 from gateway.store.port import Store
 from gateway.store.postgres import PostgresStore
 from tests.servers import PostgresServer
-from tests.unit.store import test_store_contract as contract
-
-globals().update(
-    {name: getattr(contract, name) for name in dir(contract) if name.startswith("test_")}
-)
+from tests.unit.store import store_contract_suite as contract
+from tests.unit.store.store_contract_suite import *  # noqa: F403
 
 
 @pytest.fixture

@@ -1,14 +1,16 @@
-"""One contract suite for every `Store` implementation: one behaviour, several backends."""
+"""One contract suite for every `Store` implementation: one behaviour, several backends.
+
+A module that runs the suite star-imports it and defines the `store` fixture for its backends
+(`tests/unit/store/test_store_contract.py`: memory and SQLite;
+`tests/integration/store/test_postgres_contract.py`: PostgreSQL). The module's name does not
+start with `test_`, so pytest collects its tests only where they are imported.
+"""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 import pytest
 
 from gateway.store.errors import ConstraintViolation
-from gateway.store.memory import MemoryStore
-from gateway.store.port import Store
 from gateway.store.records import (
     AcknowledgeItem,
     DeliveryState,
@@ -33,23 +35,10 @@ from gateway.store.records import (
     SetDeliveryState,
     SetOutboxState,
 )
-from gateway.store.sqlite_store import SqliteStore
 
 A = "agt_AAAAAAAAAAAAAAAAAAAAAA"
 B = "agt_f39_f39_f39_f39_f39_fw"
 CNV = "cnv_qF0CzgWIvDEnr30lD2k820Oo1Hx_7hHXB5jv02vC5bQ"
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request, tmp_path) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        opened: Store = MemoryStore()
-    else:
-        opened = await SqliteStore.open(tmp_path / "store.sqlite3")
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def identity(agent_id: str, name: str) -> PutIdentity:
