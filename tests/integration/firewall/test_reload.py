@@ -10,6 +10,9 @@ import logging
 import pytest
 from harness_client import FirewallSendError, MessageInput
 
+from gateway.firewall.config import EMPTY_FILE, FirewallConfigError
+from gateway.settings import Settings
+from gateway.testing import run_gateway
 from tests.integration.firewall.conftest import firewalled, write_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -81,3 +84,11 @@ async def test_an_explicit_empty_list_removes_the_policy_and_a_full_file_restore
         assert await gw.gateway.reload_firewall() is True
         with pytest.raises(FirewallSendError):
             await alice.send(MessageInput(to="agent:carol", text="hello again"))
+
+
+async def test_a_gateway_does_not_start_on_an_empty_firewall_file(tmp_path):
+    config = write_config(tmp_path / "firewall.yaml", "")
+    with pytest.raises(FirewallConfigError) as refused:
+        async with run_gateway(Settings(firewall_config=config)):
+            pass
+    assert refused.value.problems == (f"{config}:1:1: {EMPTY_FILE}",)
