@@ -16,6 +16,10 @@ Three layers, each doing what it is good at:
 A pydantic error's `loc` is a path through the document (plus the `kind` tag of the
 middleware union, which `_document_path` drops); `_position` walks the same path through
 the ruamel nodes to find the line and column.
+
+The module is long because it is one file format: the models, the checks across values,
+the problem texts and the positions they point at all speak of the same document paths,
+and a rule added to the format touches each of them in one place.
 """
 
 from __future__ import annotations
@@ -90,17 +94,14 @@ DEFAULT_DEADLINE_MS: Final = 200
 FIREWALL_VERSION: Final = 1
 """The only `version` of the file this gateway reads."""
 
+EXPLICIT_NONE: Final = "'middlewares: []' runs no middleware"
+"""How a file says on purpose what an empty or cut file must not be taken for."""
+
 EMPTY_FILE: Final = (
     "the file is empty (cut short by an interrupted write?); a firewall file holds "
-    "'version: 1' and 'middlewares:', and 'middlewares: []' runs no middleware"
+    f"'version: 1' and 'middlewares:', and {EXPLICIT_NONE}"
 )
 """The problem of an empty file (or one of comments only)."""
-
-_MISSING_HINTS: Final[Mapping[tuple[str | int, ...], str]] = {
-    ("middlewares",): " (a file cut short?); 'middlewares: []' runs no middleware",
-}
-"""What a missing top-level key's problem adds: how to say on purpose what its absence
-might otherwise have been taken for."""
 
 _ID: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _ID_RULE: Final = "1 to 64 of a-z, 0-9, '.', '_', '-', starting with a letter or digit"
@@ -371,10 +372,9 @@ def parse_firewall(text: str, source: Path) -> FirewallSpec:
     """Check the firewall file `text`, read from `source` (which names it in problems and
     anchors a relative `tls_ca`).
 
-    An empty file (or one of comments only) is refused, as is one without `middlewares`:
-    both are what an interrupted write leaves, and taking either for "no middlewares"
-    would drop the whole policy unnoticed. No middleware is said explicitly, with
-    `middlewares: []` (firewall.md §4.1).
+    An empty file (or one of comments only) and one without `middlewares` are refused: an
+    interrupted write leaves them, and reading "no middlewares" would drop the whole policy
+    unnoticed. `middlewares: []` says it on purpose (firewall.md §4.1).
 
     Raises:
         FirewallConfigError: every problem found, in file order.
@@ -514,7 +514,7 @@ def _from_pydantic(errors: list[ErrorDetails]) -> Iterator[_Problem]:
                 yield _Problem(
                     loc=loc,
                     message=f"{_describe_loc(loc[:-1])}: missing required key {loc[-1]!r}"
-                    + _MISSING_HINTS.get(loc, ""),
+                    + (f" (a file cut short?); {EXPLICIT_NONE}" if loc == ("middlewares",) else ""),
                 )
             case "extra_forbidden":
                 allowed = ", ".join(_allowed_keys(error["loc"][:-1]))
