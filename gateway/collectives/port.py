@@ -79,12 +79,13 @@ class PostingPort(Protocol):
         text: str,
         *,
         content: Mapping[str, JsonValue] | None = None,
+        form: Mapping[str, JsonValue] | None = None,
     ) -> None:
         """The local firewall's send check of this agent's text to these members (names),
         before anything is bound; raises `FirewallSendError`. Admitted, its guidance is the
         send's. `content` is an answer's content (empty for a decline), whose keys and
-        values content patterns search as texts, `text` being its JSON; None for plain
-        text."""
+        values content patterns search as texts, `text` being its JSON; `form` a question's
+        requested schema, searched the same way beside the question `text`."""
         ...
 
     async def await_certified(self, handle: PostHandle) -> str:

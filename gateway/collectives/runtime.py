@@ -304,8 +304,9 @@ class Collectives:
                 deadline_at=deadline_at,
                 requested_schema=schema,
             )
-            # One firewall check for the operation, every member its recipient (§1.1 step 6).
-            await self._posting.check_send(members, question)
+            # One firewall check for the operation, every member its recipient (§1.1 step 6):
+            # the question and its form, whose texts reach the members' models too.
+            await self._posting.check_send(members, question, form=schema)
             operation = Operation(
                 op=op,
                 id=operation_id,

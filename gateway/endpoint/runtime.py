@@ -226,6 +226,7 @@ class AgentPosting:
         text: str,
         *,
         content: Mapping[str, JsonValue] | None = None,
+        form: Mapping[str, JsonValue] | None = None,
     ) -> None:
         """The firewall's send check (firewall.md §2.1) of this agent's text to these
         members (names), before anything is bound; raises `FirewallSendError`. Its guidance
@@ -235,7 +236,7 @@ class AgentPosting:
             return
         name = self._parts.identity.agent_name
         guidance = await firewall.check_send(
-            name, outgoing(name, recipients, text, content=content)
+            name, outgoing(name, recipients, text, content=content, form=form)
         )
         invocation = _INVOCATION.get()
         if invocation is not None:

@@ -93,9 +93,10 @@ class Subject:
     deadline_at: int | None = None
     """A request's `deadlineAt` (epoch milliseconds); None for every other role."""
     values: tuple[str, ...] | None = None
-    """For an answer, whose `text` is its canonical JSON: every key and value of its
-    content as the text it is (`subjects.content_texts`), which content patterns search by
-    default. None for plain text (a message, a question), searched as it is."""
+    """The texts content patterns search by default, when the subject is more than its
+    `text`: an answer's (whose `text` is its canonical JSON) every key and value as the text
+    it is (`subjects.content_texts`); a question's (a gather sent, a request received) the
+    question and every key and value of its form. None for a message, searched as it is."""
 
     @property
     def id(self) -> str:

@@ -10,6 +10,9 @@ address). `operationFailed` is local text and has none.
 An answer's subject carries, beside its JSON text, every key and value of its content as
 the text it is (`content_texts`): in JSON a newline is `\\n` and a quote `\\"`, so a pattern
 written for messages (`secret\\s+plan`) would miss in the JSON what it refuses in a message.
+A question's subject (a gather or all_gather sent, a request received) carries the question
+and every key and value of its form: a form's field names, titles, descriptions and choices
+reach the asked member's model as surely as the question does.
 """
 
 from __future__ import annotations
@@ -44,11 +47,18 @@ def outgoing(
     text: str,
     *,
     content: Mapping[str, JsonValue] | None = None,
+    form: Mapping[str, JsonValue] | None = None,
 ) -> Subject:
     """A send's subject: `agent`'s text to the named recipients (names, not addresses).
 
     `content` is an answer's content (empty for a decline), `text` then its JSON text;
-    None when `text` is plain text (a message or a question)."""
+    `form` a gather's or all_gather's requested schema, `text` then its question; both
+    None when `text` is a message."""
+    values: tuple[str, ...] | None = None
+    if content is not None:
+        values = content_texts(content)
+    elif form is not None:
+        values = question_texts(text, form)
     return Subject(
         subject=GuidanceSubject(
             id=OUT,
@@ -57,8 +67,14 @@ def outgoing(
             text=text,
         ),
         role=SubjectRole.OUTGOING,
-        values=None if content is None else content_texts(content),
+        values=values,
     )
+
+
+def question_texts(question: str, form: Mapping[str, JsonValue]) -> tuple[str, ...]:
+    """A question and every key and value of its form (JSON-schema keywords included),
+    each as the text it is."""
+    return (question, *content_texts(form))
 
 
 def content_texts(content: Mapping[str, JsonValue]) -> tuple[str, ...]:
@@ -123,6 +139,7 @@ def of_item(agent: str, item: InboundItem, *, requester: str | None) -> tuple[Su
                     ),
                     role=SubjectRole.REQUEST,
                     deadline_at=item.deadline_at,
+                    values=question_texts(item.question, item.requested_schema),
                 ),
             )
         case CollectiveResultItem():

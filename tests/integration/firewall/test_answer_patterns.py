@@ -1,7 +1,8 @@
 """Content patterns on answers over a real gateway (firewall.md §4): a rule searches each
 key and value of an answer as the text it is, so the JSON escaping of a newline (`\\n`) or
 a quote (`\\"`) no longer carries past it what it refuses in a message; outbound on the
-answering agent's send, inbound on the asking agent's result."""
+answering agent's send, inbound on the asking agent's result. A question's form is searched
+beside the question."""
 
 from __future__ import annotations
 
@@ -122,3 +123,40 @@ async def test_an_inbound_results_answer_is_withheld_for_a_value_its_json_used_t
         assert isinstance(withheld, Withheld)
         assert withheld.reason is FirewallRefusal.CONTENT_BLOCKED
         assert outcomes["agent:carol"] == Answered(content={"plan": "plan B"})
+
+
+async def test_a_gather_is_refused_for_what_its_forms_texts_say(tmp_path):
+    config = write_config(
+        tmp_path / "firewall.yaml",
+        r"""
+        version: 1
+        middlewares:
+          - id: secrets
+            kind: content-pattern
+            rules:
+              - id: secret-plan
+                pattern: 'secret\s+plan'
+                action: refuse
+                instruction: "do not share the plan"
+        """,
+    )
+    hidden = {
+        "type": "object",
+        "properties": {"slot": {"type": "string", "description": SECRET_PLAN}},
+        "required": ["slot"],
+    }
+    async with firewalled(config, "alice", "bob") as (_, agents):
+        with pytest.raises(FirewallSendError) as refused:
+            await agents["alice"].endpoint.send(
+                MessageInput(
+                    to="agent:bob",
+                    text="Which slot?",
+                    collective=AskOperation(
+                        op=CollectiveOp.GATHER, deadline=30, requested_schema=hidden
+                    ),
+                )
+            )
+        assert refused.value.rule_id == "secret-plan"
+        # The guidance shows the question, as ever; a harmless form is asked.
+        assert refused.value.guidance.subjects[0].text == "Which slot?"
+        assert await ask(agents["alice"], "agent:bob")

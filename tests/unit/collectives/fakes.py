@@ -63,6 +63,8 @@ class FakePosting:
     """Every firewall send check: (recipients, text)."""
     checked_contents: list[dict[str, JsonValue] | None] = field(default_factory=list)
     """The `content` of each check, beside `checked`: an answer's content, None for text."""
+    checked_forms: list[dict[str, JsonValue] | None] = field(default_factory=list)
+    """The `form` of each check, beside `checked`: a question's requested schema."""
     refuse_sends: FirewallSendError | None = None
     """A firewall refusal every send check raises."""
     hold_checks: asyncio.Event | None = None
@@ -134,8 +136,10 @@ class FakePosting:
         text: str,
         *,
         content: Mapping[str, JsonValue] | None = None,
+        form: Mapping[str, JsonValue] | None = None,
     ) -> None:
         self.checked.append((tuple(recipients), text))
+        self.checked_forms.append(None if form is None else dict(form))
         self.checked_contents.append(None if content is None else dict(content))
         if self.hold_checks is not None:
             await self.hold_checks.wait()
