@@ -17,6 +17,7 @@ from harness_client import (
     FirewallRefusal,
     FirewallSendError,
     InboundDelivery,
+    JsonValue,
     MessageInput,
     ResponseInput,
     Withheld,
@@ -140,7 +141,7 @@ async def test_a_gather_is_refused_for_what_its_forms_texts_say(tmp_path):
                 instruction: "do not share the plan"
         """,
     )
-    hidden = {
+    hidden: dict[str, JsonValue] = {
         "type": "object",
         "properties": {"slot": {"type": "string", "description": SECRET_PLAN}},
         "required": ["slot"],

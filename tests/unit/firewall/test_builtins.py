@@ -11,6 +11,7 @@ from harness_contract.errors import FirewallRefusal
 from harness_contract.guidance import Expectation, ExpectationInstruction, GuidanceSubject
 from harness_contract.jsonvalue import JsonValue, canonical_json
 from harness_contract.values import (
+    AnswerContent,
     Answered,
     CollectiveOp,
     CollectiveRequestItem,
@@ -528,13 +529,13 @@ def json_rule(rule_id: str, pattern: str, action: PatternAction) -> PatternRule:
     )
 
 
-def answer_out(content: dict[str, JsonValue]) -> Subject:
+def answer_out(content: AnswerContent) -> Subject:
     """An outbound answer's subject, as the send path builds it."""
-    response = {"action": "accept", "content": content}
+    response: dict[str, JsonValue] = {"action": "accept", "content": content}
     return subjects.outgoing("bob", ["alice"], canonical_json(response).decode(), content=content)
 
 
-def answer_in(member: str, content: dict[str, JsonValue]) -> Subject:
+def answer_in(member: str, content: AnswerContent) -> Subject:
     """A collective result's answer subject, as the inbound screen builds it."""
     item = CollectiveResultItem(
         op=CollectiveOp.GATHER,
@@ -548,7 +549,7 @@ def answer_in(member: str, content: dict[str, JsonValue]) -> Subject:
 
 
 def test_an_answers_subject_carries_its_json_text_and_each_key_and_value_as_text():
-    subject = answer_out({"plan": "the secret\nplan", "n": 4111111111111111, "tags": ["a", "b"]})
+    subject = answer_out({"plan": "the secret\nplan", "n": 4111111111111111, "tags": ("a", "b")})
     assert subject.subject.text == (
         '{"action":"accept","content":{"n":4111111111111111,"plan":"the secret\\nplan",'
         '"tags":["a","b"]}}'
@@ -685,9 +686,12 @@ def test_a_text_rule_refuses_a_question_whose_form_says_what_a_message_may_not()
     refused = middleware.check(send("alice", question_out(HIDDEN_FORM)))
     assert isinstance(refused, Refuse)
     assert refused.rule_id == "secret-plan"
-    named = {"type": "object", "properties": {"the secret plan": {"type": "string"}}}
+    named: dict[str, JsonValue] = {
+        "type": "object",
+        "properties": {"the secret plan": {"type": "string"}},
+    }
     assert isinstance(middleware.check(send("alice", question_out(named))), Refuse)
-    harmless = {"type": "object", "properties": {"slot": {"type": "string"}}}
+    harmless: dict[str, JsonValue] = {"type": "object", "properties": {"slot": {"type": "string"}}}
     assert middleware.check(send("alice", question_out(harmless))) == Allow()
     assert isinstance(
         middleware.check(send("alice", question_out(harmless, "the secret plan?"))), Refuse
