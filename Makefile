@@ -6,6 +6,13 @@ STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
 SOURCES := gateway clients/python/src contract/src clients/examples tests proto/generate.py bench deploy/kubernetes/render.py
 
+# pytest runs one worker per core (pytest-xdist); each worker is a pytest session of its own,
+# with its own PostgreSQL and NATS servers when its tests ask for them, and every test keeps
+# to its own temporary directories and ports (tests/conftest.py, gateway/testing_servers.py).
+# `worksteal` hands a finished worker tests still queued at another. `make test PARALLEL=`
+# runs serially.
+PARALLEL ?= -n auto --dist worksteal
+
 .PHONY: install serve test test-fast check lint typecheck generate check-generated manifests bench clean node-install node-build test-node
 
 install: $(STAMP)
@@ -38,13 +45,13 @@ serve: $(STAMP)
 
 # The polyglot e2e test runs the Node example agent, so the client is built first.
 test: $(STAMP) node-build
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 	npm test --workspace clients/node
 
 # Skips the end-to-end tests that start real daemon processes, and the slow cluster tests
 # (marked `slow`: NATS node kills, leader failover). CI runs everything (`make check`).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not e2e and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check $(SOURCES)

@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -45,11 +46,28 @@ PG_USER: Final = "postgres"
 """The account PostgreSQL runs as when the tests run as root."""
 
 
+FIXED_PORTS: Final = range(20000, 32000)
+"""Ports `free_port()` hands out: below Linux's ephemeral range (32768-60999), where the kernel
+never puts a port-0 bind or an outgoing connection. A port from a port-0 probe, closed and
+passed to a server that binds it a moment later, could meanwhile be taken by another test's
+port-0 server or client in a parallel worker; one from this range can only collide with
+another `free_port()`, which each process walks from its own random start."""
+
+_next_port = itertools.count(random.randrange(len(FIXED_PORTS)))
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback port free right now that no port-0 bind will take: for a server a test
+    starts on a port it chooses, or for an address where nothing listens."""
+    for _ in range(len(FIXED_PORTS)):
+        port = FIXED_PORTS[next(_next_port) % len(FIXED_PORTS)]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or held by a socket in TIME_WAIT
+            return port
+    raise RuntimeError(f"no free loopback port in {FIXED_PORTS}")
 
 
 def _accepts(port: int) -> bool:

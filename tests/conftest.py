@@ -15,6 +15,9 @@ from tests.servers import NatsCluster, PostgresServer
 settings.register_profile("harness", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("harness")
 
+LONG_MARKS = frozenset({"e2e", "slow"})
+"""Markers of the tests that take seconds each: real processes, servers killed and restarted."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the Router contract tests written for the other retry-identity rule than
@@ -32,7 +35,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    # The long tests (real processes, node kills) start first: under pytest-xdist the last
+    # test to start sets the wall time, and one long test handed out last would run alone
+    # on one core while the other workers have finished (a stable sort keeps the rest in order).
+    kept.sort(key=lambda item: 0 if LONG_MARKS & {mark.name for mark in item.iter_markers()} else 1)
+    items[:] = kept
 
 
 # --- real servers, started once per session when a test asks (tests/servers.py) -------------

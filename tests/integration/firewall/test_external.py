@@ -9,7 +9,6 @@ delays a send past its deadline.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,6 +32,7 @@ from tests.integration.firewall.conftest import (
     message_of,
     write_config,
 )
+from tests.servers import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,13 +53,6 @@ async def middleware(**options: Any) -> AsyncIterator[int]:
         yield port
     finally:
         await server.stop(None)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def config(tmp_path: Path, port: int, *, on_error: str = "allow", direction: str = "both") -> Path:

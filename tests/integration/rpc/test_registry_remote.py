@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import socket
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -32,17 +31,11 @@ from gateway.rpc.registry_client import GrpcRegistry, decode_card
 from gateway.rpc.registry_service import RegistryService
 from gateway.rpc.server import RpcServer, build_peer_server
 from gateway.settings import Settings
+from tests.servers import free_port
 from tests.unit.registry.registry_contract_suite import *  # noqa: F403 - the suite, run here
 from tests.unit.registry.registry_contract_suite import NOW, key, registered
 
 PEER_TOKEN = "peer-token-" + "z" * 32
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago: nothing listens there."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

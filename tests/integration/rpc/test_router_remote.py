@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 
 import grpc
@@ -33,6 +32,7 @@ from gateway.rpc.router_client import POLL_DEADLINE_MARGIN, GrpcRouter
 from gateway.rpc.router_service import RouterService
 from gateway.rpc.server import RpcServer, build_peer_server
 from gateway.settings import Settings
+from tests.servers import free_port
 from tests.unit.router.contract_suite import (
     PROPERTY_AGENTS,
     WAKE_BOUND,
@@ -51,13 +51,6 @@ from tests.unit.router.contract_suite import (
 from tests.unit.router.fakes import FakeVerifier, agent_ids, crc_yields, signed_envelope
 
 PEER_TOKEN = "peer-token-" + "x" * 32
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago: nothing listens there."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
