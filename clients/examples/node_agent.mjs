@@ -92,7 +92,7 @@ let endpoint;
 try {
   endpoint = await connect(address, { token });
 } catch (error) {
-  // `connect failed: transport-failed`, and why: unreachable, or the token refused.
+  // `connect failed: ...` naming the address and why: unreachable, or the token refused.
   console.error(`node_agent: ${error.message}${error.cause ? ` (${error.cause.message})` : ""}`);
   process.exit(1);
 }

@@ -72,11 +72,15 @@ class Responder:
         agent: CollectiveAgent,
         *,
         spawn: Callable[[Coroutine[object, object, None], str], None],
+        asking: Callable[[str], bool] = lambda address: False,
     ) -> None:
         self._agent = agent
         self._posting = agent.posting
         self._spawn = spawn
         """Runs a background task owned (cancelled and awaited) by the `Collectives`."""
+        self._asking = asking
+        """Whether this agent, as the requester, has a question open at a conversation
+        address: answering it is refused as `request-none` naming it its own."""
         self._requests: dict[str, Request] = {}
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -118,7 +122,7 @@ class Responder:
         if any(request.state in (RequestState.SENDING, RequestState.ANSWERED) for request in held):
             return CollectiveError(fresh_id, RequestAnswered())
         if not held:
-            return CollectiveError(fresh_id, RequestNone())
+            return CollectiveError(fresh_id, RequestNone(own_question=self._asking(address)))
         return CollectiveError(fresh_id, RequestExpired())
 
     async def answer(self, *, to: str, response: CollectiveResponse) -> str:

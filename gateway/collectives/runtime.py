@@ -126,13 +126,27 @@ class Collectives:
         """The bound refused an ask since one was last admitted (one WARNING per episode)."""
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.responder: Final = Responder(self._agent, spawn=self._spawn)
+        self.responder: Final = Responder(self._agent, spawn=self._spawn, asking=self._asks_in)
         """The member's side (§1.5, §2.5, §3.1, §4.3): answers, received requests and closes,
         which callers reach directly; its background tasks are this object's."""
 
     def held_count(self) -> int:
         """Operations counted against the bound: open, being asked, or closing."""
         return len(self._operations.keys() | self._asking | self._closing)
+
+    def _asks_in(self, address: str) -> bool:
+        """This agent has a question open in the conversation at `address`: an all_gather in
+        its group, or a gather whose request went to that member's direct conversation."""
+        now = self._agent.now_ms()
+        for operation in self._operations.values():
+            if operation.state is not OperationState.OPEN or now >= operation.deadline_at:
+                continue
+            if operation.op is CollectiveOp.ALL_GATHER:
+                if operation.to == address:
+                    return True
+            elif any(agent_address(member) == address for member in operation.members):
+                return True
+        return False
 
     def open_counts(self) -> dict[CollectiveOp, int]:
         """Open operations by op."""

@@ -132,7 +132,7 @@ async def test_the_daemon_refuses_an_unknown_agent_token_unauthenticated():
         await support.register(daemon, "alice")
         with pytest.raises(ConnectError) as raised:
             await harness_client.connect(daemon.address, token=RandomId.API_TOKEN.mint())
-        assert raised.value.reason is ConnectErrorReason.TRANSPORT_FAILED
+        assert raised.value.reason is ConnectErrorReason.AUTHENTICATION_FAILED
         cause = raised.value.__cause__
         assert isinstance(cause, AuthenticationError)
         assert cause.reason == "unknown"

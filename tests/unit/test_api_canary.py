@@ -380,7 +380,11 @@ def test_send_error_reasons_are_the_eleven_contract_reasons_and_the_gateways_ext
             "DeliveryAcknowledgeErrorReason",
             ["unknown-delivery", "delivery-conflict", "persistence-failed", "transport-failed"],
         ),
-        ("ConnectErrorReason", ["transport-failed", "incompatible-daemon", "decode-failed"]),
+        # With a client extension: a refused token at connect.
+        (
+            "ConnectErrorReason",
+            ["transport-failed", "incompatible-daemon", "decode-failed", "authentication-failed"],
+        ),
         # A gateway extension (the UNAUTHENTICATED detail), closed like the contract's.
         ("AuthenticationErrorReason", ["missing", "malformed", "unknown", "revoked"]),
         (

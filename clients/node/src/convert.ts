@@ -170,6 +170,7 @@ export const CONNECT_ERROR_REASON = new EnumBridge<Exclude<errorsPb.ConnectError
     [C.TRANSPORT_FAILED]: "transport-failed",
     [C.INCOMPATIBLE_DAEMON]: "incompatible-daemon",
     [C.DECODE_FAILED]: "decode-failed",
+    [C.AUTHENTICATION_FAILED]: "authentication-failed",
   },
 );
 
@@ -694,7 +695,7 @@ function collectiveFailureFromProto(error: errorsPb.CollectiveError): Collective
     case "answerInvalid":
       return { kind: "answer-invalid", fields: failure.value.fields.map(answerFieldFromProto) };
     case "requestNone":
-      return { kind: "request-none" };
+      return failure.value.ownQuestion ? { kind: "request-none", ownQuestion: true } : { kind: "request-none" };
     case "requestAmbiguous":
       return { kind: "request-ambiguous" };
     case "requestAnswered":
@@ -774,7 +775,11 @@ export function errorFromDetail(detail: ClosedDetail, message: string, options: 
     case "harness.v1.DeliveryAcknowledgeError":
       return new DeliveryAcknowledgeError(ACKNOWLEDGE_ERROR_REASON.fromProto(detail.reason), options);
     case "harness.v1.ConnectError":
-      return new HarnessConnectError(CONNECT_ERROR_REASON.fromProto(detail.reason), options);
+      return new HarnessConnectError(CONNECT_ERROR_REASON.fromProto(detail.reason), {
+        ...options,
+        ...(detail.address === undefined ? {} : { address: detail.address }),
+        ...(detail.detail === undefined ? {} : { detail: detail.detail }),
+      });
     case "harness.v1.MessageTextError":
       return messageTextErrorFromProto(detail, options);
     case "harness.v1.IdempotencyConflict":

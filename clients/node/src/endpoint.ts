@@ -11,7 +11,7 @@
  *     await endpoint.close();
  */
 
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import type { CallOptions, Client } from "@connectrpc/connect";
 
@@ -34,21 +34,23 @@ import {
   DeliveryAcknowledgeError,
   EndpointClosedError,
   FirewallSendError,
-  HarnessConnectError,
   HarnessError,
   IdempotencyConflictError,
   InvalidRequestError,
   ListenError,
   PermissionDeniedError,
+  REQUEST_MAX_BYTES,
   SendError,
   TransportError,
+  connectFailure,
+  oversizedDetail,
 } from "./errors.js";
 import { HarnessEndpointService, SendRequestSchema } from "./gen/harness/v1/endpoint_pb.js";
 import type { MessagesResponse } from "./gen/harness/v1/endpoint_pb.js";
 import { Backoff, UNARY_RETRY, neverSent, shouldRetryKeyedSend, shouldRetryUnary, sleep, untilServing } from "./retry.js";
 import { decodeError } from "./status.js";
 import { streamDeliveries } from "./stream.js";
-import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport } from "./transport.js";
+import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport, parseAddress } from "./transport.js";
 import type { ChannelOptions } from "./transport.js";
 import type { FailureDelivery, InboundDelivery, SendInput, SendResult, SendState } from "./values.js";
 
@@ -105,13 +107,19 @@ function typedSendFailure(error: HarnessError): boolean {
   return TYPED_SEND_FAILURES.some((type) => error instanceof type);
 }
 
+/** gRPC's text of a request over the receiving side's limit: `Received message larger than
+ * max (2000015 vs. 1048576)`; the first number is the request's size in bytes. */
+const OVERSIZED = /larger than max \((\d+) vs\. \d+\)/;
+
 /**
  * Acquire the HarnessEndpoint of the agent `token` names.
  *
  * One authenticated call with no effect checks the gateway and the token within
  * `connectTimeoutMs` (waiting out a gateway that is still starting). Rejects with
- * `HarnessConnectError`: `transport-failed` (unreachable, or the token refused: the
- * `AuthenticationError` is its `cause`), `incompatible-daemon` (no HarnessEndpointService).
+ * `HarnessConnectError` naming the address (`address`, and `detail` in the message):
+ * `transport-failed` (unreachable, or not serving in time), `authentication-failed` (the
+ * token refused: the `AuthenticationError` is its `cause`), `incompatible-daemon` (no
+ * HarnessEndpointService), worded as the Python client words them.
  */
 export async function connect(address: string, options: ConnectOptions): Promise<Endpoint> {
   const endpoint = new Endpoint(address, options);
@@ -127,12 +135,15 @@ export async function connect(address: string, options: ConnectOptions): Promise
 /** One agent's HarnessEndpoint. Close it with `close()` (or `await using`). */
 export class Endpoint {
   private readonly client: Client<typeof HarnessEndpointService>;
+  /** The `HOST:PORT` connect failures name. */
+  private readonly authority: string;
   private readonly acks: AckBatcher;
   /** Aborts when the endpoint closes: every open call and stream ends. */
   private readonly closing = new AbortController();
 
   /** Use `connect`, which checks the token first. */
   constructor(address: string, options: ConnectOptions) {
+    this.authority = parseAddress(address).authority;
     this.client = createClient(HarnessEndpointService, createTransport(address, options.token, options));
     this.acks = new AckBatcher((tokens, signal) => this.acknowledgeBatch(tokens, signal));
   }
@@ -197,10 +208,7 @@ export class Endpoint {
         this.closing.signal,
       );
     } catch (error) {
-      const failure = decodeError(error);
-      const reason =
-        failure instanceof TransportError && failure.code === "UNIMPLEMENTED" ? "incompatible-daemon" : "transport-failed";
-      throw new HarnessConnectError(reason, { cause: failure });
+      throw connectFailure(decodeError(error), this.authority, timeoutMs);
     }
   }
 
@@ -221,6 +229,11 @@ export class Endpoint {
       failureDelivery: FAILURE_DELIVERY.toProto(options.failureDelivery ?? "result"),
       ...(options.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey }),
     });
+    const size = toBinary(SendRequestSchema, request).length;
+    if (size > REQUEST_MAX_BYTES) {
+      // The gateway would refuse it unread, as a bare transport error.
+      throw new SendError("content-invalid", { detail: oversizedDetail(size) });
+    }
     const giveUpAt = Date.now() + (options.timeoutMs ?? SEND_TIMEOUT_MS);
     const backoff = new Backoff();
     let mayHaveArrived = false;
@@ -232,6 +245,11 @@ export class Endpoint {
         const failure = this.failure(error);
         if (typedSendFailure(failure) || failure instanceof EndpointClosedError) {
           throw failure;
+        }
+        const oversized = failure.code === "RESOURCE_EXHAUSTED" ? OVERSIZED.exec(failure.message) : null;
+        if (oversized !== null) {
+          // A gateway whose receive limit is set below this request's size.
+          throw new SendError("content-invalid", { detail: oversizedDetail(Number(oversized[1])), cause: failure });
         }
         mayHaveArrived ||= !neverSent(failure);
         const left = giveUpAt - Date.now();

@@ -208,6 +208,23 @@ export class SendError extends HarnessError {
   }
 }
 
+/** Largest Content of one post, in RFC 8785 bytes (the contract's 32,768). */
+export const CONTENT_MAX_BYTES = 32_768;
+
+/**
+ * Most bytes of one request the gateway takes by default (its `max_receive_bytes`, 1 MiB):
+ * far above any valid request, so `send` refuses a larger one before sending it, as
+ * `content-invalid` (`harness_contract.content.REQUEST_MAX_BYTES`).
+ */
+export const REQUEST_MAX_BYTES = 1 << 20;
+
+/** The `content-invalid` detail of a request too large for the gateway to read, worded as
+ * the Python client words it (`harness_contract.content.oversized_detail`). */
+export function oversizedDetail(size: number): string {
+  const bytes = (n: number): string => n.toLocaleString("en-US");
+  return `the message is ${bytes(size)} bytes, more than the gateway reads in one call; the limit is ${bytes(CONTENT_MAX_BYTES)} bytes as canonical JSON`;
+}
+
 // --- CollectiveError -------------------------------------------------------------
 
 /** The closed kinds of a `CollectiveError`. */
@@ -243,7 +260,8 @@ export type CollectiveFailure =
   | { readonly kind: "members-unreachable"; readonly members: readonly UnreachableMember[] }
   | { readonly kind: "schema-invalid"; readonly detail: string }
   | { readonly kind: "answer-invalid"; readonly fields: readonly AnswerFieldIssue[] }
-  | { readonly kind: "request-none" }
+  /** `ownQuestion`: the question open there is the answerer's own; its members answer it. */
+  | { readonly kind: "request-none"; readonly ownQuestion?: true }
   | { readonly kind: "request-ambiguous" }
   | { readonly kind: "request-answered" }
   | { readonly kind: "request-expired" };
@@ -278,7 +296,9 @@ export function collectiveFailureMessage(failure: CollectiveFailure): string {
     case "answer-invalid":
       return `reply failed: ${failure.fields.map(answerFieldClause).join("; ")}`;
     case "request-none":
-      return "reply failed: no question is open in this conversation";
+      return failure.ownQuestion === true
+        ? "reply failed: the question open in this conversation is your own; its members answer it, and their answers come to you as its result"
+        : "reply failed: no question is open in this conversation";
     case "request-ambiguous":
       return "reply failed: more than one question is open in this conversation; answering one of several is not supported";
     case "request-answered":
@@ -454,17 +474,78 @@ export class DeliveryAcknowledgeError extends HarnessError {
   }
 }
 
-/** Why `connect` failed. */
-export type ConnectErrorReason = "transport-failed" | "incompatible-daemon" | "decode-failed";
+/** Why `connect` failed; `authentication-failed` is a client extension (a refused token). */
+export type ConnectErrorReason = "transport-failed" | "incompatible-daemon" | "decode-failed" | "authentication-failed";
 
-/** The contract's `ConnectError`: `connect` could not acquire an endpoint. */
+/** Where `connect` failed and what went wrong there. */
+export interface ConnectErrorFields {
+  /** The `HOST:PORT` dialled. */
+  readonly address?: string;
+  /** What went wrong, as the message words it after `connect failed: `. */
+  readonly detail?: string;
+}
+
+/**
+ * The contract's `ConnectError`: `connect` could not acquire an endpoint. The message is
+ * `connect failed: <detail>` (`connect failed: <reason>` without one), worded as the Python
+ * client and the `harness` CLI word it (`harness_contract.errors`, `*_detail`).
+ */
 export class HarnessConnectError extends HarnessError {
   readonly reason: ConnectErrorReason;
+  readonly address: string | undefined;
+  readonly detail: string | undefined;
 
-  constructor(reason: ConnectErrorReason, options: ErrorOptions = {}) {
-    super(`connect failed: ${reason}`, "UNAVAILABLE", options);
+  constructor(reason: ConnectErrorReason, options: ErrorOptions & ConnectErrorFields = {}) {
+    super(`connect failed: ${options.detail || reason}`, "UNAVAILABLE", options);
     this.reason = reason;
+    this.address = options.address;
+    this.detail = options.detail;
   }
+
+  override fields(): { readonly [key: string]: JsonValue } {
+    return {
+      ...(this.address === undefined ? {} : { address: this.address }),
+      ...(this.detail === undefined ? {} : { detail: this.detail }),
+    };
+  }
+}
+
+const TOKEN_REFUSALS: { readonly [R in AuthenticationErrorReason]: string } = {
+  missing: "the gateway at {address} received no {role}",
+  malformed: "the gateway at {address} cannot read this {role}",
+  unknown: "the gateway at {address} does not know this {role}",
+  revoked: "the gateway at {address} refused this {role}: it was revoked",
+};
+
+/**
+ * An `authentication-failed` detail: `the gateway at HOST:PORT does not know this agent
+ * token`. `refusal` undefined is a token of the other role (PERMISSION_DENIED `wrong-role`).
+ */
+export function tokenRefusedDetail(
+  address: string,
+  refusal: AuthenticationErrorReason | undefined,
+  role: "agent token" | "admin token" = "agent token",
+): string {
+  if (refusal === undefined) {
+    const other = role === "agent token" ? "the admin token" : "an agent's token";
+    return `the gateway at ${address} refused this ${role}: it is ${other}`;
+  }
+  return TOKEN_REFUSALS[refusal].replace("{address}", address).replace("{role}", role);
+}
+
+/** A `transport-failed` detail: `cannot reach HOST:PORT: connection refused`. */
+export function unreachableDetail(address: string, cause: string): string {
+  return `cannot reach ${address}: ${cause}`;
+}
+
+/** A `transport-failed` detail when the address answers but never serves harness.v1. */
+export function notReadyDetail(address: string, seconds: number): string {
+  return `the gateway at ${address} did not become ready within ${seconds}s`;
+}
+
+/** An `incompatible-daemon` detail. */
+export function incompatibleDetail(address: string): string {
+  return `${address} does not serve this version of the harness.v1 API`;
 }
 
 // --- gateway statuses outside the contract ----------------------------------------
@@ -559,4 +640,58 @@ export class TransportError extends HarnessError {
   get reason(): string {
     return this.code.toLowerCase().replaceAll("_", "-");
   }
+}
+
+// --- connect failures ------------------------------------------------------------
+
+/**
+ * The cause in a transport's text of a failed connection, in the words the Python client
+ * uses (`harness_client._channel.ReachCause`): `connection refused`, `the host name does not
+ * resolve`, a failed TLS handshake, or `the connection failed: <text>`.
+ */
+export function reachCause(text: string): string {
+  const lowered = text.toLowerCase();
+  if (lowered.includes("econnrefused") || lowered.includes("connection refused")) {
+    return "connection refused";
+  }
+  if (["enotfound", "eai_again", "getaddrinfo", "resolv", "dns"].some((word) => lowered.includes(word))) {
+    return "the host name does not resolve";
+  }
+  if (["handshake", "ssl", "tls", "certificate", "eproto"].some((word) => lowered.includes(word))) {
+    return "the TLS handshake failed (does the gateway serve TLS, and are its roots trusted?)";
+  }
+  return `the connection failed: ${text.replace(/^\[[a-z_]+\]\s*/, "")}`;
+}
+
+/**
+ * The `HarnessConnectError` a failed first call stands for, naming `address`: a refused
+ * token is `authentication-failed`, no such service `incompatible-daemon`, a gateway that
+ * never served in time or could not be reached `transport-failed`. The failure is the cause.
+ */
+export function connectFailure(
+  failure: HarnessError,
+  address: string,
+  timeoutMs: number,
+  role: "agent token" | "admin token" = "agent token",
+): HarnessConnectError {
+  const options = { cause: failure, address };
+  if (failure instanceof AuthenticationError) {
+    return new HarnessConnectError("authentication-failed", { ...options, detail: tokenRefusedDetail(address, failure.reason, role) });
+  }
+  if (failure instanceof PermissionDeniedError) {
+    return new HarnessConnectError("authentication-failed", { ...options, detail: tokenRefusedDetail(address, undefined, role) });
+  }
+  if (failure instanceof TransportError && failure.code === "UNIMPLEMENTED") {
+    return new HarnessConnectError("incompatible-daemon", { ...options, detail: incompatibleDetail(address) });
+  }
+  if (failure instanceof UnavailableError) {
+    return new HarnessConnectError("transport-failed", { ...options, detail: notReadyDetail(address, timeoutMs / 1000) });
+  }
+  if (failure instanceof TransportError && failure.code === "DEADLINE_EXCEEDED") {
+    return new HarnessConnectError("transport-failed", {
+      ...options,
+      detail: unreachableDetail(address, `no answer within ${timeoutMs / 1000}s`),
+    });
+  }
+  return new HarnessConnectError("transport-failed", { ...options, detail: unreachableDetail(address, reachCause(failure.message)) });
 }

@@ -13,12 +13,11 @@ import {
   gatewayStatusFromProto,
   registeredAgentFromProto,
 } from "./convert.js";
-import { EndpointClosedError, HarnessConnectError, TransportError } from "./errors.js";
-import type { HarnessError } from "./errors.js";
+import { EndpointClosedError, HarnessError, TransportError, connectFailure } from "./errors.js";
 import { ManagementService } from "./gen/harness/v1/management_pb.js";
 import { untilServing } from "./retry.js";
 import { decodeError } from "./status.js";
-import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport } from "./transport.js";
+import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport, parseAddress } from "./transport.js";
 import type { ChannelOptions } from "./transport.js";
 import type { AgentPage, AgentStatus, Content, GatewayStatus, RegisteredAgent } from "./values.js";
 
@@ -51,8 +50,9 @@ export interface HistoryPage {
 
 /**
  * A client of `harness.v1.ManagementService`, once one call (the gateway's status)
- * succeeded within `connectTimeoutMs`. Rejects with `HarnessConnectError`
- * `transport-failed` (the refusal of a wrong admin token is its `cause`).
+ * succeeded within `connectTimeoutMs`. Rejects with `HarnessConnectError` naming the
+ * address: `authentication-failed` (a wrong admin token; the refusal is its `cause`),
+ * `transport-failed`, `incompatible-daemon`.
  */
 export async function connectManagement(address: string, options: ManagementOptions): Promise<ManagementClient> {
   const client = new ManagementClient(address, options);
@@ -64,9 +64,9 @@ export async function connectManagement(address: string, options: ManagementOpti
     );
   } catch (error) {
     await client.close();
-    const reason =
-      error instanceof TransportError && error.code === "UNIMPLEMENTED" ? "incompatible-daemon" : "transport-failed";
-    throw new HarnessConnectError(reason, { cause: error });
+    const failure = error instanceof HarnessError ? error : decodeError(error);
+    const timeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    throw connectFailure(failure, parseAddress(address).authority, timeoutMs, "admin token");
   }
   return client;
 }

@@ -1,7 +1,8 @@
 /**
  * The client's texts and codes agree with the Python contract (`harness_contract.errors`,
  * the vocabulary the gateway answers with): every SendError reason's status code, text
- * and clause, and the messages of collective failures. The contract is read by running the
+ * and clause, the messages of collective failures, and the details of connect failures and
+ * of an oversized message (one wording for both clients). The contract is read by running the
  * repository's Python (the gateway's environment); no socket.
  */
 
@@ -10,8 +11,16 @@ import { execFileSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 
-import { SEND_ERROR_REASONS, collectiveFailureMessage } from "../src/errors.js";
-import type { CollectiveFailure, SendErrorReason } from "../src/errors.js";
+import {
+  SEND_ERROR_REASONS,
+  collectiveFailureMessage,
+  incompatibleDetail,
+  notReadyDetail,
+  oversizedDetail,
+  tokenRefusedDetail,
+  unreachableDetail,
+} from "../src/errors.js";
+import type { AuthenticationErrorReason, CollectiveFailure, SendErrorReason } from "../src/errors.js";
 import { gatewayCommand } from "./support/gateway.js";
 
 /** Python code printing the contract's tables as one JSON object. */
@@ -31,7 +40,20 @@ failures = [
         e.AnswerFieldIssue(field="b", reason=e.AnswerFieldReason.UNEXPECTED),
         e.AnswerFieldIssue(field="c", reason=e.AnswerFieldReason.INVALID, detail="enum: no"),
     )),
-    e.RequestNone(), e.RequestAmbiguous(), e.RequestAnswered(), e.RequestExpired(),
+    e.RequestNone(), e.RequestNone(own_question=True),
+    e.RequestAmbiguous(), e.RequestAnswered(), e.RequestExpired(),
+]
+from harness_contract.content import oversized_detail
+address = "gw.example:7770"
+connect = [
+    *(e.token_refused_detail(address, r) for r in e.AuthenticationErrorReason),
+    e.token_refused_detail(address, None),
+    *(e.token_refused_detail(address, r, role="admin token") for r in e.AuthenticationErrorReason),
+    e.token_refused_detail(address, None, role="admin token"),
+    e.unreachable_detail(address, "connection refused"),
+    e.not_ready_detail(address, 2.5),
+    e.incompatible_detail(address),
+    oversized_detail(2_000_025),
 ]
 print(json.dumps({
     "reasons": {
@@ -41,12 +63,16 @@ print(json.dumps({
     "collective": [
         [e.collective_failure_kind(f).value, e.collective_failure_message(f)] for f in failures
     ],
+    "authenticationReasons": [r.value for r in e.AuthenticationErrorReason],
+    "connect": connect,
 }))
 `;
 
 interface Contract {
   readonly reasons: Record<string, { code: string; text: string; clause: string }>;
   readonly collective: [string, string][];
+  readonly authenticationReasons: AuthenticationErrorReason[];
+  readonly connect: string[];
 }
 
 function contract(): Contract {
@@ -83,6 +109,7 @@ test("collective failures read as the contract writes them", () => {
       ],
     },
     { kind: "request-none" },
+    { kind: "request-none", ownQuestion: true },
     { kind: "request-ambiguous" },
     { kind: "request-answered" },
     { kind: "request-expired" },
@@ -90,5 +117,23 @@ test("collective failures read as the contract writes them", () => {
   assert.deepEqual(
     failures.map((failure) => [failure.kind, collectiveFailureMessage(failure)]),
     contract().collective,
+  );
+});
+
+test("connect failures and an oversized message read as the Python client words them", () => {
+  const { authenticationReasons, connect } = contract();
+  const address = "gw.example:7770";
+  assert.deepEqual(
+    [
+      ...authenticationReasons.map((reason) => tokenRefusedDetail(address, reason)),
+      tokenRefusedDetail(address, undefined),
+      ...authenticationReasons.map((reason) => tokenRefusedDetail(address, reason, "admin token")),
+      tokenRefusedDetail(address, undefined, "admin token"),
+      unreachableDetail(address, "connection refused"),
+      notReadyDetail(address, 2.5),
+      incompatibleDetail(address),
+      oversizedDetail(2_000_025),
+    ],
+    connect,
   );
 });

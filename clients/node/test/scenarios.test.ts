@@ -13,6 +13,8 @@
  */
 
 import assert from "node:assert/strict";
+import { createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 
 import {
@@ -61,6 +63,15 @@ function textOf(item: InboundItem): string {
 
 function gather(to: string, op: CollectiveOp = "gather"): MessageInput {
   return { to, text: QUESTION, collective: { op, deadline: 120, requestedSchema: SCHEMA } };
+}
+
+/** A loopback port nothing listens on (the kernel's next ephemeral one, released). */
+async function unusedPort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
 }
 
 function requestOf(item: InboundItem): CollectiveRequestItem {
@@ -351,6 +362,47 @@ test("collective-error-kinds", () =>
     assert.equal(answered.operationId, asked.operationId);
   }));
 
+test("own-question", () =>
+  inSetting(async (setting) => {
+    const alice = await setting.agent("alice");
+    const bob = await setting.agent("bob");
+    const carol = await setting.agent("carol");
+    const bobStream = bob.messages();
+    const asked = await alice.send(gather("group:alice,bob,carol"));
+    const request = requestOf(await nextItem(bobStream));
+
+    // The asker answers in bob's conversation with it, where its own question is open.
+    const own = await rejection(alice.send({ to: "agent:bob", collectiveResponse: { action: "decline" } }), CollectiveError);
+    assert.equal(own.kind, "request-none");
+    assert.deepEqual(own.failure, { kind: "request-none", ownQuestion: true });
+    assert.equal(
+      own.message,
+      "reply failed: the question open in this conversation is your own; its members answer it, and their answers come to you as its result",
+    );
+    // Where alice asked nothing, no question is open, as before.
+    const noneOpen = await rejection(carol.send({ to: "agent:bob", collectiveResponse: { action: "decline" } }), CollectiveError);
+    assert.deepEqual(noneOpen.failure, { kind: "request-none" });
+    // The refusal changed nothing: bob still answers.
+    const answered = await bob.send({ to: request.to, collectiveResponse: { action: "decline" } });
+    assert.equal(answered.operationId, asked.operationId);
+  }));
+
+test("oversized-message", () =>
+  inSetting(async (setting) => {
+    const alice = await setting.agent("alice");
+    await setting.agent("bob");
+    // Over the 1 MiB the gateway reads in one call: refused before it is sent.
+    const error = await rejection(alice.send({ to: "agent:bob", text: "x".repeat(2_000_000) }), SendError);
+    assert.deepEqual(
+      [error.reason, error.message],
+      [
+        "content-invalid",
+        "send failed: the message is 2,000,025 bytes, more than the gateway reads in one call; the limit is 32,768 bytes as canonical JSON",
+      ],
+    );
+    assert.equal((await setting.management.agentStatus("bob")).backlog, 0n);
+  }));
+
 test("listen-error-reason", () =>
   inSetting(async (setting) => {
     const alice = await setting.agent("alice");
@@ -410,9 +462,14 @@ test("message-text-error", () =>
 
 test("authentication-error", () =>
   inSetting(async (setting) => {
-    // A token the gateway never issued: `connect` checks it, and the refusal is its cause.
-    const refused = await rejection(connect(setting.gateway.address, { token: "hat_never_issued" }), HarnessConnectError);
-    assert.equal(refused.reason, "transport-failed");
+    // A token the gateway never issued: `connect` checks it and names the failure and the
+    // address; the gateway's refusal is its cause.
+    const address = setting.gateway.address;
+    const refused = await rejection(connect(address, { token: "hat_never_issued" }), HarnessConnectError);
+    assert.deepEqual(
+      [refused.reason, refused.address, refused.message],
+      ["authentication-failed", address, `connect failed: the gateway at ${address} does not know this agent token`],
+    );
     const cause = refused.cause;
     assert.ok(cause instanceof AuthenticationError, `the cause is ${String(cause)}`);
     assert.deepEqual([cause.reason, cause.code, cause.message], [
@@ -427,6 +484,16 @@ test("authentication-error", () =>
     const revoked = await rejection(alice.send({ to: "agent:alice", text: "after the revoke" }), AuthenticationError);
     assert.deepEqual([revoked.reason, revoked.message], ["revoked", "authentication failed: the token was revoked"]);
   }));
+
+test("connect-unreachable", async () => {
+  // A port nothing listens on: the failure names the address and the cause.
+  const address = `127.0.0.1:${await unusedPort()}`;
+  const unreachable = await rejection(connect(address, { token: "hat_any", connectTimeoutMs: 2_000 }), HarnessConnectError);
+  assert.deepEqual(
+    [unreachable.reason, unreachable.address, unreachable.message],
+    ["transport-failed", address, `connect failed: cannot reach ${address}: connection refused`],
+  );
+});
 
 // --- idempotency -------------------------------------------------------------------
 

@@ -86,7 +86,9 @@ async function refusedConnect(address: string, channel: ChannelOptions): Promise
   } catch (error) {
     assert.ok(error instanceof HarnessConnectError, `expected HarnessConnectError, got ${String(error)}`);
     assert.equal(error.reason, "transport-failed");
-    assert.equal(error.message, "connect failed: transport-failed");
+    // Named with the address dialled and the cause, as the Python client names it.
+    assert.ok(error.address !== undefined && address.endsWith(error.address), `address ${String(error.address)}`);
+    assert.ok(error.message.startsWith(`connect failed: cannot reach ${error.address}: `), error.message);
     assert.ok(error.cause instanceof TransportError, `expected a TransportError cause, got ${String(error.cause)}`);
     return error.cause;
   }

@@ -33,6 +33,14 @@ from harness_contract.values import (
 CONTENT_MAX_BYTES: Final = 32_768
 """Largest Content of one post, in RFC 8785 bytes; there is no fragmentation."""
 
+REQUEST_MAX_BYTES: Final = 1 << 20
+"""Most bytes of one request the gateway takes by default (`max_receive_bytes`, 1 MiB).
+
+Far above any valid request (content is at most 32,768 bytes), so a request between the two
+is read and refused `content-invalid` by the gateway's own check; a larger one never reaches
+it (gRPC refuses it bare, RESOURCE_EXHAUSTED), so both clients refuse it before sending, and
+read that bare refusal as `content-invalid` too (`oversized_detail`)."""
+
 COLLECTIVE_KEY: Final = "harness/collective"
 """The key that makes a data part the collective part."""
 
@@ -75,6 +83,15 @@ def check_content(parts: Sequence[ContentPart]) -> Content:
             f"the message is {size:,} bytes as canonical JSON; the limit is 32,768 bytes"
         )
     return content
+
+
+def oversized_detail(size: int) -> str:
+    """The `content-invalid` detail of a request too large for the gateway to read: both
+    clients word it so (the TypeScript client's `oversizedDetail`)."""
+    return (
+        f"the message is {size:,} bytes, more than the gateway reads in one call; "
+        f"the limit is {CONTENT_MAX_BYTES:,} bytes as canonical JSON"
+    )
 
 
 def content_to_json(content: Content) -> tuple[JsonValue, ...]:

@@ -378,6 +378,10 @@ class AnswerInvalid:
 class RequestNone:
     """No question is open in this conversation."""
 
+    own_question: bool = False
+    """The question open there is the answerer's own (an asker answering its gather or
+    all_gather): its members answer it, and their answers come back as its result."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestAmbiguous:
@@ -435,6 +439,11 @@ def collective_failure_message(failure: CollectiveFailure) -> str:
             return f"send failed: the form is invalid ({detail})"
         case AnswerInvalid(fields=fields):
             return "reply failed: " + answer_issues_text(fields)
+        case RequestNone(own_question=True):
+            return (
+                "reply failed: the question open in this conversation is your own; "
+                "its members answer it, and their answers come to you as its result"
+            )
         case RequestNone():
             return "reply failed: no question is open in this conversation"
         case RequestAmbiguous():
@@ -639,11 +648,15 @@ class ConnectErrorReason(enum.StrEnum):
     """Why a client could not acquire an endpoint (engine.md §7)."""
 
     TRANSPORT_FAILED = "transport-failed"
-    """No channel, or authentication refused."""
+    """No channel to the address: refused, unresolved, a failed TLS handshake, no answer."""
     INCOMPATIBLE_DAEMON = "incompatible-daemon"
     """No `harness.v1` HarnessEndpointService, or another `harness-version`."""
     DECODE_FAILED = "decode-failed"
     """The daemon's answers could not be decoded."""
+    AUTHENTICATION_FAILED = "authentication-failed"
+    """A client extension: the gateway refused the agent token (missing, malformed, unknown,
+    revoked, or the admin token); the `AuthenticationError` or `PermissionDeniedError` is
+    the cause."""
 
 
 class AuthenticationErrorReason(enum.StrEnum):
@@ -717,11 +730,19 @@ class DeliveryAcknowledgeError(_EqualByFields, HarnessError):
 
 
 class ConnectError(_EqualByFields, HarnessError):
-    """A client could not acquire a HarnessEndpoint."""
+    """A client could not acquire a HarnessEndpoint.
 
-    def __init__(self, reason: ConnectErrorReason) -> None:
+    `address` is the `HOST:PORT` dialled and `detail` what went wrong there, worded the same
+    by both clients and the CLI (`connect_detail`); the message is `connect failed: <detail>`
+    (`connect failed: <reason>` without one)."""
+
+    def __init__(
+        self, reason: ConnectErrorReason, *, address: str | None = None, detail: str | None = None
+    ) -> None:
         super().__init__(reason.value)
         self.connect_reason = reason
+        self.address = address
+        self.detail = detail
 
     @property
     def reason(self) -> ConnectErrorReason:
@@ -729,14 +750,58 @@ class ConnectError(_EqualByFields, HarnessError):
 
     @property
     def message(self) -> str:
-        return f"connect failed: {self.connect_reason.value}"
+        return f"connect failed: {self.detail or self.connect_reason.value}"
 
     @property
     def status_code(self) -> StatusCode:
         return StatusCode.UNAVAILABLE
 
+    def __repr__(self) -> str:
+        return (
+            f"ConnectError({self.connect_reason.value!r}, address={self.address!r}, "
+            f"detail={self.detail!r})"
+        )
+
     def _fields(self) -> tuple[object, ...]:
-        return (self.connect_reason,)
+        return (self.connect_reason, self.address, self.detail)
+
+
+# The details of a ConnectError, worded once: the Python client, its CLI and the TypeScript
+# client (`errors.ts`, `connectDetail`) say the same for the same failure.
+
+_TOKEN_REFUSALS: dict[AuthenticationErrorReason, str] = {
+    AuthenticationErrorReason.MISSING: "the gateway at {address} received no {role}",
+    AuthenticationErrorReason.MALFORMED: "the gateway at {address} cannot read this {role}",
+    AuthenticationErrorReason.UNKNOWN: "the gateway at {address} does not know this {role}",
+    AuthenticationErrorReason.REVOKED: "the gateway at {address} refused this {role}: it was revoked",
+}
+
+
+def token_refused_detail(
+    address: str, refusal: AuthenticationErrorReason | None, *, role: str = "agent token"
+) -> str:
+    """An `authentication-failed` detail: `the gateway at HOST:PORT does not know this agent
+    token`. `refusal` None is a token of the other role (PERMISSION_DENIED `wrong-role`);
+    `role` is `agent token` or `admin token`."""
+    if refusal is None:
+        other = "the admin token" if role == "agent token" else "an agent's token"
+        return f"the gateway at {address} refused this {role}: it is {other}"
+    return _TOKEN_REFUSALS[refusal].format(address=address, role=role)
+
+
+def unreachable_detail(address: str, cause: str) -> str:
+    """A `transport-failed` detail: `cannot reach HOST:PORT: connection refused`."""
+    return f"cannot reach {address}: {cause}"
+
+
+def not_ready_detail(address: str, seconds: float) -> str:
+    """A `transport-failed` detail when the address answers but never serves harness.v1."""
+    return f"the gateway at {address} did not become ready within {seconds:g}s"
+
+
+def incompatible_detail(address: str) -> str:
+    """An `incompatible-daemon` detail."""
+    return f"{address} does not serve this version of the harness.v1 API"
 
 
 # --- Statuses outside the contract's unions ----------------------------------------------

@@ -14,6 +14,7 @@ marker arriving first, never by waiting and hoping.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
@@ -150,6 +151,13 @@ def text_of(item: InboundItem) -> str:
             return text
         case content:
             raise AssertionError(f"expected one text part, got {content!r}")
+
+
+def unused_port() -> int:
+    """A loopback port nothing listens on (the kernel's next ephemeral one, released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def gather(to: str, op: CollectiveOp = CollectiveOp.GATHER) -> MessageInput:
@@ -410,6 +418,46 @@ async def test_collective_error_kinds(setting: Setting) -> None:
     assert answered.operation_id == asked.operation_id
 
 
+async def test_own_question(setting: Setting) -> None:
+    alice = await setting.agent("alice")
+    bob = await setting.agent("bob")
+    carol = await setting.agent("carol")
+    bob_stream = await setting.stream(bob)
+    asked = await alice.send(gather("group:alice,bob,carol"))
+    request = request_of(await next_item(bob_stream))
+
+    # The asker answers in bob's conversation with it, where its own question is open.
+    with pytest.raises(CollectiveError) as own:
+        await alice.send(ResponseInput(to="agent:bob", response=Decline()))
+    assert own.value.kind is CollectiveErrorKind.REQUEST_NONE
+    assert own.value.failure == RequestNone(own_question=True)
+    assert own.value.message == (
+        "reply failed: the question open in this conversation is your own; its members "
+        "answer it, and their answers come to you as its result"
+    )
+    # Where alice asked nothing, no question is open, as before.
+    with pytest.raises(CollectiveError) as none_open:
+        await carol.send(ResponseInput(to="agent:bob", response=Decline()))
+    assert none_open.value.failure == RequestNone()
+    # The refusal changed nothing: bob still answers.
+    answered = await bob.send(ResponseInput(to=request.to, response=Decline()))
+    assert answered.operation_id == asked.operation_id
+
+
+async def test_oversized_message(setting: Setting) -> None:
+    alice = await setting.agent("alice")
+    await setting.agent("bob")
+    # Over the 1 MiB the gateway reads in one call: refused before it is sent.
+    with pytest.raises(SendError) as raised:
+        await alice.send(MessageInput(to="agent:bob", text="x" * 2_000_000))
+    assert (raised.value.reason, raised.value.message) == (
+        SendErrorReason.CONTENT_INVALID,
+        "send failed: the message is 2,000,025 bytes, more than the gateway reads in one "
+        "call; the limit is 32,768 bytes as canonical JSON",
+    )
+    assert (await setting.management.agent_status("bob")).backlog == 0
+
+
 async def test_listen_error_reason(setting: Setting) -> None:
     alice = await setting.agent("alice")
     bob = await setting.agent("bob")
@@ -467,10 +515,16 @@ async def test_message_text_error(setting: Setting) -> None:
 
 
 async def test_authentication_error(setting: Setting) -> None:
-    # A token the gateway never issued: `connect` checks it, and the refusal is its cause.
+    # A token the gateway never issued: `connect` checks it and names the failure and the
+    # address; the gateway's refusal is its cause.
+    address = setting.gateway.address
     with pytest.raises(ConnectError) as refused:
-        await harness_client.connect(setting.gateway.address, token="hat_never_issued")
-    assert refused.value.reason is ConnectErrorReason.TRANSPORT_FAILED
+        await harness_client.connect(address, token="hat_never_issued")
+    assert refused.value.reason is ConnectErrorReason.AUTHENTICATION_FAILED
+    assert (refused.value.address, refused.value.message) == (
+        address,
+        f"connect failed: the gateway at {address} does not know this agent token",
+    )
     cause = refused.value.__cause__
     assert isinstance(cause, AuthenticationError)
     assert (cause.reason, cause.message) == (
@@ -486,6 +540,18 @@ async def test_authentication_error(setting: Setting) -> None:
     assert (revoked.value.reason, revoked.value.message) == (
         "revoked",
         "authentication failed: the token was revoked",
+    )
+
+
+async def test_connect_unreachable(setting: Setting) -> None:
+    # A port nothing listens on: the failure names the address and the cause.
+    address = f"127.0.0.1:{unused_port()}"
+    with pytest.raises(ConnectError) as unreachable:
+        await harness_client.connect(address, token="hat_any", connect_timeout=2.0)
+    assert unreachable.value.reason is ConnectErrorReason.TRANSPORT_FAILED
+    assert (unreachable.value.address, unreachable.value.message) == (
+        address,
+        f"connect failed: cannot reach {address}: connection refused",
     )
 
 

@@ -454,7 +454,7 @@ async def test_every_agent_call_with_an_unknown_token_is_unauthenticated_unknown
         assert not (await gw.gateway.components.management.agent_status("bob")).stream_attached
         with pytest.raises(ConnectError) as raised:
             await harness_client.connect(gw.address, token=token)
-        assert raised.value.reason is ConnectErrorReason.TRANSPORT_FAILED
+        assert raised.value.reason is ConnectErrorReason.AUTHENTICATION_FAILED
         assert isinstance(raised.value.__cause__, AuthenticationError)
         assert raised.value.__cause__.reason == "unknown"
         # The refusals did not disturb the real agent.

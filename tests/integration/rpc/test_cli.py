@@ -126,32 +126,38 @@ async def test_an_agent_token_on_an_operator_command_says_which_token_it_takes(h
     run = await harness("--admin-token", token, "status", admin=False)
     assert run.code == 3
     assert run.err.splitlines() == [
-        "permission denied: this is an agent's token; operator commands take the admin token "
-        "(--admin-token)",
-        "reason=wrong-role",
+        f"connect failed: the gateway at {served.address} refused this admin token: "
+        "it is an agent's token",
+        "reason=authentication-failed",
     ]
 
 
-async def test_a_wrong_admin_token_leads_with_authentication_failed(harness):
+async def test_a_wrong_admin_token_leads_with_authentication_failed(harness, served):
     run = await harness("--admin-token", "x" * 40, "status", admin=False)
     assert run.code == 3
     assert run.err.splitlines() == [
-        "authentication failed: the gateway does not know this admin token",
-        "reason=unknown",
+        f"connect failed: the gateway at {served.address} does not know this admin token",
+        "reason=authentication-failed",
     ]
 
 
-async def test_a_wrong_agent_token_leads_with_authentication_failed(harness):
+async def test_a_wrong_agent_token_leads_with_authentication_failed(harness, served):
     run = await harness("send", "agent:bob", "hi", token="hat_" + "x" * 43, admin=False)
     assert run.code == 3
     assert run.err.splitlines() == [
-        "authentication failed: the gateway does not know this agent token",
-        "reason=unknown",
+        f"connect failed: the gateway at {served.address} does not know this agent token",
+        "reason=authentication-failed",
     ]
     as_json = await harness(
         "--json", "send", "agent:bob", "hi", token="hat_" + "x" * 43, admin=False
     )
-    assert json.loads(as_json.err)["error"]["type"] == "AuthenticationError"
+    error = json.loads(as_json.err)["error"]
+    assert (error["type"], error["reason"], error["address"]) == (
+        "ConnectError",
+        "authentication-failed",
+        served.address,
+    )
+    assert (error["cause"]["type"], error["cause"]["reason"]) == ("AuthenticationError", "unknown")
 
 
 async def test_the_admin_token_is_read_from_the_embedded_data_directory(harness, served, tmp_path):
@@ -178,7 +184,7 @@ async def test_an_unreachable_gateway_is_named_with_its_cause_at_once(capsys):
     took = loop.time() - started
     assert code == 3
     assert capsys.readouterr().err.splitlines() == [
-        "cannot reach 127.0.0.1:1: connection refused",
+        "connect failed: cannot reach 127.0.0.1:1: connection refused",
         "reason=transport-failed",
     ]
     assert took < REFUSED_WITHIN, f"a refused connection took {took:.1f} s"

@@ -88,12 +88,12 @@ async def test_a_call_with_a_malformed_authorization_is_unauthenticated_malforme
     assert failure.reason == "malformed"
 
 
-async def test_connecting_with_an_unknown_token_fails_transport_failed_caused_by_the_refusal(
+async def test_connecting_with_an_unknown_token_fails_authentication_failed_caused_by_the_refusal(
     served,
 ):
     with pytest.raises(ConnectError) as raised:
         await harness_client.connect(served.address, token="hat_unknown")
-    assert raised.value.reason is ConnectErrorReason.TRANSPORT_FAILED
+    assert raised.value.reason is ConnectErrorReason.AUTHENTICATION_FAILED
     assert isinstance(raised.value.__cause__, AuthenticationError)
     assert raised.value.__cause__.reason == "unknown"
 

@@ -19,7 +19,6 @@ from harness_client import (
     CollectiveRequestItem,
     CollectiveResultItem,
     ConnectError,
-    ConnectErrorReason,
     Decline,
     Declined,
     DirectMessage,
@@ -59,16 +58,13 @@ from harness_client import (
     cli,
     to_json,
 )
+from harness_client._channel import ReachCause, reach_cause, unreachable
 from harness_client._cli.failures import (
     EXIT_CONNECTION,
     EXIT_USAGE,
-    ReachCause,
     Scene,
     TokenRole,
-    Unreachable,
     describe_failure,
-    reach_cause,
-    unreachable_failure,
 )
 from harness_client._cli.output import Output, OutputForm
 from harness_client._cli.text import (
@@ -80,6 +76,7 @@ from harness_client._cli.text import (
     describe_send_result,
     describe_send_state,
 )
+from harness_client._endpoint import connect_failure
 
 PERMITTED = ExpectationInstruction(
     middleware_id="tenants",
@@ -302,7 +299,8 @@ def failure_lines(error: HarnessError, scene: Scene = SCENE) -> list[str]:
 
 
 def refused_at_connect(cause: HarnessError) -> ConnectError:
-    error = ConnectError(ConnectErrorReason.TRANSPORT_FAILED)
+    """What `connect` raises when its token check fails with `cause`."""
+    error = connect_failure(cause, SCENE.address)
     error.__cause__ = cause
     return error
 
@@ -314,31 +312,41 @@ ADMIN_SCENE = Scene(command="status", role=TokenRole.ADMIN, address="127.0.0.1:7
 
 
 def test_a_refused_token_reads_as_authentication_failed_with_the_token_s_role():
+    # The words `connect` gives (both clients), with the token's role; never reason=unknown.
     assert failure_lines(refused_at_connect(UNKNOWN_TOKEN)) == [
-        "authentication failed: the gateway does not know this agent token",
-        "reason=unknown",
+        "connect failed: the gateway at 127.0.0.1:7770 does not know this agent token",
+        "reason=authentication-failed",
     ]
     assert failure_lines(UNKNOWN_TOKEN, ADMIN_SCENE) == [
-        "authentication failed: the gateway does not know this admin token",
-        "reason=unknown",
+        "connect failed: the gateway at 127.0.0.1:7770 does not know this admin token",
+        "reason=authentication-failed",
     ]
     revoked = AuthenticationError(AuthenticationErrorReason.REVOKED, "the token was revoked")
-    assert failure_lines(refused_at_connect(revoked))[0].startswith(
-        "authentication failed: this agent token was revoked"
+    assert failure_lines(refused_at_connect(revoked))[0] == (
+        "connect failed: the gateway at 127.0.0.1:7770 refused this agent token: it was revoked"
     )
     failure = describe_failure(refused_at_connect(UNKNOWN_TOKEN), SCENE)
     assert failure.exit_code == EXIT_CONNECTION
+    assert failure.error == {
+        "type": "ConnectError",
+        "reason": "authentication-failed",
+        "message": "connect failed: the gateway at 127.0.0.1:7770 does not know this agent token",
+        "address": "127.0.0.1:7770",
+        "detail": "the gateway at 127.0.0.1:7770 does not know this agent token",
+        "cause": to_json(UNKNOWN_TOKEN),
+    }
 
 
 def test_a_token_of_the_other_role_names_the_token_each_side_takes():
     wrong = PermissionDeniedError(PermissionDeniedReason.WRONG_ROLE, "wrong role")
     assert failure_lines(wrong, ADMIN_SCENE) == [
-        "permission denied: this is an agent's token; operator commands take the admin "
-        "token (--admin-token)",
-        "reason=wrong-role",
+        "connect failed: the gateway at 127.0.0.1:7770 refused this admin token: "
+        "it is an agent's token",
+        "reason=authentication-failed",
     ]
     assert failure_lines(refused_at_connect(wrong))[0] == (
-        "permission denied: this is the admin token; agent commands take an agent's token (--token)"
+        "connect failed: the gateway at 127.0.0.1:7770 refused this agent token: "
+        "it is the admin token"
     )
 
 
@@ -406,14 +414,14 @@ def test_an_unreachable_gateway_is_named_with_the_cause_grpc_reported():
         ReachCause.OTHER,
         "the connection failed: UNKNOWN: something new",
     )
-    failure = unreachable_failure(
-        Unreachable("127.0.0.1:7770", ReachCause.REFUSED, "connection refused")
-    )
+    failure = describe_failure(unreachable("127.0.0.1:7770", refused, 10.0), SCENE)
     assert (failure.headline, failure.reason, failure.exit_code) == (
-        "cannot reach 127.0.0.1:7770: connection refused",
+        "connect failed: cannot reach 127.0.0.1:7770: connection refused",
         "transport-failed",
         EXIT_CONNECTION,
     )
+    silent = describe_failure(unreachable("127.0.0.1:7770", None, 2.5), SCENE)
+    assert silent.headline == "connect failed: cannot reach 127.0.0.1:7770: no answer within 2.5s"
 
 
 # --- readable results ----------------------------------------------------------------------

@@ -137,6 +137,12 @@ def test_members_unreachable_with_certification_unavailable_reads_as_in_scenario
             StatusCode.FAILED_PRECONDITION,
         ),
         (
+            RequestNone(own_question=True),
+            "reply failed: the question open in this conversation is your own; its members "
+            "answer it, and their answers come to you as its result",
+            StatusCode.FAILED_PRECONDITION,
+        ),
+        (
             RequestAmbiguous(),
             "reply failed: more than one question is open in this conversation; "
             "answering one of several is not supported",
@@ -194,6 +200,14 @@ def test_the_other_closed_errors_have_their_prefixes_and_codes():
     )
     assert ConnectError(ConnectErrorReason.DECODE_FAILED).message == (
         "connect failed: decode-failed"
+    )
+    refused = ConnectError(
+        ConnectErrorReason.AUTHENTICATION_FAILED,
+        address="gw:7770",
+        detail="the gateway at gw:7770 does not know this agent token",
+    )
+    assert (
+        refused.message == "connect failed: the gateway at gw:7770 does not know this agent token"
     )
     text_error = MessageTextError(MessageTextOperation.GATHER, "deadline: is missing")
     assert text_error.message == "gather not sent: deadline: is missing"

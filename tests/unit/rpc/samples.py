@@ -243,6 +243,7 @@ COLLECTIVE_ERRORS = [
         ),
     ),
     CollectiveError(COLLECTIVE_ID, RequestNone()),
+    CollectiveError(COLLECTIVE_ID, RequestNone(own_question=True)),
     CollectiveError(COLLECTIVE_ID, RequestAmbiguous()),
     CollectiveError(COLLECTIVE_ID, RequestAnswered()),
     CollectiveError(COLLECTIVE_ID, RequestExpired()),
@@ -262,4 +263,9 @@ CLOSED_ERRORS: list[HarnessError] = [
     *(ListenError(reason) for reason in ListenErrorReason),
     *(DeliveryAcknowledgeError(reason) for reason in DeliveryAcknowledgeErrorReason),
     *(ConnectError(reason) for reason in ConnectErrorReason),
+    ConnectError(
+        ConnectErrorReason.AUTHENTICATION_FAILED,
+        address="gw:7770",
+        detail="the gateway at gw:7770 does not know this agent token",
+    ),
 ]

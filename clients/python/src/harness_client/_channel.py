@@ -1,14 +1,26 @@
-"""Channels: keepalive and retry options, targets, the bearer token, readiness and health."""
+"""Channels: keepalive and retry options, targets, the bearer token, readiness and health.
+
+A channel that cannot connect fails `ConnectError` `transport-failed` naming the address and
+the cause (`cannot reach 127.0.0.1:7770: connection refused`), read from gRPC's text of the
+failure (`reach_cause`); the CLI and the TypeScript client word the same causes the same.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Sequence
 from typing import Any, Final
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness_contract.errors import ConnectError, ConnectErrorReason
+from harness_contract.errors import (
+    ConnectError,
+    ConnectErrorReason,
+    incompatible_detail,
+    not_ready_detail,
+    unreachable_detail,
+)
 
 from harness_client._retry import SERVICE_CONFIG_JSON
 
@@ -29,6 +41,10 @@ ENDPOINT_SERVICE: Final = "harness.v1.HarnessEndpointService"
 """The health name (and service) of the agent API."""
 MANAGEMENT_SERVICE: Final = "harness.v1.ManagementService"
 """The health name (and service) of the operator API."""
+
+DIAGNOSE_TIMEOUT: Final = 1.0
+"""Seconds for the one health call that reads why a connection failed (gRPC reports the
+cause only on a call; it fails at once on a channel in TRANSIENT_FAILURE)."""
 
 _SCHEMES: Final = ("grpc://", "http://", "dns:///")
 _SECURE_SCHEMES: Final = ("grpcs://", "https://")
@@ -86,31 +102,102 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-async def wait_ready(channel: grpc.aio.Channel, seconds: float) -> None:
-    """Wait for the channel to connect; `ConnectError` `transport-failed` past `seconds`."""
+class ReachCause(enum.StrEnum):
+    """Why an address could not be reached, as the user reads it."""
+
+    REFUSED = "connection refused"
+    """Nothing listens there (or a firewall rejects the connection)."""
+    UNRESOLVED = "the host name does not resolve"
+    """DNS knows no such host."""
+    TLS = "the TLS handshake failed (does the gateway serve TLS, and are its roots trusted?)"
+    """A TLS client met a plaintext port, or a certificate it does not trust."""
+    TIMED_OUT = "no answer"
+    """Nothing answered within the connect timeout."""
+    OTHER = "the connection failed"
+    """Anything else; gRPC's own text follows."""
+
+
+def reach_cause(details: str) -> tuple[ReachCause, str]:
+    """The cause in gRPC's text of a failed connection (`failed to connect to all
+    addresses; last error: UNKNOWN: ipv4:127.0.0.1:7770: Failed to connect to remote host:
+    Connection refused`), with the words to print."""
+    lowered = details.lower()
+    if "connection refused" in lowered:
+        cause = ReachCause.REFUSED
+    elif "resolv" in lowered or "domain name not found" in lowered or "dns" in lowered:
+        cause = ReachCause.UNRESOLVED
+    elif any(word in lowered for word in ("handshake", "ssl", "tls", "certificate")):
+        cause = ReachCause.TLS
+    else:
+        last = details.rsplit("last error: ", 1)[-1].strip()
+        words = f"{ReachCause.OTHER.value}: {last}" if last else ReachCause.OTHER.value
+        return ReachCause.OTHER, words
+    return cause, cause.value
+
+
+def unreachable(address: str, details: str | None, seconds: float) -> ConnectError:
+    """`transport-failed` naming `address` and the cause in gRPC's `details` (None: nothing
+    answered within `seconds`)."""
+    words = f"no answer within {seconds:g}s" if details is None else reach_cause(details)[1]
+    return ConnectError(
+        ConnectErrorReason.TRANSPORT_FAILED,
+        address=address,
+        detail=unreachable_detail(address, words),
+    )
+
+
+async def failure_details(channel: grpc.aio.Channel) -> str | None:
+    """gRPC's text of why `channel` cannot connect, or None when it connected meanwhile."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    try:
+        await stub.Check(health_pb2.HealthCheckRequest(), timeout=DIAGNOSE_TIMEOUT)
+    except grpc.aio.AioRpcError as error:
+        if error.code() is grpc.StatusCode.UNAVAILABLE:
+            return str(error.details() or "")
+    return None
+
+
+async def wait_ready(channel: grpc.aio.Channel, seconds: float, address: str) -> None:
+    """Wait for the channel to connect; past `seconds`, `ConnectError` `transport-failed`
+    naming `address` and why it could not be reached."""
     try:
         await asyncio.wait_for(channel.channel_ready(), seconds)
     except TimeoutError:
-        raise ConnectError(ConnectErrorReason.TRANSPORT_FAILED) from None
+        # One call reads why: between two attempts the channel may read CONNECTING.
+        raise unreachable(address, await failure_details(channel), seconds) from None
 
 
-async def wait_serving(channel: grpc.aio.Channel, service: str, seconds: float) -> None:
+async def wait_serving(
+    channel: grpc.aio.Channel, service: str, seconds: float, address: str
+) -> None:
     """Wait until `grpc.health.v1` says `service` is SERVING.
 
     A daemon without the service (or without health) is `incompatible-daemon`; one that
-    stays NOT_SERVING past `seconds` is `transport-failed`."""
+    stays NOT_SERVING past `seconds` is `transport-failed`; both name `address`."""
     stub = health_pb2_grpc.HealthStub(channel)
     call = stub.Watch(health_pb2.HealthCheckRequest(service=service), timeout=seconds)
+    incompatible = ConnectError(
+        ConnectErrorReason.INCOMPATIBLE_DAEMON,
+        address=address,
+        detail=incompatible_detail(address),
+    )
+    not_ready = ConnectError(
+        ConnectErrorReason.TRANSPORT_FAILED,
+        address=address,
+        detail=not_ready_detail(address, seconds),
+    )
     try:
         async for response in call:
             if response.status == health_pb2.HealthCheckResponse.SERVING:
                 return
             if response.status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN:
-                raise ConnectError(ConnectErrorReason.INCOMPATIBLE_DAEMON)
+                raise incompatible
     except grpc.aio.AioRpcError as error:
         if error.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
-            raise ConnectError(ConnectErrorReason.INCOMPATIBLE_DAEMON) from error
-        raise ConnectError(ConnectErrorReason.TRANSPORT_FAILED) from error
+            raise incompatible from error
+        if error.code() is grpc.StatusCode.UNAVAILABLE:
+            raise unreachable(address, str(error.details() or ""), seconds) from error
+        raise not_ready from error
     finally:
         call.cancel()
-    raise ConnectError(ConnectErrorReason.TRANSPORT_FAILED)
+    raise not_ready

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import re
 import time
 from collections.abc import AsyncGenerator, Sequence
 from types import TracebackType
@@ -12,8 +13,10 @@ from typing import Any, Final, Self
 import grpc
 from harness_contract import wire
 from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_contract.content import REQUEST_MAX_BYTES, oversized_detail
 from harness_contract.errors import (
     AuthenticationError,
+    AuthenticationErrorReason,
     CollectiveError,
     ConnectError,
     ConnectErrorReason,
@@ -29,6 +32,8 @@ from harness_contract.errors import (
     PermissionDeniedError,
     SendError,
     SendErrorReason,
+    token_refused_detail,
+    unreachable_detail,
 )
 from harness_contract.values import (
     AcknowledgeResult,
@@ -44,6 +49,8 @@ from harness_client._channel import (
     ENDPOINT_SERVICE,
     bearer_metadata,
     open_channel,
+    parse_target,
+    reach_cause,
     wait_ready,
     wait_serving,
 )
@@ -60,6 +67,10 @@ READ_TIMEOUT: Final = 5.0
 """Seconds a `ReadSend` or `ParseMessageText` call may take."""
 ACKNOWLEDGE_MAX_TOKENS: Final = 1_000
 """Most tokens the gateway takes in one `Acknowledge` call."""
+
+_OVERSIZED: Final = re.compile(r"larger than max \((\d+) vs\. \d+\)")
+"""gRPC's text of a request over the receiving side's limit: `Received message larger than
+max (2000015 vs. 1048576)`; the first number is the request's size in bytes."""
 
 _TYPED_SEND_FAILURES: Final = (
     SendError,
@@ -93,9 +104,11 @@ async def connect(
     """Acquire the HarnessEndpoint of the agent `token` names.
 
     Waits for the channel, for `harness.v1.HarnessEndpointService` to be SERVING, and checks
-    the token, all within `connect_timeout` seconds. Raises `ConnectError`: `transport-failed` (no
-    channel, not serving, or the token refused; the cause is chained), `incompatible-daemon`
-    (no such service), `decode-failed`.
+    the token, all within `connect_timeout` seconds. Raises `ConnectError` with the address
+    and what went wrong there (its `address` and `detail`): `transport-failed` (no channel,
+    or not serving in time), `authentication-failed` (the token refused; the
+    `AuthenticationError` or `PermissionDeniedError` is chained), `incompatible-daemon` (no
+    such service), `decode-failed`.
 
     Args:
         target: `HOST:PORT`, `grpc://HOST:PORT` or `grpcs://HOST:PORT`.
@@ -105,16 +118,42 @@ async def connect(
         options: extra channel arguments.
     """
     channel = open_channel(target, credentials=credentials, options=options)
+    address = parse_target(target)[0]
     deadline = time.monotonic() + connect_timeout
     try:
-        await wait_ready(channel, connect_timeout)
-        await wait_serving(channel, ENDPOINT_SERVICE, max(0.0, deadline - time.monotonic()))
+        await wait_ready(channel, connect_timeout, address)
+        await wait_serving(
+            channel, ENDPOINT_SERVICE, max(0.0, deadline - time.monotonic()), address
+        )
         endpoint = Endpoint(channel, token)
-        await endpoint._check_token(max(0.0, deadline - time.monotonic()))
+        await endpoint._check_token(max(0.0, deadline - time.monotonic()), address)
     except BaseException:
         await channel.close()
         raise
     return endpoint
+
+
+def connect_failure(
+    failure: HarnessError, address: str, *, role: str = "agent token"
+) -> ConnectError:
+    """The ConnectError a failed first call stands for: a refused token is
+    `authentication-failed`, anything else `transport-failed`; both name the address."""
+    match failure:
+        case AuthenticationError(reason=reason):
+            refusal: AuthenticationErrorReason | None = reason
+        case PermissionDeniedError():
+            refusal = None
+        case _:
+            return ConnectError(
+                ConnectErrorReason.TRANSPORT_FAILED,
+                address=address,
+                detail=unreachable_detail(address, reach_cause(failure.message)[1]),
+            )
+    return ConnectError(
+        ConnectErrorReason.AUTHENTICATION_FAILED,
+        address=address,
+        detail=token_refused_detail(address, refusal, role=role),
+    )
 
 
 class Endpoint:
@@ -155,7 +194,7 @@ class Endpoint:
         if self._state is EndpointState.CLOSED:
             raise EndpointClosedError()
 
-    async def _check_token(self, seconds: float) -> None:
+    async def _check_token(self, seconds: float, address: str) -> None:
         """One authenticated call with no effect: a refused token fails the connect."""
         try:
             await self._stub.ParseMessageText(
@@ -164,7 +203,7 @@ class Endpoint:
                 timeout=seconds,
             )
         except grpc.aio.AioRpcError as error:
-            raise ConnectError(ConnectErrorReason.TRANSPORT_FAILED) from decode_status(error)
+            raise connect_failure(decode_status(error), address) from decode_status(error)
 
     # --- send ------------------------------------------------------------------------
 
@@ -190,6 +229,10 @@ class Endpoint:
         )
         if idempotency_key is not None:
             request.idempotency_key = idempotency_key
+        size = request.ByteSize()
+        if size > REQUEST_MAX_BYTES:
+            # The gateway would refuse it unread, as a bare transport error.
+            raise SendError(SendErrorReason.CONTENT_INVALID, oversized_detail(size))
         give_up_at = time.monotonic() + deadline
         backoff = Backoff()
         may_have_arrived = False
@@ -204,6 +247,11 @@ class Endpoint:
                 failure = decode_status(error)
                 if isinstance(failure, _TYPED_SEND_FAILURES):
                     raise failure from None
+                oversized = _OVERSIZED.search(failure.message)
+                if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and oversized:
+                    # A gateway whose receive limit is set below this request's size.
+                    detail = oversized_detail(int(oversized[1]))
+                    raise SendError(SendErrorReason.CONTENT_INVALID, detail) from failure
                 may_have_arrived = may_have_arrived or not never_sent(failure)
                 left = give_up_at - time.monotonic()
                 if idempotency_key is not None and should_retry_keyed_send(failure) and left > 0:

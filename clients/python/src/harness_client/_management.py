@@ -24,6 +24,7 @@ from harness_client._channel import (
     MANAGEMENT_SERVICE,
     bearer_metadata,
     open_channel,
+    parse_target,
     wait_ready,
     wait_serving,
 )
@@ -48,10 +49,13 @@ async def connect_management(
     SERVING. Raises `ConnectError` like `connect`; the admin token is checked by the first
     call (`AuthenticationError`, `PermissionDeniedError`)."""
     channel = open_channel(target, credentials=credentials, options=options)
+    address = parse_target(target)[0]
     deadline = time.monotonic() + connect_timeout
     try:
-        await wait_ready(channel, connect_timeout)
-        await wait_serving(channel, MANAGEMENT_SERVICE, max(0.0, deadline - time.monotonic()))
+        await wait_ready(channel, connect_timeout, address)
+        await wait_serving(
+            channel, MANAGEMENT_SERVICE, max(0.0, deadline - time.monotonic()), address
+        )
     except BaseException:
         await channel.close()
         raise

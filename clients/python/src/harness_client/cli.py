@@ -7,9 +7,9 @@ JSON (`-o json` or `--json`: one compact object per result, one line per deliver
 asks; the agent commands whose result is a contract value (`send`, `gather`, `all-gather`,
 `answer`, `parse`, `listen`) print JSON unless `-o text` asks for the readable form.
 
-A failure goes to stderr and leads with what went wrong (`cannot reach 127.0.0.1:7770:
-connection refused`, `authentication failed: the gateway does not know this agent token`),
-then `reason=<reason>`, the kebab-case reason of the contract's closed vocabulary (never a
+A failure goes to stderr and leads with what went wrong, in the client library's words
+(`connect failed: cannot reach 127.0.0.1:7770: connection refused`, `connect failed: the
+gateway at 127.0.0.1:7770 does not know this agent token`), then `reason=<reason>`, the kebab-case reason of the contract's closed vocabulary (never a
 gRPC code name); with `-o json` or `--json` given, one `{"error": {"type", "reason", ...}}`
 object carrying every field of the typed error instead. No traceback reaches the user: a
 defect prints one line, and `--debug` (or `HARNESS_DEBUG=1`) adds the traceback.

@@ -22,6 +22,7 @@ from harness_contract.errors import (
     AnswerInvalid,
     CollectiveError,
     CollectiveFailure,
+    ConnectError,
     FirewallRefusal,
     FirewallSendError,
     HarnessError,
@@ -63,6 +64,8 @@ def error_to_json(error: HarnessError) -> dict[str, JsonValue]:
                         _issue_to_json("field", issue.field, issue.reason, issue.detail)
                         for issue in fields
                     )
+                case RequestNone(own_question=True):
+                    value["ownQuestion"] = True
                 case _:
                     pass
             return value
@@ -85,6 +88,13 @@ def error_to_json(error: HarnessError) -> dict[str, JsonValue]:
             }
         case IdempotencyConflictError():
             return {"type": "IdempotencyConflictError", "reason": error.reason, "key": error.key}
+        case ConnectError(address=address, detail=detail):
+            value = {"type": "ConnectError", "reason": error.reason, "message": error.message}
+            if address is not None:
+                value["address"] = address
+            if detail is not None:
+                value["detail"] = detail
+            return value
         case _:
             return {"type": type(error).__name__, "reason": error.reason, "message": error.message}
 
@@ -133,6 +143,7 @@ def error_from_json(value: JsonValue) -> HarnessError:
             "ruleId",
             "instruction",
             "guidance",
+            "ownQuestion",
         },
     )
     kind = obj["type"]
@@ -146,7 +157,7 @@ def error_from_json(value: JsonValue) -> HarnessError:
     if kind == "CollectiveError":
         operation_id = expect_str(obj.get("id"), "error.id")
         failures: dict[str, CollectiveFailure] = {
-            "request-none": RequestNone(),
+            "request-none": RequestNone(own_question=obj.get("ownQuestion") is True),
             "request-ambiguous": RequestAmbiguous(),
             "request-answered": RequestAnswered(),
             "request-expired": RequestExpired(),

@@ -85,8 +85,9 @@ def collective_error_to_proto(error: CollectiveError) -> errors_pb2.CollectiveEr
                 )
                 if issue.detail is not None:
                     field.detail = issue.detail
-        case RequestNone():
+        case RequestNone(own_question=own_question):
             result.request_none.SetInParent()
+            result.request_none.own_question = own_question
         case RequestAmbiguous():
             result.request_ambiguous.SetInParent()
         case RequestAnswered():
@@ -127,7 +128,7 @@ def collective_error_from_proto(error: errors_pb2.CollectiveError) -> Collective
             )
         )
     elif kind == "request_none":
-        failure = RequestNone()
+        failure = RequestNone(own_question=error.request_none.own_question)
     elif kind == "request_ambiguous":
         failure = RequestAmbiguous()
     elif kind == "request_answered":
@@ -218,12 +219,20 @@ def acknowledge_error_from_proto(
 
 def connect_error_to_proto(error: ConnectError) -> errors_pb2.ConnectError:
     """A ConnectError."""
-    return errors_pb2.ConnectError(reason=CONNECT_REASONS.to_proto(error.connect_reason))
+    return errors_pb2.ConnectError(
+        reason=CONNECT_REASONS.to_proto(error.connect_reason),
+        address=error.address,
+        detail=error.detail,
+    )
 
 
 def connect_error_from_proto(error: errors_pb2.ConnectError) -> ConnectError:
     """A ConnectError."""
-    return ConnectError(CONNECT_REASONS.from_proto(error.reason, "reason"))
+    return ConnectError(
+        CONNECT_REASONS.from_proto(error.reason, "reason"),
+        address=error.address if error.HasField("address") else None,
+        detail=error.detail if error.HasField("detail") else None,
+    )
 
 
 def message_text_error_to_proto(error: MessageTextError) -> errors_pb2.MessageTextError:

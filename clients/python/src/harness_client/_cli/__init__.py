@@ -4,7 +4,7 @@ Each module reads on its own and imports only those above it in this list, so th
 cycle:
 
 - `failures`: the exit codes, `UsageError`, and what a failed command says (`Failure`,
-  `describe_failure`, `Unreachable`); imports no other part.
+  `describe_failure`); imports no other part.
 - `env`: tokens, the gateway's URL, defaults and environment values.
 - `output`: `Output` (stdout and stderr, text or JSON) and `dumps`, the one JSON form.
 - `text`: the `-o text` forms of results (`describe_*`).

@@ -52,10 +52,8 @@ from harness_client._cli.failures import (
     EXIT_FAILURE,
     EXIT_OK,
     Scene,
-    Unreachable,
     UsageError,
     describe_failure,
-    unreachable_failure,
 )
 from harness_client._cli.output import Output
 from harness_client._cli.reach import reach
@@ -449,8 +447,6 @@ async def run(ctx: Context) -> int:
     command: Command = ctx.args.run
     try:
         return await command(ctx)
-    except Unreachable as error:
-        failure = unreachable_failure(error)
     except HarnessError as error:
         failure = describe_failure(error, ctx.scene)
     ctx.out.failure(failure)

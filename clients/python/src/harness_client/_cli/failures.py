@@ -3,8 +3,10 @@
 `describe_failure` turns a typed error of the client library into a `Failure`, worded
 against the `Scene` it happened in (the command, the token it took, the address), so a
 refused token names which token and a check the gateway words for a send names the
-command that made it. `Unreachable` and `reach_cause` word a gateway that could not be
-reached at all, from gRPC's text of the cause. The exit codes, success's included, and
+command that made it. A failed connection, a refused token included, reads as the client
+library's `ConnectError` says it (`connect failed: cannot reach 127.0.0.1:7770: connection
+refused`, `connect failed: the gateway at 127.0.0.1:7770 does not know this agent token`),
+the same words the TypeScript client uses. The exit codes, success's included, and
 `UsageError` live here too: they are the closed set every other part of the command ends
 in, and this module imports no other part of it.
 """
@@ -13,13 +15,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Final, assert_never
+from typing import Any, Final
 
 import grpc
+from harness_contract.errors import incompatible_detail, token_refused_detail
 
 from harness_client import (
     AuthenticationError,
-    AuthenticationErrorReason,
     ConnectError,
     ConnectErrorReason,
     EndpointClosedError,
@@ -66,31 +68,6 @@ class TokenRole(enum.StrEnum):
     """The operator's token: the management API."""
 
 
-class ReachCause(enum.StrEnum):
-    """Why the gateway's address could not be reached, as the user reads it."""
-
-    REFUSED = "connection refused"
-    """Nothing listens there (or a firewall rejects the connection)."""
-    UNRESOLVED = "the host name does not resolve"
-    """DNS knows no such host."""
-    TLS = "the TLS handshake failed (does the gateway serve TLS, and does --tls-ca trust it?)"
-    """A TLS client met a plaintext port, or a certificate it does not trust."""
-    TIMED_OUT = "no answer"
-    """Nothing answered within the connect timeout."""
-    OTHER = "the connection failed"
-    """Anything else; gRPC's own text follows."""
-
-
-class Unreachable(Exception):
-    """The gateway's address could not be reached (exit 3, `transport-failed`)."""
-
-    def __init__(self, address: str, cause: ReachCause, detail: str) -> None:
-        super().__init__(f"cannot reach {address}: {detail}")
-        self.address = address
-        self.cause = cause
-        self.detail = detail
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scene:
     """What a failure is described against: the command, its token and the address."""
@@ -116,69 +93,6 @@ class Failure:
     """What the failure came from, when that says more (a transport's text)."""
 
 
-def reach_cause(details: str) -> tuple[ReachCause, str]:
-    """The cause in gRPC's text of a failed connection (`failed to connect to all
-    addresses; last error: UNKNOWN: ipv4:127.0.0.1:7770: Failed to connect to remote host:
-    Connection refused`), with the words to print."""
-    lowered = details.lower()
-    if "connection refused" in lowered:
-        cause = ReachCause.REFUSED
-    elif "resolv" in lowered or "domain name not found" in lowered or "dns" in lowered:
-        cause = ReachCause.UNRESOLVED
-    elif any(word in lowered for word in ("handshake", "ssl", "tls", "certificate")):
-        cause = ReachCause.TLS
-    else:
-        last = details.rsplit("last error: ", 1)[-1].strip()
-        words = f"{ReachCause.OTHER.value}: {last}" if last else ReachCause.OTHER.value
-        return ReachCause.OTHER, words
-    return cause, cause.value
-
-
-def unreachable_failure(error: Unreachable) -> Failure:
-    """`cannot reach HOST:PORT: <cause>`, `transport-failed` (ConnectError's reason)."""
-    reason = ConnectErrorReason.TRANSPORT_FAILED.value
-    return Failure(
-        headline=str(error),
-        reason=reason,
-        exit_code=EXIT_CONNECTION,
-        error={
-            "type": "ConnectError",
-            "reason": reason,
-            "address": error.address,
-            "cause": error.detail,
-        },
-    )
-
-
-def _authentication_headline(reason: AuthenticationErrorReason, role: TokenRole) -> str:
-    match reason:
-        case AuthenticationErrorReason.UNKNOWN:
-            return f"the gateway does not know this {role.value}"
-        case AuthenticationErrorReason.REVOKED:
-            return (
-                f"this {role.value} was revoked "
-                "(`harness agents rotate-token NAME` issues a new one)"
-            )
-        case AuthenticationErrorReason.MALFORMED:
-            return f"the gateway cannot read this {role.value}"
-        case AuthenticationErrorReason.MISSING:
-            return "the call carried no token"
-        case _:
-            assert_never(reason)
-
-
-def _wrong_role_headline(role: TokenRole) -> str:
-    match role:
-        case TokenRole.AGENT:
-            return "this is the admin token; agent commands take an agent's token (--token)"
-        case TokenRole.ADMIN:
-            return (
-                "this is an agent's token; operator commands take the admin token (--admin-token)"
-            )
-        case _:
-            assert_never(role)
-
-
 def _transport_headline(error: TransportError, scene: Scene) -> str:
     match error.code:
         case grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -193,22 +107,17 @@ def _transport_headline(error: TransportError, scene: Scene) -> str:
 
 
 def _connect_headline(error: ConnectError, scene: Scene) -> str:
-    # A typed cause is the failed check of the token; anything else is the channel's wait.
-    checked = isinstance(error.__cause__, HarnessError)
+    """The client library's words, or the same words for a ConnectError made without them."""
+    if error.detail is not None:
+        return error.message
     match error.reason:
         case ConnectErrorReason.INCOMPATIBLE_DAEMON:
-            return (
-                f"cannot use {scene.address}: it does not serve this version of the harness.v1 API"
-            )
+            detail = incompatible_detail(scene.address)
         case ConnectErrorReason.DECODE_FAILED:
-            return f"cannot use {scene.address}: its answers do not decode"
-        case _ if checked:
-            return f"cannot connect to {scene.address}: its first call failed"
+            detail = f"{scene.address}'s answers do not decode"
         case _:
-            return (
-                f"cannot connect to {scene.address}: the gateway did not become ready in time "
-                "(--connect-timeout sets the bound)"
-            )
+            return error.message
+    return ConnectError(error.reason, address=scene.address, detail=detail).message
 
 
 def describe_failure(error: HarnessError, scene: Scene) -> Failure:
@@ -216,31 +125,28 @@ def describe_failure(error: HarnessError, scene: Scene) -> Failure:
     cause = error.__cause__
     match error:
         case ConnectError():
-            # connect() checks the token with one call; a refusal there is what went wrong.
-            if isinstance(cause, AuthenticationError | PermissionDeniedError | UnavailableError):
+            # The gateway answered the token check with "not serving": its words say why.
+            if isinstance(cause, UnavailableError):
                 return describe_failure(cause, scene)
+            refused = error.reason is ConnectErrorReason.AUTHENTICATION_FAILED
             return Failure(
                 headline=_connect_headline(error, scene),
                 reason=error.reason,
                 exit_code=EXIT_CONNECTION,
                 error=_with_cause(to_json(error), cause),
-                cause=_cause_text(cause),
+                cause=None if refused else _cause_text(cause),
             )
-        case AuthenticationError():
-            headline = _authentication_headline(error.reason, scene.role)
-            return Failure(
-                headline=f"authentication failed: {headline}",
-                reason=error.reason.value,
-                exit_code=EXIT_CONNECTION,
-                error=to_json(error),
+        case AuthenticationError() | PermissionDeniedError():
+            # An operator command's first call checks the admin token (an agent command's
+            # `connect` already did): worded as `connect` words a refused token.
+            refusal = error.reason if isinstance(error, AuthenticationError) else None
+            refused_token = ConnectError(
+                ConnectErrorReason.AUTHENTICATION_FAILED,
+                address=scene.address,
+                detail=token_refused_detail(scene.address, refusal, role=scene.role.value),
             )
-        case PermissionDeniedError():
-            return Failure(
-                headline=f"permission denied: {_wrong_role_headline(scene.role)}",
-                reason=error.reason,
-                exit_code=EXIT_CONNECTION,
-                error=to_json(error),
-            )
+            refused_token.__cause__ = error
+            return describe_failure(refused_token, scene)
         case UnavailableError():
             return Failure(
                 headline=f"the gateway at {scene.address} took no action: {error.message}",

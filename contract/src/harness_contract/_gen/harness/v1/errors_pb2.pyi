@@ -225,13 +225,17 @@ class _ConnectErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Co
     CONNECT_ERROR_REASON_UNSPECIFIED: _ConnectErrorReason.ValueType  # 0
     """Never sent; a decoder treats it as a malformed message."""
     CONNECT_ERROR_REASON_TRANSPORT_FAILED: _ConnectErrorReason.ValueType  # 1
-    """"transport-failed": no channel, or authentication refused."""
+    """"transport-failed": no channel to the address (refused, unresolved, TLS, no answer)."""
     CONNECT_ERROR_REASON_INCOMPATIBLE_DAEMON: _ConnectErrorReason.ValueType  # 2
     """"incompatible-daemon": no `harness.v1.HarnessEndpointService`, or another
     `harness-version`.
     """
     CONNECT_ERROR_REASON_DECODE_FAILED: _ConnectErrorReason.ValueType  # 3
     """"decode-failed": the daemon's answer could not be decoded."""
+    CONNECT_ERROR_REASON_AUTHENTICATION_FAILED: _ConnectErrorReason.ValueType  # 4
+    """"authentication-failed" (a client extension): the gateway refused the agent token
+    (missing, malformed, unknown, revoked, or the admin token); the refusal is the cause.
+    """
 
 class ConnectErrorReason(_ConnectErrorReason, metaclass=_ConnectErrorReasonEnumTypeWrapper):
     """The contract's closed `ConnectError` reasons."""
@@ -239,13 +243,17 @@ class ConnectErrorReason(_ConnectErrorReason, metaclass=_ConnectErrorReasonEnumT
 CONNECT_ERROR_REASON_UNSPECIFIED: ConnectErrorReason.ValueType  # 0
 """Never sent; a decoder treats it as a malformed message."""
 CONNECT_ERROR_REASON_TRANSPORT_FAILED: ConnectErrorReason.ValueType  # 1
-""""transport-failed": no channel, or authentication refused."""
+""""transport-failed": no channel to the address (refused, unresolved, TLS, no answer)."""
 CONNECT_ERROR_REASON_INCOMPATIBLE_DAEMON: ConnectErrorReason.ValueType  # 2
 """"incompatible-daemon": no `harness.v1.HarnessEndpointService`, or another
 `harness-version`.
 """
 CONNECT_ERROR_REASON_DECODE_FAILED: ConnectErrorReason.ValueType  # 3
 """"decode-failed": the daemon's answer could not be decoded."""
+CONNECT_ERROR_REASON_AUTHENTICATION_FAILED: ConnectErrorReason.ValueType  # 4
+""""authentication-failed" (a client extension): the gateway refused the agent token
+(missing, malformed, unknown, revoked, or the admin token); the refusal is the cause.
+"""
 Global___ConnectErrorReason: _TypeAlias = ConnectErrorReason  # noqa: Y015
 
 class _MessageTextOperation:
@@ -499,16 +507,23 @@ class CollectiveError(_message.Message):
 
     @_typing.final
     class RequestNone(_message.Message):
-        """`{kind: "request-none"}`: no question is open in this conversation."""
+        """`{kind: "request-none", ownQuestion?}`: no question is open in this conversation."""
 
         DESCRIPTOR: _descriptor.Descriptor
 
+        OWN_QUESTION_FIELD_NUMBER: _builtins.int
+        own_question: _builtins.bool
+        """"ownQuestion": true when the question open there is the answerer's own (an asker
+        answering its gather or all_gather): its members answer it, never the asker.
+        """
         def __init__(
             self,
+            *,
+            own_question: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["own_question", b"own_question"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -724,18 +739,33 @@ class ConnectError(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REASON_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
     reason: Global___ConnectErrorReason.ValueType
     """The closed reason."""
+    address: _builtins.str
+    """"address": the `HOST:PORT` the client dialled."""
+    detail: _builtins.str
+    """"detail": what went wrong there, as the message words it after `connect failed: `."""
     def __init__(
         self,
         *,
         reason: Global___ConnectErrorReason.ValueType = ...,
+        address: _builtins.str | None = ...,
+        detail: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_address", b"_address", "_detail", b"_detail", "address", b"address", "detail", b"detail"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_address", b"_address", "_detail", b"_detail", "address", b"address", "detail", b"detail", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__address: _TypeAlias = _typing.Literal["address"]  # noqa: Y015
+    _WhichOneofArgType__address: _TypeAlias = _typing.Literal["_address", b"_address"]  # noqa: Y015
+    _WhichOneofReturnType__detail: _TypeAlias = _typing.Literal["detail"]  # noqa: Y015
+    _WhichOneofArgType__detail: _TypeAlias = _typing.Literal["_detail", b"_detail"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__address) -> _WhichOneofReturnType__address | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__detail) -> _WhichOneofReturnType__detail | None: ...
 
 Global___ConnectError: _TypeAlias = ConnectError  # noqa: Y015
 
