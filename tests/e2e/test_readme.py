@@ -34,7 +34,6 @@ import contextlib
 import json
 import re
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -45,6 +44,7 @@ from typing import Final
 import pytest
 
 from gateway.testing import hermetic_environment, run_daemon
+from gateway.testing_servers import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -174,13 +174,6 @@ def test_the_readme_parser_reads_commands_continuations_and_expected_lines():
 def is_terminal(command: Command) -> bool:
     """The command runs in a terminal of its own (its last line ends in `# terminal N`)."""
     return TERMINAL.search(command.text.splitlines()[-1]) is not None
-
-
-def free_port() -> int:
-    """A port nothing listens on now (the kernel's next ephemeral one)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def with_free_ports(commands: list[Command]) -> list[Command]:

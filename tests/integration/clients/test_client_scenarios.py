@@ -14,7 +14,6 @@ marker arriving first, never by waiting and hoping.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
@@ -69,6 +68,7 @@ from harness_client import (
 )
 
 from gateway.testing import RunningGateway, run_gateway
+from gateway.testing_servers import free_port
 from tests.support import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -151,13 +151,6 @@ def text_of(item: InboundItem) -> str:
             return text
         case content:
             raise AssertionError(f"expected one text part, got {content!r}")
-
-
-def unused_port() -> int:
-    """A loopback port nothing listens on (the kernel's next ephemeral one, released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def gather(to: str, op: CollectiveOp = CollectiveOp.GATHER) -> MessageInput:
@@ -545,7 +538,7 @@ async def test_authentication_error(setting: Setting) -> None:
 
 async def test_connect_unreachable(setting: Setting) -> None:
     # A port nothing listens on: the failure names the address and the cause.
-    address = f"127.0.0.1:{unused_port()}"
+    address = f"127.0.0.1:{free_port()}"
     with pytest.raises(ConnectError) as unreachable:
         await harness_client.connect(address, token="hat_any", connect_timeout=2.0)
     assert unreachable.value.reason is ConnectErrorReason.TRANSPORT_FAILED
