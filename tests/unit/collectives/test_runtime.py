@@ -12,6 +12,7 @@ from harness_contract.collective_part import ClosePart, read_collective
 from harness_contract.errors import (
     CollectiveError,
     MembersUnreachable,
+    RequestNone,
     SendError,
     SendErrorReason,
     UnreachableMember,
@@ -21,6 +22,7 @@ from harness_contract.values import (
     Answered,
     CollectiveOp,
     CollectiveResultItem,
+    Decline,
     Declined,
     Invalid,
     MemberResult,
@@ -277,3 +279,31 @@ async def test_closing_stops_every_deadline_timer(alice):
     await alice.collectives.close()
 
     assert alice.clock.sleepers == 0
+
+
+@pytest.mark.parametrize(
+    ("op", "to", "answered_at"),
+    [
+        (CollectiveOp.GATHER, "group:bob,carol", "agent:bob"),
+        (CollectiveOp.ALL_GATHER, "group:bob,carol", "group:alice,bob,carol"),
+    ],
+)
+async def test_the_asker_answering_its_own_question_is_told_it_is_its_own(
+    alice, op, to, answered_at
+):
+    await ask(alice, op, to)
+    with pytest.raises(CollectiveRefusal) as own:
+        await alice.collectives.responder.answer(to=answered_at, response=Decline())
+    assert isinstance(own.value.error, CollectiveError)
+    assert own.value.error.failure == RequestNone(own_question=True)
+    # Where alice asked nothing, nothing is open, as before.
+    with pytest.raises(CollectiveRefusal) as none_open:
+        await alice.collectives.responder.answer(to="agent:dave", response=Decline())
+    assert isinstance(none_open.value.error, CollectiveError)
+    assert none_open.value.error.failure == RequestNone()
+    # Past its deadline the question is no longer open.
+    alice.clock.advance(THIRTY_DAYS + 1)
+    with pytest.raises(CollectiveRefusal) as expired:
+        await alice.collectives.responder.answer(to=answered_at, response=Decline())
+    assert isinstance(expired.value.error, CollectiveError)
+    assert expired.value.error.failure == RequestNone()
