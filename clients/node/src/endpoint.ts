@@ -45,7 +45,7 @@ import {
   connectFailure,
   oversizedDetail,
 } from "./errors.js";
-import { HarnessEndpointService, SendRequestSchema } from "./gen/harness/v1/endpoint_pb.js";
+import { HarnessEndpointService, ParseMessageTextRequestSchema, SendRequestSchema } from "./gen/harness/v1/endpoint_pb.js";
 import type { MessagesResponse } from "./gen/harness/v1/endpoint_pb.js";
 import { Backoff, UNARY_RETRY, neverSent, shouldRetryKeyedSend, shouldRetryUnary, sleep, untilServing } from "./retry.js";
 import { decodeError } from "./status.js";
@@ -110,6 +110,23 @@ function typedSendFailure(error: HarnessError): boolean {
 /** gRPC's text of a request over the receiving side's limit: `Received message larger than
  * max (2000015 vs. 1048576)`; the first number is the request's size in bytes. */
 const OVERSIZED = /larger than max \((\d+) vs\. \d+\)/;
+
+/** A request over the gateway's default receive limit cannot hold a valid message:
+ * `content-invalid` naming the limit, before the gateway refuses it unread. */
+function refuseOversized(size: number): void {
+  if (size > REQUEST_MAX_BYTES) {
+    throw new SendError("content-invalid", { detail: oversizedDetail(size) });
+  }
+}
+
+/** gRPC's bare refusal of a request over the gateway's receive limit (one set below the
+ * default) as the same `content-invalid`. */
+function refuseRefusedUnread(failure: HarnessError): void {
+  const oversized = failure.code === "RESOURCE_EXHAUSTED" ? OVERSIZED.exec(failure.message) : null;
+  if (oversized !== null) {
+    throw new SendError("content-invalid", { detail: oversizedDetail(Number(oversized[1])), cause: failure });
+  }
+}
 
 /**
  * Acquire the HarnessEndpoint of the agent `token` names.
@@ -229,11 +246,7 @@ export class Endpoint {
       failureDelivery: FAILURE_DELIVERY.toProto(options.failureDelivery ?? "result"),
       ...(options.idempotencyKey === undefined ? {} : { idempotencyKey: options.idempotencyKey }),
     });
-    const size = toBinary(SendRequestSchema, request).length;
-    if (size > REQUEST_MAX_BYTES) {
-      // The gateway would refuse it unread, as a bare transport error.
-      throw new SendError("content-invalid", { detail: oversizedDetail(size) });
-    }
+    refuseOversized(toBinary(SendRequestSchema, request).length);
     const giveUpAt = Date.now() + (options.timeoutMs ?? SEND_TIMEOUT_MS);
     const backoff = new Backoff();
     let mayHaveArrived = false;
@@ -246,11 +259,7 @@ export class Endpoint {
         if (typedSendFailure(failure) || failure instanceof EndpointClosedError) {
           throw failure;
         }
-        const oversized = failure.code === "RESOURCE_EXHAUSTED" ? OVERSIZED.exec(failure.message) : null;
-        if (oversized !== null) {
-          // A gateway whose receive limit is set below this request's size.
-          throw new SendError("content-invalid", { detail: oversizedDetail(Number(oversized[1])), cause: failure });
-        }
+        refuseRefusedUnread(failure);
         mayHaveArrived ||= !neverSent(failure);
         const left = giveUpAt - Date.now();
         // The caller's own abort ends the send: it is never retried past it.
@@ -362,13 +371,19 @@ export class Endpoint {
   // --- pure and state reads --------------------------------------------------------
 
   /** The send a message's text states; rejects with `MessageTextError` when it states an
-   * operation that does not fit its shape. */
+   * operation that does not fit its shape, and `SendError` `content-invalid` for a text too
+   * large for the gateway to read (no send could carry it). */
   async parseMessageText(to: string, text: string): Promise<SendInput> {
     this.checkOpen();
-    const response = await this.idempotent(
-      (options) => this.client.parseMessageText({ to, text }, options),
-      READ_TIMEOUT_MS,
-    );
+    const request = create(ParseMessageTextRequestSchema, { to, text });
+    refuseOversized(toBinary(ParseMessageTextRequestSchema, request).length);
+    let response;
+    try {
+      response = await this.idempotent((options) => this.client.parseMessageText(request, options), READ_TIMEOUT_MS);
+    } catch (error) {
+      refuseRefusedUnread(decodeError(error));
+      throw error;
+    }
     const result = response.result;
     try {
       switch (result.case) {

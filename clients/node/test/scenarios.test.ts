@@ -400,6 +400,15 @@ test("oversized-message", () =>
         "send failed: the message is 2,000,025 bytes, more than the gateway reads in one call; the limit is 32,768 bytes as canonical JSON",
       ],
     );
+    // Its text can be no send either: reading it as message text fails the same way.
+    const parsed = await rejection(alice.parseMessageText("agent:bob", "x".repeat(2_000_000)), SendError);
+    assert.deepEqual(
+      [parsed.reason, parsed.message],
+      [
+        "content-invalid",
+        "send failed: the message is 2,000,015 bytes, more than the gateway reads in one call; the limit is 32,768 bytes as canonical JSON",
+      ],
+    );
     assert.equal((await setting.management.agentStatus("bob")).backlog, 0n);
   }));
 

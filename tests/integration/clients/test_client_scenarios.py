@@ -448,6 +448,14 @@ async def test_oversized_message(setting: Setting) -> None:
         "send failed: the message is 2,000,025 bytes, more than the gateway reads in one "
         "call; the limit is 32,768 bytes as canonical JSON",
     )
+    # Its text can be no send either: reading it as message text fails the same way.
+    with pytest.raises(SendError) as parsed:
+        await alice.parse_message_text("agent:bob", "x" * 2_000_000)
+    assert (parsed.value.reason, parsed.value.message) == (
+        SendErrorReason.CONTENT_INVALID,
+        "send failed: the message is 2,000,015 bytes, more than the gateway reads in one "
+        "call; the limit is 32,768 bytes as canonical JSON",
+    )
     assert (await setting.management.agent_status("bob")).backlog == 0
 
 

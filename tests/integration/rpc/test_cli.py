@@ -219,6 +219,24 @@ async def test_send_reads_its_text_from_stdin_or_a_file(harness, served, monkeyp
     assert parsed.json == {"to": "agent:bob", "text": long_text}
 
 
+async def test_a_message_over_what_the_gateway_reads_is_content_invalid_naming_the_limit(
+    harness, served, tmp_path
+):
+    alice = await served.register("alice")
+    await served.register("bob")
+    (tmp_path / "huge.txt").write_text("x" * 2_000_000, encoding="utf-8")
+    run = await harness(
+        "send", "agent:bob", "--text-file", str(tmp_path / "huge.txt"), token=alice, admin=False
+    )
+    assert run.code == 1
+    assert run.err.splitlines() == [
+        "send failed: the message is 2,000,015 bytes, more than the gateway reads in one call; "
+        "the limit is 32,768 bytes as canonical JSON",
+        "reason=content-invalid",
+    ]
+    assert served.core.endpoints["alice"].calls == []
+
+
 async def test_send_with_a_key_and_inbound_failures_passes_both(harness, served):
     alice = await served.register("alice")
     await served.register("bob")

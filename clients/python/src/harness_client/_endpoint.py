@@ -133,6 +133,23 @@ async def connect(
     return endpoint
 
 
+def _refuse_oversized(size: int) -> None:
+    """A request over the gateway's default receive limit cannot hold a valid message:
+    `content-invalid` naming the limit, before the gateway refuses it unread (a bare
+    transport error)."""
+    if size > REQUEST_MAX_BYTES:
+        raise SendError(SendErrorReason.CONTENT_INVALID, oversized_detail(size))
+
+
+def _refuse_refused_unread(error: grpc.aio.AioRpcError, failure: HarnessError) -> None:
+    """gRPC's bare refusal of a request over the gateway's receive limit (one set below the
+    default) as the same `content-invalid`."""
+    oversized = _OVERSIZED.search(failure.message)
+    if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and oversized:
+        detail = oversized_detail(int(oversized[1]))
+        raise SendError(SendErrorReason.CONTENT_INVALID, detail) from failure
+
+
 def connect_failure(
     failure: HarnessError, address: str, *, role: str = "agent token"
 ) -> ConnectError:
@@ -229,10 +246,7 @@ class Endpoint:
         )
         if idempotency_key is not None:
             request.idempotency_key = idempotency_key
-        size = request.ByteSize()
-        if size > REQUEST_MAX_BYTES:
-            # The gateway would refuse it unread, as a bare transport error.
-            raise SendError(SendErrorReason.CONTENT_INVALID, oversized_detail(size))
+        _refuse_oversized(request.ByteSize())
         give_up_at = time.monotonic() + deadline
         backoff = Backoff()
         may_have_arrived = False
@@ -247,11 +261,7 @@ class Endpoint:
                 failure = decode_status(error)
                 if isinstance(failure, _TYPED_SEND_FAILURES):
                     raise failure from None
-                oversized = _OVERSIZED.search(failure.message)
-                if error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and oversized:
-                    # A gateway whose receive limit is set below this request's size.
-                    detail = oversized_detail(int(oversized[1]))
-                    raise SendError(SendErrorReason.CONTENT_INVALID, detail) from failure
+                _refuse_refused_unread(error, failure)
                 may_have_arrived = may_have_arrived or not never_sent(failure)
                 left = give_up_at - time.monotonic()
                 if idempotency_key is not None and should_retry_keyed_send(failure) and left > 0:
@@ -357,17 +367,20 @@ class Endpoint:
         self, to: str, text: str, *, deadline: float = READ_TIMEOUT
     ) -> SendInput:
         """The send a message's text states; raises `MessageTextError` when it states an
-        operation that does not fit its shape."""
+        operation that does not fit its shape, and `SendError` `content-invalid` for a text
+        too large for the gateway to read (no send could carry it)."""
         self._check_open()
+        request = endpoint_pb2.ParseMessageTextRequest(to=to, text=text)
+        _refuse_oversized(request.ByteSize())
         try:
             response = await self._stub.ParseMessageText(
-                endpoint_pb2.ParseMessageTextRequest(to=to, text=text),
-                metadata=self._metadata,
-                timeout=deadline,
+                request, metadata=self._metadata, timeout=deadline
             )
         except grpc.aio.AioRpcError as error:
+            failure = decode_status(error)
+            _refuse_refused_unread(error, failure)
             # A failed call; a gateway from before the `error` arm also refused a text so.
-            raise decode_status(error) from None
+            raise failure from None
         try:
             parsed = wire.parse_result_from_proto(response)
         except InvalidRequestError:
