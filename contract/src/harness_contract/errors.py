@@ -550,7 +550,7 @@ SendFailure: TypeAlias = SendError | CollectiveError | FirewallSendError
 
 
 class IdempotencyConflictError(_EqualByFields, HarnessError):
-    """The idempotency key already binds a different input; nothing ran (architecture §3.9)."""
+    """The idempotency key already binds a different input; nothing ran (engine.md §9.1)."""
 
     def __init__(self, key: str) -> None:
         super().__init__("idempotency-conflict")

@@ -78,7 +78,7 @@ def build_post_action(
 
 def build_record_core(*, membership: MembershipDescriptor, action: Action) -> RecordCore:
     """The RecordCore of `action`: GENESIS takes the hash of its own anchor, POST its
-    `anchorHash` (§5.2)."""
+    `anchorHash` (engine.md §5.2)."""
     match action:
         case GenesisAction(anchor=anchor):
             core_anchor = anchor_hash(anchor)

@@ -241,7 +241,7 @@ def test_the_image_carries_oci_labels_with_the_distributions_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert labels["org.opencontainers.image.title"] == project["name"]
     assert substitute(labels["org.opencontainers.image.version"], arguments) == project["version"]
-    assert labels["org.opencontainers.image.licenses"] == project["license"]["text"]
+    assert labels["org.opencontainers.image.licenses"] == project["license"]
     assert labels["org.opencontainers.image.description"] == project["description"]
 
 
