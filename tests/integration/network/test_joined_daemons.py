@@ -21,7 +21,8 @@ from harness_client import (
 )
 
 from gateway.testing_network import NetworkProcess, RunningNetwork, run_network
-from tests.integration.network.support import BOUND, message_of, next_delivery, register
+from tests.e2e.network_support import register
+from tests.integration.network.support import BOUND, message_of, next_delivery
 
 pytestmark = pytest.mark.e2e
 
