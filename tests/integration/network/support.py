@@ -1,6 +1,5 @@
-"""What the tests of daemons joined into one network share: registering an agent through a
-daemon's management API is `tests.e2e.network_support.register`; waiting for the next delivery, reading a
-multicast message."""
+"""What the tests of daemons joined into one network share: waiting for the next delivery and
+reading a multicast message (agents are registered with `tests.e2e.network_support.register`)."""
 
 from __future__ import annotations
 
