@@ -314,3 +314,8 @@ def test_operations_names_every_setting_with_its_variable_and_every_exported_met
         if not name.startswith(("process_", "python_")) and f"`{name}`" not in operations
     ]
     assert not missing, "operations.md does not name:\n" + "\n".join(missing)
+    # And the other way: a metric row of its tables names a metric that is exported.
+    rows = re.findall(r"^\| `((?:harness|grpc_server)_\w+)` \|", operations, re.MULTILINE)
+    stale = [name for name in rows if name not in families]
+    assert rows
+    assert not stale, "operations.md lists metrics nothing exports: " + ", ".join(stale)
