@@ -89,7 +89,14 @@ class PostingPort(Protocol):
         ...
 
     async def await_certified(self, handle: PostHandle) -> str:
-        """The post's RecordHash within the send bound, else `SendError` `delivery-pending`."""
+        """The post's RecordHash within the send bound, else `SendError` `delivery-pending`;
+        the handle's waiters are cancelled either way."""
+        ...
+
+    def follow(self, post_id: str) -> asyncio.Future[str]:
+        """A future of the caller's own of an own post's RecordHash (resolved when it is
+        promoted, cancelled at shutdown), registered at once: what follows a post past a
+        send that gave up."""
         ...
 
     async def settled(self, post_id: str) -> asyncio.Future[str]:

@@ -202,17 +202,23 @@ class Responder:
         try:
             record_hash = await self._posting.await_certified(handle)
         except SendError as error:
-            # delivery-pending or outcome-unknown: the request stays claimed until the post
-            # settles, so the model cannot post a second answer meanwhile.
-            self._spawn(self._settle_answer(request, handle.certified), f"answer-{request.id}")
+            # delivery-pending: the request stays claimed until the post settles, so the
+            # model cannot post a second answer meanwhile. The send's own waiter was
+            # cancelled when it gave up; the settle task follows the post with its own,
+            # taken before anything else runs (no promotion falls between).
+            latch = self._posting.follow(handle.post_id)
+            self._spawn(self._settle_answer(request, latch), f"answer-{request.id}")
             raise CollectiveRefusal(error, operation_id=request.id, to=refusal_to) from None
         await self._answered(request, record_hash)
         return request.id
 
     async def _settle_answer(self, request: Request, latch: asyncio.Future[str]) -> None:
+        """The answer's post certified after its send gave up (or while the daemon was down):
+        the request is answered. Unbounded on purpose: the bound intent is proposed until it
+        certifies; the latch is cancelled, and this task with it, only at shutdown (§1.5)."""
         await asyncio.wait({latch})
         if latch.cancelled():
-            return
+            return  # shutdown: `resume` follows the post again after the restart
         await self._answered(request, latch.result())
 
     async def _answered(self, request: Request, record_hash: str) -> None:

@@ -244,14 +244,15 @@ class AgentPosting:
 
     async def await_certified(self, handle: PostHandle, *, budget_end: float | None = None) -> str:
         """The post's RecordHash within the send bound (or by the monotonic `budget_end`),
-        else `delivery-pending`; the send's waiters are dropped either way."""
+        else `delivery-pending`; the send's own waiters are dropped either way (a caller that
+        goes on following the post takes its own with `follow`)."""
         if budget_end is None:
             bounds = self._parts.timeouts
             budget_end = self._parts.clock.monotonic() + bounds.drain + bounds.certify
         try:
             return await self._wait_certified(handle, budget_end)
         finally:
-            self._parts.network.forget(handle.post_id)
+            self._parts.network.forget(handle)
 
     async def _wait_certified(self, handle: PostHandle, budget_end: float) -> str:
         """Steps 9-10: the Router accepts the proposal within the drain bound, then this
@@ -278,6 +279,12 @@ class AgentPosting:
             # again until it certifies.
             raise SendError(SendErrorReason.DELIVERY_PENDING)
         return latch.result()
+
+    def follow(self, post_id: str) -> asyncio.Future[str]:
+        """A future of the caller's own of an own post's RecordHash, resolved when this
+        daemon promotes it; it outlives the send's waiters (`await_certified` drops those).
+        Registered at once: taken right after a send gave up, no promotion can fall between."""
+        return self._parts.network.latch(post_id)
 
     async def settled(self, post_id: str) -> asyncio.Future[str]:
         """A future of an own post's RecordHash: already resolved when its intent

@@ -25,7 +25,7 @@ import logging
 import random
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 from harness_contract.errors import SendError, SendErrorReason
 from harness_contract.values import Content
@@ -112,7 +112,8 @@ class FatalStoreError(Exception):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PostHandle:
     """A bound post: `certified` resolves with its RecordHash once this daemon promotes it,
-    `drained` once the Router accepted its proposal (at once in local order)."""
+    `drained` once the Router accepted its proposal (at once in local order). Both are the
+    binding send's own waiters: `Network.forget(handle)` cancels them and nobody else's."""
 
     post_id: str
     certified: asyncio.Future[str]
@@ -166,8 +167,8 @@ class Network:
         self._version_mismatch = asyncio.Event()
         self._recipients_changed = asyncio.Event()
         self._drain: asyncio.Queue[OutboundEnvelope] = asyncio.Queue(maxsize=DRAIN_QUEUE_SIZE)
-        self._latches: dict[str, asyncio.Future[str]] = {}
-        self._drained: dict[str, asyncio.Future[None]] = {}
+        self._latches: _Waiters[str] = _Waiters()
+        self._drained: _Waiters[None] = _Waiters()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._failed: BaseException | None = None
@@ -281,10 +282,8 @@ class Network:
         """Answer every waiting send now (shutdown): bound intents go on after restart,
         unbound ones stop waiting for the attachment."""
         self._stopping.set()
-        for table in (self._latches, self._drained):
-            for future in table.values():
-                if not future.done():
-                    future.cancel()
+        self._latches.cancel_all()
+        self._drained.cancel_all()
 
     def _spawn(self, coroutine: Coroutine[object, object, None], name: str) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -370,9 +369,7 @@ class Network:
                     "drain queue full; envelope left in the outbox row=%d", envelope.row_id
                 )
         for certified in effects.certified:
-            latch = self._latches.pop(certified.post_id, None)
-            if latch is not None and not latch.done():
-                latch.set_result(certified.record_hash)
+            self._latches.resolve(certified.post_id, certified.record_hash)
             self._observer.on_certified(certified)
         if effects.deliveries:
             self._observer.on_deliveries(effects.deliveries)
@@ -457,8 +454,8 @@ class Network:
         except (FatalStoreError, StoreError) as error:
             if unit is not None:
                 local.abandon(unit)
-            for post_id in post_ids:
-                self.forget(post_id)
+            for handle in handles:
+                self.forget(handle)
             if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
                 raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
             self._unbind(certifier, bound)
@@ -476,27 +473,26 @@ class Network:
                 certifier.unbind(post.post_id)
 
     def latch(self, post_id: str) -> asyncio.Future[str]:
-        """A future resolved with the RecordHash when this daemon promotes the post."""
-        return _waiter(self._latches, post_id)
+        """A future of the caller's own, resolved with the RecordHash when this daemon
+        promotes the post (cancelled at shutdown)."""
+        return self._latches.add(post_id)
 
     def settle(self, post_id: str, record_hash: str) -> None:
-        """Resolve and drop the post's latch with the RecordHash its stored intent holds: it
-        certified before this latch was registered (before a restart, or while the row was
+        """Resolve and drop the post's latches with the RecordHash its stored intent holds:
+        it certified before they were registered (before a restart, or while the row was
         being read). Nothing happens when no latch waits."""
-        latch = self._latches.pop(post_id, None)
-        if latch is not None and not latch.done():
-            latch.set_result(record_hash)
+        self._latches.resolve(post_id, record_hash)
 
     def drained(self, post_id: str) -> asyncio.Future[None]:
-        """A future resolved when the Router accepts an envelope of this post's proposal."""
-        return _waiter(self._drained, post_id)
+        """A future of the caller's own, resolved when the Router accepts an envelope of
+        this post's proposal."""
+        return self._drained.add(post_id)
 
-    def forget(self, post_id: str) -> None:
-        """Drop a send's waiters (it returned or gave up; the intent goes on)."""
-        for table in (self._latches, self._drained):
-            future = table.pop(post_id, None)
-            if future is not None and not future.done():
-                future.cancel()
+    def forget(self, handle: PostHandle) -> None:
+        """Drop a send's own waiters (it returned or gave up; the intent goes on). Other
+        latches of the same post — a collective answer's settle task — keep waiting."""
+        self._latches.drop(handle.post_id, handle.certified)
+        self._drained.drop(handle.post_id, handle.drained)
 
     # --- the drain -------------------------------------------------------------------------
 
@@ -556,9 +552,7 @@ class Network:
             match outcome:
                 case Accepted(digest=digest) if digest == envelope_digest(data):
                     if envelope.post_id is not None:
-                        future = self._drained.pop(envelope.post_id, None)
-                        if future is not None and not future.done():
-                            future.set_result(None)
+                        self._drained.resolve(envelope.post_id, None)
                     return OutboxState.ACCEPTED
                 case Accepted():
                     logger.error("the Router accepted other bytes under our identity; retrying")
@@ -725,10 +719,39 @@ class Network:
         return record, len(rows) > 1
 
 
-def _waiter(table: dict[str, asyncio.Future[_T]], post_id: str) -> asyncio.Future[_T]:
-    """The post's waiting future in `table`; a new one when none waits or it already ended."""
-    future = table.get(post_id)
-    if future is None or future.done():
-        future = asyncio.get_running_loop().create_future()
-        table[post_id] = future
-    return future
+class _Waiters(Generic[_T]):
+    """The futures waiting for one event of each post, one per waiter: a waiter that stops
+    waiting drops its own future and cancels no one else's (a send that answered
+    `delivery-pending` must not end the task that settles the same post later)."""
+
+    def __init__(self) -> None:
+        self._by_post: dict[str, list[asyncio.Future[_T]]] = {}
+
+    def add(self, post_id: str) -> asyncio.Future[_T]:
+        """A new future for this post, resolved with the next `resolve`."""
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._by_post.setdefault(post_id, []).append(future)
+        return future
+
+    def resolve(self, post_id: str, value: _T) -> None:
+        """Resolve and drop every future waiting for this post."""
+        for future in self._by_post.pop(post_id, ()):
+            if not future.done():
+                future.set_result(value)
+
+    def drop(self, post_id: str, future: asyncio.Future[_T]) -> None:
+        """One waiter is gone: cancel its future (if still pending) and forget it."""
+        if not future.done():
+            future.cancel()
+        waiting = self._by_post.get(post_id)
+        if waiting is not None and future in waiting:
+            waiting.remove(future)
+            if not waiting:
+                del self._by_post[post_id]
+
+    def cancel_all(self) -> None:
+        """Shutdown: cancel every pending future (they are kept; nothing resolves them)."""
+        for waiting in self._by_post.values():
+            for future in waiting:
+                if not future.done():
+                    future.cancel()

@@ -46,7 +46,8 @@ class FakePosting:
 
     Members resolve to real cards (unknown names to `unknown-agent`); a bind mints post ids
     and commits the caller's rows at once; its posts certify at once unless `auto_certify`
-    is off, and then when the test calls `certify`."""
+    is off, and then when the test calls `certify`. As with the real `Network`, every
+    waiter has its own latch, and `await_certified` cancels the handle's when it gives up."""
 
     me: p.SignedAgentCard
     cards: dict[str, p.SignedAgentCard]
@@ -71,7 +72,8 @@ class FakePosting:
     """When set, every send check waits for this event (a send held mid-way)."""
     _items: dict[str, InboundItem] = field(default_factory=dict)
     _memberships: dict[str, p.MembershipDescriptor] = field(default_factory=dict)
-    _latches: dict[str, asyncio.Future[str]] = field(default_factory=dict)
+    _latches: dict[str, list[asyncio.Future[str]]] = field(default_factory=dict)
+    _certified: dict[str, str] = field(default_factory=dict)
     _seq: int = 0
 
     # --- PostingPort -----------------------------------------------------------------------
@@ -121,7 +123,12 @@ class FakePosting:
     async def await_certified(self, handle: PostHandle) -> str:
         if handle.certified.done() and not handle.certified.cancelled():
             return handle.certified.result()
+        # The send gave up: its waiter is dropped, as `Network.forget` does.
+        handle.certified.cancel()
         raise SendError(SendErrorReason.DELIVERY_PENDING)
+
+    def follow(self, post_id: str) -> asyncio.Future[str]:
+        return self.latch(post_id)
 
     async def settled(self, post_id: str) -> asyncio.Future[str]:
         if post_id in self.completed:
@@ -171,17 +178,21 @@ class FakePosting:
     # --- what tests drive and read ------------------------------------------------------------
 
     def latch(self, post_id: str) -> asyncio.Future[str]:
-        """The post's certification future (created on first use)."""
-        if post_id not in self._latches:
-            self._latches[post_id] = asyncio.get_running_loop().create_future()
-        return self._latches[post_id]
+        """A new certification future of the post's (resolved at once if it certified)."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        if post_id in self._certified:
+            future.set_result(self._certified[post_id])
+        else:
+            self._latches.setdefault(post_id, []).append(future)
+        return future
 
     def certify(self, post_id: str, record_hash: str | None = None) -> str:
-        """Promote a post; returns its record hash."""
+        """Promote a post (every latch still waiting for it resolves); its record hash."""
         record_hash = record_hash or HashId.RECORD.of(post_id)
-        latch = self.latch(post_id)
-        if not latch.done():
-            latch.set_result(record_hash)
+        self._certified[post_id] = record_hash
+        for latch in self._latches.pop(post_id, ()):
+            if not latch.done():
+                latch.set_result(record_hash)
         return record_hash
 
     def item_of(self, writes: Sequence[Write]) -> list[InboundItem]:

@@ -140,16 +140,24 @@ class Daemon:
 
 
 @contextlib.asynccontextmanager
-async def daemon(store: MemoryStore | None = None) -> AsyncIterator[Daemon]:
-    """A daemon on `store` (a fresh `MemoryStore` by default); closed on exit."""
+async def daemon(
+    store: MemoryStore | None = None, *, beside: Daemon | None = None
+) -> AsyncIterator[Daemon]:
+    """A daemon on `store` (a fresh `MemoryStore` by default); closed on exit. `beside`
+    another daemon: this one shares its Registry, Router and clock (their owner closes
+    them), so posts between the two cross the Router."""
     store = store or MemoryStore()
-    clock = FakeClock()
-    registry = MemoryRegistry()
-    cache = VerifyCache()
-    client = RegistryClient(
-        registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
-    )
-    router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
+    if beside is None:
+        clock = FakeClock()
+        registry = MemoryRegistry()
+        cache = VerifyCache()
+        client = RegistryClient(
+            registry, registry_public_key=registry.registry_public_key(), verify_cache=cache
+        )
+        router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
+    else:
+        clock, registry, cache = beside.clock, beside.registry, beside.cache
+        client, router = beside.client, beside.router
     observer = NetworkObserver(on_deliveries=lambda agents: built._deliveries(agents))
     network = Network(
         router=router,
@@ -165,5 +173,6 @@ async def daemon(store: MemoryStore | None = None) -> AsyncIterator[Daemon]:
         for runtime in built.runtimes.values():
             await runtime.close()
         await network.close()
-        await router.close()
-        await client.close()
+        if beside is None:
+            await router.close()
+            await client.close()

@@ -55,7 +55,7 @@ async def test_an_outcome_released_while_the_intent_is_read_still_settles_the_po
         [(descriptor, multicast_content("hi"))], within=BOUNDED.attach
     )
     # The send gave up (delivery-pending): its own waiters are gone, the intent goes on.
-    world.network.forget(handle.post_id)
+    world.network.forget(handle)
     store = world.store
     assert isinstance(store, ReadHoldingStore)
     store.hold = asyncio.Event()
