@@ -71,11 +71,11 @@ from gateway.endpoint.idempotency import KeyResolution, SendLedger
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, InboxScreen, MessageStream
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
-from gateway.engine.network import Network, PostHandle
+from gateway.engine.network import FatalStoreError, Network, PostHandle
 from gateway.firewall import Firewall
 from gateway.firewall.subjects import outgoing
 from gateway.registry import Found, RegistryClient, RegistryError, RegistryVersionMismatch
-from gateway.store.errors import StoreError
+from gateway.store.errors import StoreClosed, StoreError, StoreFailed, StoreUnavailable
 from gateway.store.port import Store
 from gateway.store.records import (
     DeliveryRow,
@@ -112,6 +112,11 @@ RESOLVE_CONCURRENCY: Final = 8
 
 CLASSIFY_PAGE: Final = 256
 """Pending deliveries classified per store round trip."""
+
+CLASSIFY_RETRY: Final = (0.1, 5.0)
+"""Seconds before a page the store could not take (`StoreUnavailable`: nothing written) is
+classified again: the first wait and the ceiling, doubling between (as local order retries
+a unit, engine.md §7.2)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,6 +335,7 @@ class AgentRuntime:
         self.certifier = parts.certifier
         self.inbox = parts.inbox
         self._store = parts.store
+        self._network = parts.network
         self._timeouts = parts.timeouts
         self._clock = parts.clock
         self._observer = observer or SendObserver()
@@ -559,26 +565,63 @@ class AgentRuntime:
     # --- classification ----------------------------------------------------------------------
 
     async def _classify_loop(self) -> None:
+        """Classify pages while deliveries wait (engine.md §7.2). A page the store could not
+        take while nothing in memory changed is tried again after a backoff; a store that
+        closed or already failed ends the pass (the daemon is stopping); any other failure
+        stops the daemon, so an agent is never left silently unclassified."""
+        delay = 0.0
         while True:
             await self._classify_wanted.wait()
             self._classify_wanted.clear()
-            while await self._classify_page():
-                pass
+            try:
+                while await self._classify_page():
+                    pass
+            except StoreUnavailable:
+                delay = min(CLASSIFY_RETRY[1], max(CLASSIFY_RETRY[0], delay * 2))
+                logger.warning(
+                    "classification page not written, the store is unavailable; retrying in %.2f s",
+                    delay,
+                )
+                await self._clock.sleep(delay)
+                self._classify_wanted.set()
+                continue
+            except (StoreClosed, StoreFailed):
+                return  # shutdown, or the writer already stopped the daemon
+            except Exception as error:
+                logger.exception("classification failed: stopping the daemon")
+                self._network.fail(error)
+                return
+            delay = 0.0
 
     async def _classify_page(self) -> bool:
-        """Classify one page of pending deliveries in one transaction; True if more may wait."""
+        """Classify one page of pending deliveries in one transaction; True if more may wait.
+
+        Raises `StoreUnavailable` only when nothing in memory changed (the page can simply be
+        classified again); `FatalStoreError` when the collectives' memory already moved."""
         rows = await self._store.pending_deliveries(self.identity.agent_id, CLASSIFY_PAGE)
         if not rows:
             return False
         writes: list[Write] = []
         outcomes: list[DeliveryItem | ConsumedKind] = []
         emitted: list[DeliveryItem] = []
+        collective_writes = False
         for row in rows:
-            item_writes, outcome, published = self._classify(row)
+            item_writes, outcome, published, collective = self._classify(row)
             writes.extend(item_writes)
             outcomes.append(outcome)
             emitted.extend(published)
-        dropped = await self.inbox.commit(writes)
+            collective_writes = collective_writes or collective
+        try:
+            dropped = await self.inbox.commit(writes)
+        except StoreUnavailable as error:
+            if collective_writes:
+                # The collectives changed their memory for this page (a request now held,
+                # an answer counted, a close applied): classified again, the page would find
+                # them held and consume what it must deliver. Memory and disk diverged, as
+                # an engine commit's failure does (engine.md §8): the daemon stops, and after
+                # the restart the page, still pending, is classified against the stored rows.
+                raise FatalStoreError(str(error)) from error
+            raise
         for row, outcome in zip(rows, outcomes, strict=True):
             if row.token in dropped:
                 self._observer.on_record_consumed(ConsumedKind.DROPPED)
@@ -592,10 +635,12 @@ class AgentRuntime:
 
     def _classify(
         self, row: DeliveryRow
-    ) -> tuple[list[Write], DeliveryItem | ConsumedKind, tuple[DeliveryItem, ...]]:
+    ) -> tuple[list[Write], DeliveryItem | ConsumedKind, tuple[DeliveryItem, ...], bool]:
         """The writes that classify one delivery, its outcome (`multicast`,
-        `collectiveRequest` or the consumed kind) and items emitted under fresh tokens.
-        The rules are the contract's "Inbound items" and collectives.md §2.4-§2.5."""
+        `collectiveRequest` or the consumed kind), items emitted under fresh tokens, and
+        whether the collectives changed their memory for it (every such change writes its
+        row, so: whether they returned writes). The rules are the contract's "Inbound items"
+        and collectives.md §2.4-§2.5."""
         agent_id = self.identity.agent_id
         token = row.token
         consumed = SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CONSUMED)
@@ -603,7 +648,7 @@ class AgentRuntime:
             message = message_from_json(parse_canonical_json(row.projection))
         except (CodecError, JsonValueError):
             logger.exception("a delivery projection does not decode; consumed")
-            return [consumed], ConsumedKind.OTHER, ()
+            return [consumed], ConsumedKind.OTHER, (), False
         read = read_collective(message.content)
         sender = name_of(message.sender) or ""
         is_group = isinstance(message, GroupMessage)
@@ -611,13 +656,13 @@ class AgentRuntime:
         match read.part:
             case None | MulticastPart():
                 if not read.rest:
-                    return [consumed], ConsumedKind.OTHER, ()
+                    return [consumed], ConsumedKind.OTHER, (), False
                 item = MulticastItem(message=_with_content(message, read.rest))
                 _, write = self.inbox.prepare(item, token=token)
                 classified_state = SetDeliveryState(
                     agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED
                 )
-                return [classified_state, write], DeliveryItem.MULTICAST, ()
+                return [classified_state, write], DeliveryItem.MULTICAST, (), False
             case RequestPart():
                 classified = self.collectives.responder.classify_request(
                     read.part,
@@ -647,17 +692,18 @@ class AgentRuntime:
                     "record consumed: %s collective part",
                     "duplicated" if isinstance(read.part, Duplicate) else "malformed",
                 )
-                return [consumed], ConsumedKind.OTHER, ()
+                return [consumed], ConsumedKind.OTHER, (), False
         writes = list(classified.writes)
+        collective = bool(writes)
         if classified.item is not None:
             _, write = self.inbox.prepare(classified.item, token=token)
             writes.append(
                 SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CLASSIFIED)
             )
             writes.append(write)
-            return writes, DeliveryItem.COLLECTIVE_REQUEST, classified.published
+            return writes, DeliveryItem.COLLECTIVE_REQUEST, classified.published, collective
         writes.append(consumed)
-        return writes, classified.consumed or ConsumedKind.OTHER, classified.published
+        return writes, classified.consumed or ConsumedKind.OTHER, classified.published, collective
 
 
 def _with_content(message: InboundMessage, content: Content) -> InboundMessage:

@@ -300,6 +300,11 @@ class Network:
             logger.error("network task failed task=%s", task.get_name(), exc_info=error)
             self._fail(error)
 
+    def fail(self, error: BaseException) -> None:
+        """Stop the daemon: a hosted agent's commit failed after its memory changed, so memory
+        and disk would diverge (engine.md §8); recovery resumes after the restart."""
+        self._fail(error)
+
     def _fail(self, error: BaseException) -> None:
         if self._failed is None:
             self._failed = error

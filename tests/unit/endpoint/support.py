@@ -77,6 +77,8 @@ class Daemon:
     """By AgentId."""
     observed: dict[str, Observed] = field(default_factory=dict)
     """By agent name."""
+    fatal: list[BaseException] = field(default_factory=list)
+    """What was reported to the daemon's fatal path (it would stop)."""
 
     async def register(self, name: str) -> Identity:
         """Register a name with the Registry (an agent of another daemon, unless hosted)."""
@@ -158,7 +160,10 @@ async def daemon(
     else:
         clock, registry, cache = beside.clock, beside.registry, beside.cache
         client, router = beside.client, beside.router
-    observer = NetworkObserver(on_deliveries=lambda agents: built._deliveries(agents))
+    observer = NetworkObserver(
+        on_deliveries=lambda agents: built._deliveries(agents),
+        on_fatal=lambda error: built.fatal.append(error),
+    )
     network = Network(
         router=router,
         store=store,
