@@ -34,6 +34,7 @@ DESIGN_NAMES: Final = (
     "architecture",
     "engine",
     "collectives",
+    "cluster",
     "firewall",
     "operations",
     "house-style",
