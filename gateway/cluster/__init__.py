@@ -1,0 +1,1 @@
+"""Cluster mode: replicas of one gateway sharing one PostgreSQL database (issue 25)."""
