@@ -879,6 +879,12 @@ class UnavailableReason(enum.StrEnum):
     """Starting or recovering."""
     SHUTTING_DOWN = "shutting-down"
     """Stopping; retry elsewhere or later."""
+    NOT_OWNER = "not-owner"
+    """A cluster replica that is not (or no longer) the agent's home for this call: its
+    partition moved (cluster.md §4.1). Retry: the call reaches the new home."""
+    HOME_UNREACHABLE = "home-unreachable"
+    """A cluster replica could not reach the agent's home replica; nothing was sent.
+    Retry: a lost home's partitions move within seconds (cluster.md §9.1)."""
 
 
 class UnavailableError(_StatusText):

@@ -1,0 +1,92 @@
+"""Where an agent's calls are answered in a cluster: the seam the RPC forwarder asks
+(cluster.md §4.1).
+
+A replica answers a call for an agent homed here and forwards any other to the agent's home.
+The forwarder (`gateway/rpc/forward.py`) knows nothing of partitions, leases or tokens'
+rows; it asks a `HomeRoutes` two questions:
+
+- `await routes.home_of(token)`: where the agent this bearer token names is answered —
+  `HERE` (this replica holds its home partition, or the token names no agent: the local
+  handler then refuses it with the contract's typed error), or a `Remote` home with the
+  (partition, epoch) the forwarded call must carry;
+- `routes.holds(partition, epoch)`: whether a routed call that reached this replica may be
+  answered here (NOT_OWNER otherwise, before any effect).
+
+`routes.refresh()` is called after a home refused NOT_OWNER, so the next answer reflects the
+partitions table as it is now, not as it was cached.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+
+class Local(enum.Enum):
+    """The call is answered by this replica."""
+
+    HERE = "here"
+
+
+HERE: Final = Local.HERE
+"""Answer the call here."""
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """The agent's home is another replica: forward the call there."""
+
+    address: str
+    """The home's advertised `HOST:PORT` (cluster.md §4.2)."""
+    partition: int
+    """The agent's home partition."""
+    epoch: int
+    """The partition's epoch the home must still hold for the call to be answered."""
+
+
+Placement = Local | Remote
+"""Where a call is answered."""
+
+
+class HomeRoutes(Protocol):
+    """What the forwarder asks of the cluster (cluster.md §4.1)."""
+
+    async def home_of(self, token: str) -> Placement:
+        """Where the agent this token names is answered; `HERE` for a token naming no agent
+        (the local handler refuses it) and for an agent homed on this replica."""
+        ...
+
+    def holds(self, partition: int, epoch: int) -> bool:
+        """Whether this replica holds `partition` at exactly `epoch`."""
+        ...
+
+    def refresh(self) -> None:
+        """Forget cached routes: a home refused NOT_OWNER."""
+        ...
+
+
+def route_text(partition: int, epoch: int) -> str:
+    """The `harness-route` metadata value of a forwarded call: `<partition>/<epoch>`."""
+    return f"{partition}/{epoch}"
+
+
+def parse_route(text: str) -> tuple[int, int] | None:
+    """(partition, epoch) of a `harness-route` value, None when malformed."""
+    partition, slash, epoch = text.partition("/")
+    if not slash or not partition.isdigit() or not epoch.isdigit():
+        return None
+    if len(partition) > 9 or len(epoch) > 18:
+        return None
+    return int(partition), int(epoch)
+
+
+__all__ = [
+    "HERE",
+    "HomeRoutes",
+    "Local",
+    "Placement",
+    "Remote",
+    "parse_route",
+    "route_text",
+]
