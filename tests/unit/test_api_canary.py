@@ -260,6 +260,7 @@ def test_the_api_matches_the_checked_in_golden_rendering():
 def test_every_api_file_is_proto3_in_the_versioned_harness_v1_package():
     files = api_files()
     assert [file.name for file in files] == [
+        "harness/v1/cluster.proto",
         "harness/v1/endpoint.proto",
         "harness/v1/errors.proto",
         "harness/v1/firewall_middleware.proto",
@@ -304,6 +305,7 @@ def test_every_name_follows_the_buf_standard_case_rules_and_avoids_python_keywor
 def test_every_service_name_ends_in_service():
     services = [service.name for file in api_files() for service in file.service]
     assert sorted(services) == [
+        "ClusterPeerService",
         "FirewallMiddlewareService",
         "HarnessEndpointService",
         "ManagementService",
