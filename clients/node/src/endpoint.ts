@@ -16,6 +16,8 @@ import { createClient } from "@connectrpc/connect";
 import type { CallOptions, Client } from "@connectrpc/connect";
 
 import { AckBatcher } from "./acks.js";
+import { ConnectionTracker } from "./connection.js";
+import type { ConnectionState, ConnectionStateListener } from "./connection.js";
 import {
   DecodeFailed,
   FAILURE_DELIVERY,
@@ -47,7 +49,16 @@ import {
 } from "./errors.js";
 import { HarnessEndpointService, ParseMessageTextRequestSchema, SendRequestSchema } from "./gen/harness/v1/endpoint_pb.js";
 import type { MessagesResponse } from "./gen/harness/v1/endpoint_pb.js";
-import { Backoff, UNARY_RETRY, neverSent, shouldRetryKeyedSend, shouldRetryUnary, sleep, untilServing } from "./retry.js";
+import {
+  Backoff,
+  SEND_RETRY_FLOOR_MS,
+  UNARY_RETRY,
+  neverSent,
+  sendMayRetry,
+  shouldRetryUnary,
+  sleep,
+  untilServing,
+} from "./retry.js";
 import { decodeError } from "./status.js";
 import { streamDeliveries } from "./stream.js";
 import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport, parseAddress } from "./transport.js";
@@ -72,7 +83,9 @@ export interface ConnectOptions extends ChannelOptions {
 /** What `send` takes besides the input. */
 export interface SendOptions {
   /** 1 to 128 UTF-8 bytes: a retry under the key returns the kept outcome. A keyed send
-   * lost in transit is sent again under its key until `timeoutMs` passed. */
+   * lost in transit, or answered `outcome-unknown`, is sent again under its key until
+   * `timeoutMs` passed: the key is how a send rides out a gateway restart or a cluster
+   * hand-over without posting twice. */
   readonly idempotencyKey?: string;
   /** How a refused gather, all_gather or answer is reported; `"result"` by default. */
   readonly failureDelivery?: FailureDelivery;
@@ -87,6 +100,10 @@ export interface SendOptions {
 export interface MessagesOptions {
   /** End another open stream of this agent instead of failing `already-listening`. */
   readonly takeover?: boolean;
+  /** Milliseconds without an open stream after which the iterator fails `ListenError`
+   * `transport-failed`. Absent by default: the iterator reconnects until the gateway is
+   * back, however long that takes. */
+  readonly giveUpAfterMs?: number;
 }
 
 /** An Endpoint's lifecycle: a closed one refuses every call with `EndpointClosedError`. */
@@ -157,6 +174,7 @@ export class Endpoint {
   private readonly acks: AckBatcher;
   /** Aborts when the endpoint closes: every open call and stream ends. */
   private readonly closing = new AbortController();
+  private readonly connection = new ConnectionTracker();
 
   /** Use `connect`, which checks the token first. */
   constructor(address: string, options: ConnectOptions) {
@@ -170,11 +188,28 @@ export class Endpoint {
     return this.closing.signal.aborted ? "closed" : "open";
   }
 
+  /** The agent's link to the gateway as `messages()` sees it: `connecting` (no stream
+   * yet, or the last loop ended), `ready` (a stream is open), `reconnecting` (the stream
+   * was lost and the loop is opening a new one), `closed` (after `close()`, for good). */
+  get connectionState(): ConnectionState {
+    return this.connection.state;
+  }
+
+  /** Call `listener` on each later change of `connectionState` (not with the current one;
+   * `detail` is the failure that made it `reconnecting`); returns the function that
+   * unsubscribes. The listener runs synchronously and must not throw: an exception it
+   * throws surfaces as an uncaught exception, never in the stream. */
+  onConnectionState(listener: ConnectionStateListener): () => void {
+    return this.connection.subscribe(listener);
+  }
+
   /** Stop acknowledging, end every `messages()` iterator and open call; idempotent. */
   async close(): Promise<void> {
     if (this.closing.signal.aborted) {
       return;
     }
+    // Closed before the abort, so nothing the ending streams report comes after it.
+    this.connection.set("closed");
     this.closing.abort();
     await this.acks.close();
   }
@@ -235,9 +270,16 @@ export class Endpoint {
    * Send; resolves once the post is certified (a gather: once its posts settled).
    *
    * Rejects with `SendError`, `CollectiveError`, `FirewallSendError`, or
-   * `IdempotencyConflictError` for a key bound to another send. A keyless send lost in
-   * transit fails `outcome-unknown` when it may have reached the gateway,
-   * `network-unavailable` when it cannot have.
+   * `IdempotencyConflictError` for a key bound to another send.
+   *
+   * A send refused before it had any effect (the gateway restarting or handing the agent
+   * over answers UNAVAILABLE, or the request never left) is sent again with capped backoff
+   * (0.2 s doubling to 1 s) while `timeoutMs` leaves time for an answer. A keyed send whose
+   * outcome is unknown (the connection dropped with it in flight, a transport deadline, or
+   * the gateway answered `outcome-unknown`) is also sent again under its key, which returns
+   * the kept outcome or joins the running send: give a key to ride out restarts and
+   * hand-overs. A keyless one is never sent twice: it fails `outcome-unknown` when it may
+   * have reached the gateway, `network-unavailable` when it cannot have.
    */
   async send(input: SendInput, options: SendOptions = {}): Promise<SendResult> {
     this.checkOpen();
@@ -248,6 +290,7 @@ export class Endpoint {
     });
     refuseOversized(toBinary(SendRequestSchema, request).length);
     const giveUpAt = Date.now() + (options.timeoutMs ?? SEND_TIMEOUT_MS);
+    const keyed = options.idempotencyKey !== undefined;
     const backoff = new Backoff();
     let mayHaveArrived = false;
     for (;;) {
@@ -256,18 +299,21 @@ export class Endpoint {
         response = await this.client.send(request, this.callOptions(Math.max(1, giveUpAt - Date.now()), options.signal));
       } catch (error) {
         const failure = this.failure(error);
-        if (typedSendFailure(failure) || failure instanceof EndpointClosedError) {
+        if (failure instanceof EndpointClosedError) {
           throw failure;
         }
         refuseRefusedUnread(failure);
         mayHaveArrived ||= !neverSent(failure);
-        const left = giveUpAt - Date.now();
+        const delay = backoff.nextDelayMs();
         // The caller's own abort ends the send: it is never retried past it.
         const abandoned = options.signal?.aborted === true;
-        if (options.idempotencyKey !== undefined && !abandoned && shouldRetryKeyedSend(failure) && left > 0) {
-          await sleep(Math.min(backoff.nextDelayMs(), left), this.closing.signal);
+        if (!abandoned && giveUpAt - Date.now() - delay >= SEND_RETRY_FLOOR_MS && sendMayRetry(failure, keyed)) {
+          await sleep(delay, AbortSignal.any([this.closing.signal, ...(options.signal === undefined ? [] : [options.signal])]));
           this.checkOpen();
           continue;
+        }
+        if (typedSendFailure(failure)) {
+          throw failure;
         }
         throw new SendError(mayHaveArrived ? "outcome-unknown" : "network-unavailable", { cause: failure });
       }
@@ -286,12 +332,15 @@ export class Endpoint {
    * The agent's deliveries in inbox order, as an async iterator (leave the `for await`
    * loop, or call `return()`, to end the stream).
    *
-   * Reconnects on its own with backoff, and skips replays of tokens it already yielded
-   * (each call starts with an empty memory). Rejects with `ListenError`:
-   * `already-listening` when another stream is open (unless `takeover`) or takes this one
-   * over, `transport-failed` after 5 minutes without a stream, `decode-failed`; or with the
-   * typed failure that ended the stream (`AuthenticationError` `revoked` for a revoked
-   * token). Closing the endpoint ends the iteration.
+   * Reconnects on its own with backoff capped at 1 s (`connectionState` follows it), and
+   * skips replays of tokens it already yielded (each call
+   * starts with an empty memory). It never gives up on its own: a gateway that restarts,
+   * or a cluster replica that hands the agent over, is found again within about a second
+   * of answering. Rejects with `ListenError`: `already-listening` when another stream is
+   * open (unless `takeover`) or takes this one over, `transport-failed` only past the
+   * caller's `giveUpAfterMs` without a stream, `decode-failed`; or with the typed failure
+   * that ended the stream (`AuthenticationError` `revoked` for a revoked token). Closing
+   * the endpoint, or leaving the loop, ends the iteration.
    */
   messages(options: MessagesOptions = {}): AsyncGenerator<InboundDelivery, void, undefined> {
     this.checkOpen();
@@ -301,6 +350,8 @@ export class Endpoint {
       decode: (response) => this.delivery(response),
       takeover: options.takeover ?? false,
       closed: this.closing.signal,
+      ...(options.giveUpAfterMs === undefined ? {} : { giveUpAfterMs: options.giveUpAfterMs }),
+      onState: (state, detail) => this.connection.set(state, detail),
     });
   }
 

@@ -573,14 +573,19 @@ export class PermissionDeniedError extends HarnessError {
   }
 }
 
-/** The gateway took no action: `not-ready` (starting) or `shutting-down`; retry later. */
+/** Why the gateway took no action: `not-ready` (starting or recovering), `shutting-down`,
+ * and in a cluster `not-owner` (the replica no longer holds the agent's home) or
+ * `home-unreachable` (a replica could not reach the agent's home; nothing was sent). */
+export type UnavailableReason = "not-ready" | "shutting-down" | "not-owner" | "home-unreachable";
+
+/** The gateway took no action (`UnavailableReason`); retry, later or elsewhere. */
 export class UnavailableError extends HarnessError {
-  readonly reason: "not-ready" | "shutting-down";
+  readonly reason: UnavailableReason;
   /** The gateway's `RetryInfo` delay, when it sent one. */
   readonly retryDelayMs: number | undefined;
 
   constructor(
-    reason: "not-ready" | "shutting-down",
+    reason: UnavailableReason,
     message: string,
     options: ErrorOptions & { readonly retryDelayMs?: number } = {},
   ) {

@@ -18,13 +18,14 @@
 
 export { connect, Endpoint } from "./endpoint.js";
 export type { ConnectOptions, EndpointState, MessagesOptions, SendOptions } from "./endpoint.js";
+export type { ConnectionState, ConnectionStateListener } from "./connection.js";
 export { ACKNOWLEDGE_MAX_TOKENS, ACKNOWLEDGE_TIMEOUT_MS, READ_TIMEOUT_MS, SEND_TIMEOUT_MS } from "./endpoint.js";
 export { ManagementClient, connectManagement, MANAGEMENT_TIMEOUT_MS } from "./management.js";
 export type { ConversationRecord, HistoryPage, ManagementOptions } from "./management.js";
 export { DEFAULT_CONNECT_TIMEOUT_MS, parseAddress } from "./transport.js";
 export type { ChannelOptions, TlsOptions } from "./transport.js";
 export { ACK_BATCH_DELAY_MS, ACK_BATCH_MAX } from "./acks.js";
-export { LISTEN_GIVE_UP_MS, STREAM_OPEN_HEADER } from "./stream.js";
+export { STREAM_OPEN_HEADER } from "./stream.js";
 export { decodeError, decodeStatusBytes, STATUS_DETAILS_KEY, ERROR_DOMAIN } from "./status.js";
 export {
   AuthenticationError,
@@ -66,6 +67,7 @@ export type {
   MessageTextOperation,
   SendErrorReason,
   SendFailure,
+  UnavailableReason,
   UnreachableMember,
 } from "./errors.js";
 export type * from "./values.js";

@@ -1,14 +1,14 @@
 /**
  * Retry policy as data: which failures are retried, and how (the Python client's
- * `_retry.py`, operations.md §3).
+ * `_retry.py`, operations.md §3 and §10).
  *
  * The idempotent unary methods (Acknowledge, ReadSend, ParseMessageText) are retried on
- * UNAVAILABLE; a keyed send is sent again under its key; `messages()` reconnects.
- * Nothing else retries, and each caller asks these functions rather than deciding in its
- * own `catch`.
+ * UNAVAILABLE; any send is sent again when the call had no effect, and a keyed send also
+ * when its outcome is unknown (under its key); `messages()` reconnects. Nothing else
+ * retries, and each caller asks these functions rather than deciding in its own `catch`.
  */
 
-import { TransportError, UnavailableError } from "./errors.js";
+import { SendError, TransportError, UnavailableError } from "./errors.js";
 import type { GrpcCode, HarnessError } from "./errors.js";
 import { decodeError } from "./status.js";
 
@@ -32,10 +32,19 @@ const NEVER_CONNECTED: ReadonlySet<string> = new Set([
   "ENETUNREACH",
 ]);
 
-/** Seconds before a stream's first reconnect, the most between two, and the growth. */
+/** Milliseconds before the first retry of a stream or a send (drawn from 100-200 ms). */
 export const RECONNECT_INITIAL_MS = 200;
-export const RECONNECT_MAX_MS = 10_000;
+/** The most milliseconds between two attempts: low, so a stream is back within about a
+ * second of the gateway (or a cluster replica) answering again after a restart or a
+ * hand-over; an attempt against a stopped gateway is one refused connection, cheap. */
+export const RECONNECT_MAX_MS = 1_000;
+/** Each failed attempt doubles the delay, up to `RECONNECT_MAX_MS`. */
 export const RECONNECT_MULTIPLIER = 2;
+/** Milliseconds a send's deadline must still have, after the backoff delay, for the client
+ * to send it again. The gateway answers one second before a call's deadline at the latest
+ * (operations.md §3); a shorter attempt could only end the client's side of the call,
+ * turning a definite failure into `outcome-unknown`. */
+export const SEND_RETRY_FLOOR_MS = 1_000;
 
 /** The retry of an idempotent unary call: 4 attempts, 0.2 s doubling to 3 s. */
 export const UNARY_RETRY = { attempts: 4, initialMs: 200, maxMs: 3_000 } as const;
@@ -50,13 +59,28 @@ export function shouldReconnect(error: HarnessError): boolean {
   return error instanceof TransportError && RECONNECT_CODES.has(error.code);
 }
 
-/** True when a keyed send may be sent again under its key: the gateway either never saw it
- * or keeps its outcome, so a retry joins or replays it. */
-export function shouldRetryKeyedSend(error: HarnessError): boolean {
+/**
+ * True when a send that failed with `error` may be sent again, the deadline permitting (the
+ * Python client's `send_may_retry`, operations.md §10).
+ *
+ * The gateway answers UNAVAILABLE only when the call had no effect (operations.md §3), so
+ * any send refused so (not ready, shutting down; for a keyless send also
+ * `network-unavailable`, `certification-unavailable`, `persistence-failed`), or refused
+ * before it left the client, is sent again. A keyed send is also sent again when its
+ * outcome is unknown (a lost connection, a transport deadline, the gateway's
+ * `outcome-unknown`): under its key the gateway returns the kept outcome or joins the live
+ * invocation (engine.md §9.1), so it never posts twice. A keyless send that may have
+ * arrived never is (that could post twice); a keyed send's other typed failures are the
+ * key's kept outcome, which sending again would only return.
+ */
+export function sendMayRetry(error: HarnessError, keyed: boolean): boolean {
   if (error instanceof UnavailableError) {
     return true;
   }
-  return error instanceof TransportError && RECONNECT_CODES.has(error.code) && error.code !== "DEADLINE_EXCEEDED";
+  if (error instanceof SendError) {
+    return error.reason === "outcome-unknown" ? keyed : error.code === "UNAVAILABLE" && !keyed;
+  }
+  return error instanceof TransportError && (neverSent(error) || (keyed && RECONNECT_CODES.has(error.code)));
 }
 
 /** True when an idempotent unary call may be made again: it had no effect. */
@@ -83,7 +107,7 @@ export function neverSent(error: HarnessError): boolean {
   return false;
 }
 
-/** Jittered exponential delays: 0.2 s doubling to 10 s, each drawn from [d/2, d]. */
+/** Jittered exponential delays: 0.2 s doubling to 1 s, each drawn from [d/2, d]. */
 export class Backoff {
   private next: number;
 

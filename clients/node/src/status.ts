@@ -31,7 +31,13 @@ import {
   UnavailableError,
   grpcCodeName,
 } from "./errors.js";
-import type { AuthenticationErrorReason, GrpcCode, InvalidRequestReason, ManagementErrorReason } from "./errors.js";
+import type {
+  AuthenticationErrorReason,
+  GrpcCode,
+  InvalidRequestReason,
+  ManagementErrorReason,
+  UnavailableReason,
+} from "./errors.js";
 
 /** The trailing metadata key holding the serialized `google.rpc.Status`. */
 export const STATUS_DETAILS_KEY = "grpc-status-details-bin";
@@ -66,9 +72,13 @@ const AUTH_REASONS: ReadonlyMap<string, AuthenticationErrorReason> = new Map([
   ["UNKNOWN", "unknown"],
   ["REVOKED", "revoked"],
 ]);
-const UNAVAILABLE_REASONS: ReadonlyMap<string, "not-ready" | "shutting-down"> = new Map([
+/** The ErrorInfo reasons of UNAVAILABLE the gateway gives, each an `UnavailableError`
+ * (exported for the contract test that keeps it equal to the contract's list). */
+export const UNAVAILABLE_REASONS: ReadonlyMap<string, UnavailableReason> = new Map([
   ["NOT_READY", "not-ready"],
   ["SHUTTING_DOWN", "shutting-down"],
+  ["NOT_OWNER", "not-owner"],
+  ["HOME_UNREACHABLE", "home-unreachable"],
 ]);
 const MANAGEMENT_REASONS: ReadonlyMap<string, ManagementErrorReason> = new Map([
   ["NOT_FOUND", "not-found"],

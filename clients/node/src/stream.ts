@@ -3,15 +3,20 @@
  * (the Python client's `_stream.py`).
  *
  * The loop keeps one stream open: it reconnects with jittered backoff (0.2 s doubling to
- * 10 s); once the gateway said `harness-stream: open` on one of its streams, it reconnects
+ * 1 s, one attempt at a time), so it is back within about a second of the gateway answering
+ * again; once the gateway said `harness-stream: open` on one of its streams, it reconnects
  * with `takeover` (that stream may be half-open on the gateway: endpoint.proto's takeover
- * rule); and it skips replays of tokens this iterator already yielded. A typed refusal
- * (`already-listening`, a revoked token) or 5 minutes without a stream (`transport-failed`)
- * ends it with the error; closing the endpoint ends it quietly.
+ * rule); and it skips replays of tokens this iterator already yielded. It never gives up on
+ * its own: a typed refusal (`already-listening`, a revoked token) ends it with the error,
+ * closing the endpoint or leaving the loop ends it quietly, and only a caller's
+ * `giveUpAfterMs` ends it `transport-failed` after that long without a stream. It reports
+ * the connection state (src/connection.ts): `ready` when a stream opened, `reconnecting`
+ * when a stream it held was lost, `connecting` once it ended.
  */
 
 import type { MessagesResponse } from "./gen/harness/v1/endpoint_pb.js";
 import { ListenError } from "./errors.js";
+import type { HarnessError } from "./errors.js";
 import { Backoff, shouldReconnect, sleep } from "./retry.js";
 import { decodeError } from "./status.js";
 import type { InboundDelivery } from "./values.js";
@@ -20,9 +25,6 @@ import type { InboundDelivery } from "./values.js";
  * gateway replays only unacknowledged items, at most a stream window (256 by default) of
  * them, so this bound is far above what a replay can reach. */
 export const REPLAY_MEMORY = 65_536;
-
-/** Milliseconds without an open stream after which `messages()` fails `transport-failed`. */
-export const LISTEN_GIVE_UP_MS = 300_000;
 
 /** The initial metadata by which the gateway says a stream holds the agent's slot. */
 export const STREAM_OPEN_HEADER = { name: "harness-stream", value: "open" } as const;
@@ -66,15 +68,34 @@ export interface StreamLoopOptions {
   readonly takeover: boolean;
   /** Aborts when the endpoint closes: the open call ends and the iterator returns. */
   readonly closed: AbortSignal;
+  /** Milliseconds without an open stream after which the loop fails `transport-failed`;
+   * unbounded when absent (the default: a gateway that comes back is found again). */
   readonly giveUpAfterMs?: number;
+  /** Told `ready` when a stream opened, `reconnecting` (with the failure) when a stream it
+   * held was lost and it retries, `connecting` when the loop ended. */
+  readonly onState?: (state: "connecting" | "ready" | "reconnecting", detail?: HarnessError) => void;
   readonly backoff?: Backoff;
   readonly now?: () => number;
 }
 
 /** Deliveries in inbox order, each token at most once, across reconnects. */
 export async function* streamDeliveries(options: StreamLoopOptions): AsyncGenerator<InboundDelivery, void, undefined> {
+  const onState = options.onState ?? ((): void => {});
+  try {
+    yield* reconnecting(options, onState);
+  } finally {
+    // Ended by the caller, a typed refusal, the bound or a close: no stream is open, and the
+    // next `messages()` opens one (a close already reported `closed`, which stays).
+    onState("connecting");
+  }
+}
+
+async function* reconnecting(
+  options: StreamLoopOptions,
+  onState: NonNullable<StreamLoopOptions["onState"]>,
+): AsyncGenerator<InboundDelivery, void, undefined> {
   const now = options.now ?? Date.now;
-  const giveUpAfterMs = options.giveUpAfterMs ?? LISTEN_GIVE_UP_MS;
+  const giveUpAfterMs = options.giveUpAfterMs;
   const backoff = options.backoff ?? new Backoff();
   const replay = new ReplayFilter();
   let heldStream = false;
@@ -84,19 +105,28 @@ export async function* streamDeliveries(options: StreamLoopOptions): AsyncGenera
     const onClose = (): void => call.abort();
     options.closed.addEventListener("abort", onClose, { once: true });
     let opened = false;
+    // The gateway said the stream holds the agent's slot, or sent an item on it.
+    const markOpen = (): void => {
+      if (!opened) {
+        opened = true;
+        heldStream = true;
+        backoff.reset();
+        onState("ready");
+      }
+    };
+    let failure: HarnessError | undefined;
     try {
       const responses = options.open({
         takeover: options.takeover || heldStream,
         signal: call.signal,
         onHeader: (headers) => {
           if (headers.get(STREAM_OPEN_HEADER.name) === STREAM_OPEN_HEADER.value) {
-            opened = true;
-            heldStream = true;
-            backoff.reset();
+            markOpen();
           }
         },
       });
       for await (const response of responses) {
+        markOpen();
         const delivery = options.decode(response);
         if (replay.firstTime(delivery.token)) {
           yield delivery;
@@ -109,7 +139,7 @@ export async function* streamDeliveries(options: StreamLoopOptions): AsyncGenera
       if (error instanceof ListenError) {
         throw error;
       }
-      const failure = decodeError(error);
+      failure = decodeError(error);
       if (!shouldReconnect(failure)) {
         throw failure;
       }
@@ -121,8 +151,15 @@ export async function* streamDeliveries(options: StreamLoopOptions): AsyncGenera
         lastStream = now();
       }
     }
-    if (now() - lastStream > giveUpAfterMs) {
-      throw new ListenError("transport-failed");
+    if (options.closed.aborted) {
+      return;
+    }
+    // A stream the gateway ended without an error (it never does on its own) is retried too.
+    if (heldStream) {
+      onState("reconnecting", failure);
+    }
+    if (giveUpAfterMs !== undefined && now() - lastStream > giveUpAfterMs) {
+      throw new ListenError("transport-failed", failure === undefined ? {} : { cause: failure });
     }
     await sleep(backoff.nextDelayMs(), options.closed);
   }

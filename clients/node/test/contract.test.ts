@@ -1,8 +1,8 @@
 /**
  * The client's texts and codes agree with the Python contract (`harness_contract.errors`,
  * the vocabulary the gateway answers with): every SendError reason's status code, text
- * and clause, the messages of collective failures, and the details of connect failures and
- * of an oversized message (one wording for both clients). The contract is read by running the
+ * and clause, the messages of collective failures, the reasons of UNAVAILABLE, and the
+ * details of connect failures and of an oversized message (one wording for both clients). The contract is read by running the
  * repository's Python (the gateway's environment); no socket.
  */
 
@@ -21,6 +21,7 @@ import {
   unreachableDetail,
 } from "../src/errors.js";
 import type { AuthenticationErrorReason, CollectiveFailure, SendErrorReason } from "../src/errors.js";
+import { UNAVAILABLE_REASONS } from "../src/status.js";
 import { gatewayCommand } from "./support/gateway.js";
 
 /** Python code printing the contract's tables as one JSON object. */
@@ -64,6 +65,7 @@ print(json.dumps({
         [e.collective_failure_kind(f).value, e.collective_failure_message(f)] for f in failures
     ],
     "authenticationReasons": [r.value for r in e.AuthenticationErrorReason],
+    "unavailableReasons": [r.value for r in e.UnavailableReason],
     "connect": connect,
 }))
 `;
@@ -72,6 +74,7 @@ interface Contract {
   readonly reasons: Record<string, { code: string; text: string; clause: string }>;
   readonly collective: [string, string][];
   readonly authenticationReasons: AuthenticationErrorReason[];
+  readonly unavailableReasons: string[];
   readonly connect: string[];
 }
 
@@ -136,4 +139,8 @@ test("connect failures and an oversized message read as the Python client words 
     ],
     connect,
   );
+});
+
+test("every UNAVAILABLE reason of the contract reads as an UnavailableError", () => {
+  assert.deepEqual([...UNAVAILABLE_REASONS.values()].sort(), contract().unavailableReasons.sort());
 });

@@ -26,7 +26,6 @@ const EXPORTS = [
   "HarnessError",
   "IdempotencyConflictError",
   "InvalidRequestError",
-  "LISTEN_GIVE_UP_MS",
   "ListenError",
   "MANAGEMENT_TIMEOUT_MS",
   "ManagementClient",

@@ -237,6 +237,13 @@ describe("statuses by their ErrorInfo reason", () => {
     assert.ok(notReady instanceof UnavailableError);
     assert.deepEqual([notReady.reason, notReady.retryDelayMs], ["not-ready", 1500]);
 
+    // A cluster replica's refusals: nothing ran, so every send may be sent again.
+    for (const [reason, expected] of [["NOT_OWNER", "not-owner"], ["HOME_UNREACHABLE", "home-unreachable"]] as const) {
+      const refused = decodeBoth(Code.Unavailable, "the agent's home replica is unreachable", [info(reason)]);
+      assert.ok(refused instanceof UnavailableError);
+      assert.equal(refused.reason, expected);
+    }
+
     const taken = decodeBoth(Code.AlreadyExists, "agent:alice is already registered", [info("NAME_TAKEN")]);
     assert.ok(taken instanceof ManagementError);
     assert.deepEqual([taken.reason, taken.code], ["name-taken", "ALREADY_EXISTS"]);

@@ -1,7 +1,8 @@
 /**
  * Unit tests of the stream loop's parts (src/stream.ts, src/acks.ts, src/retry.ts) with a
  * fake `Messages` call and a fake batch sender: the replay filter, the takeover rule,
- * when the loop reconnects and when it gives up, and the acknowledgment batcher. No socket.
+ * when the loop reconnects (always, unless bounded) and what it reports, which failed sends
+ * are sent again, the connection state, and the acknowledgment batcher. No socket.
  */
 
 import assert from "node:assert/strict";
@@ -11,10 +12,20 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 import { AckBatcher } from "../src/acks.js";
-import { DeliveryAcknowledgeError, EndpointClosedError, ListenError, TransportError } from "../src/errors.js";
+import { ConnectionTracker } from "../src/connection.js";
+import type { ConnectionState } from "../src/connection.js";
+import {
+  AuthenticationError,
+  DeliveryAcknowledgeError,
+  EndpointClosedError,
+  ListenError,
+  SendError,
+  TransportError,
+  UnavailableError,
+} from "../src/errors.js";
 import { MessagesResponseSchema } from "../src/gen/harness/v1/endpoint_pb.js";
 import type { MessagesResponse } from "../src/gen/harness/v1/endpoint_pb.js";
-import { Backoff, neverSent } from "../src/retry.js";
+import { Backoff, RECONNECT_MAX_MS, neverSent, sendMayRetry } from "../src/retry.js";
 import { ReplayFilter, streamDeliveries } from "../src/stream.js";
 import type { OpenStream } from "../src/stream.js";
 import type { InboundDelivery } from "../src/values.js";
@@ -125,6 +136,41 @@ describe("streamDeliveries", () => {
     assert.equal(takeovers.length, 3);
   });
 
+  test("without a bound it never gives up, and reports ready, reconnecting, ready, connecting", async () => {
+    // An hour of refused attempts on a fake clock, then the gateway is back.
+    let clock = 0;
+    const lost = new ConnectError("connect ECONNREFUSED", Code.Unavailable);
+    const { open, takeovers } = fakeMessages([
+      // Refused before any stream opened: still connecting, not reconnecting.
+      { open: false, tokens: [], end: lost },
+      { open: true, tokens: ["dlv_1"], end: lost },
+      ...Array.from({ length: 60 }, () => ({ open: false, tokens: [], end: lost })),
+      { open: true, tokens: ["dlv_2"] },
+    ]);
+    const states: string[] = [];
+    const stream = streamDeliveries({
+      open: (options) => {
+        clock += 60_000;
+        return open(options);
+      },
+      decode,
+      takeover: false,
+      closed: new AbortController().signal,
+      backoff: noDelay(),
+      now: () => clock,
+      onState: (state, detail) => states.push(detail === undefined ? state : `${state} (${detail.code})`),
+    });
+    assert.equal((await stream.next()).value?.token, "dlv_1");
+    assert.equal((await stream.next()).value?.token, "dlv_2");
+    assert.equal(takeovers.length, 63);
+    await stream.return(undefined);
+    // One report per failed attempt once a stream was held; the tracker keeps only changes.
+    assert.deepEqual(
+      states.filter((state, index) => state !== states[index - 1]),
+      ["ready", "reconnecting (UNAVAILABLE)", "ready", "connecting"],
+    );
+  });
+
   test("closing ends the iteration quietly, and leaving the loop aborts the call", async () => {
     const closing = new AbortController();
     let aborted: AbortSignal | undefined;
@@ -156,6 +202,63 @@ describe("ReplayFilter", () => {
   });
 });
 
+describe("ConnectionTracker", () => {
+  test("tells each listener every change once; closed is final; unsubscribe stops it", () => {
+    const reported: unknown[] = [];
+    const tracker = new ConnectionTracker((error) => reported.push(error));
+    const first: ConnectionState[] = [];
+    const second: ConnectionState[] = [];
+    const stopFirst = tracker.subscribe((state) => first.push(state));
+    tracker.subscribe((state) => {
+      second.push(state);
+      throw new Error("a listener's own defect");
+    });
+    assert.equal(tracker.state, "connecting");
+    tracker.set("ready");
+    tracker.set("ready");
+    tracker.set("reconnecting", new UnavailableError("shutting-down", "the gateway is shutting down"));
+    stopFirst();
+    tracker.set("ready");
+    tracker.set("closed");
+    tracker.set("ready");
+    assert.deepEqual(first, ["ready", "reconnecting"]);
+    assert.deepEqual(second, ["ready", "reconnecting", "ready", "closed"]);
+    assert.equal(tracker.state, "closed");
+    // The throwing listener failed nobody's call, and its error still surfaced.
+    assert.equal(reported.length, 4);
+  });
+});
+
+describe("sendMayRetry", () => {
+  const refused = new TransportError("UNAVAILABLE", "connect ECONNREFUSED", {
+    cause: Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" }),
+  });
+  const reset = new TransportError("UNAVAILABLE", "read ECONNRESET", {
+    cause: Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" }),
+  });
+  const cases: readonly [string, Parameters<typeof sendMayRetry>[0], boolean, boolean][] = [
+    // [what, failure, keyless retried, keyed retried]
+    ["the gateway not ready", new UnavailableError("not-ready", "not ready"), true, true],
+    ["the gateway shutting down", new UnavailableError("shutting-down", "shutting down"), true, true],
+    ["a cluster replica that cannot reach the home", new UnavailableError("home-unreachable", "unreachable"), true, true],
+    ["no connection made", refused, true, true],
+    ["a connection lost under the call", reset, false, true],
+    ["a transport deadline", new TransportError("DEADLINE_EXCEEDED", "deadline exceeded"), false, true],
+    ["the gateway's outcome-unknown", new SendError("outcome-unknown"), false, true],
+    // Nothing was sent; a key keeps this outcome, so only a keyless send tries again.
+    ["the gateway's network-unavailable", new SendError("network-unavailable"), true, false],
+    ["the gateway's persistence-failed", new SendError("persistence-failed"), true, false],
+    ["delivery-pending (the post will still be sent)", new SendError("delivery-pending"), false, false],
+    ["a definite refusal", new SendError("unknown-agent"), false, false],
+    ["a revoked token", new AuthenticationError("revoked", "authentication failed: the token was revoked"), false, false],
+  ];
+  for (const [what, failure, keyless, keyed] of cases) {
+    test(`${what}: keyless ${keyless ? "retried" : "final"}, keyed ${keyed ? "retried" : "final"}`, () => {
+      assert.deepEqual([sendMayRetry(failure, false), sendMayRetry(failure, true)], [keyless, keyed]);
+    });
+  }
+});
+
 describe("Backoff and neverSent", () => {
   test("delays double to the maximum, jittered into [d/2, d], and reset", () => {
     const low = new Backoff(200, 1000, 2, () => 0);
@@ -163,6 +266,13 @@ describe("Backoff and neverSent", () => {
     low.reset();
     assert.equal(low.nextDelayMs(), 100);
     assert.equal(new Backoff(200, 1000, 2, () => 1).nextDelayMs(), 200);
+  });
+
+  test("by default the delays cap at one second, so a restarted gateway is found within it", () => {
+    const backoff = new Backoff(undefined, undefined, undefined, () => 1);
+    const delays = Array.from({ length: 8 }, () => backoff.nextDelayMs());
+    assert.deepEqual(delays.slice(0, 4), [200, 400, 800, RECONNECT_MAX_MS]);
+    assert.ok(delays.every((delay) => delay <= 1_000));
   });
 
   test("a refused connection was never sent; a reset one may have been", () => {

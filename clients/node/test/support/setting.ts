@@ -28,6 +28,17 @@ export async function within<T>(promise: Promise<T>, what: string, ms = BOUND_MS
   }
 }
 
+/** Poll `check` (every 25 ms) until it holds; fails naming `what` once `BOUND_MS` passed. */
+export async function eventually(check: () => boolean | Promise<boolean>, what: string, ms = BOUND_MS): Promise<void> {
+  const giveUpAt = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > giveUpAt) {
+      throw new Error(`${what}: not within ${ms} ms`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
 /** The next delivery of `stream`; fails when the stream ends or nothing comes in time. */
 export async function nextDelivery(stream: Stream): Promise<InboundDelivery> {
   const next = await within(stream.next(), "the next delivery");
