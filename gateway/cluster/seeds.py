@@ -24,7 +24,11 @@ reads from `--seed-key-file` (a Kubernetes Secret mounted on every pod). Callers
   belongs to another agent, or was sealed with another key: an AEAD cannot tell those apart.
   The key itself is checked once at start instead: `key_check()` is stored once in the
   cluster's meta table, and `verify_check(stored)` refuses a replica given a different key
-  (`SeedKeyMismatch`, naming the file) before it opens any seed.
+  (`SeedKeyMismatch`, naming the file) before it opens any seed. The meta table's key is
+  `KEY_CHECK_META_KEY`.
+- **Migration** from network mode seals each plaintext seed in place: `seal_stored` returns
+  the sealed value for a plaintext row and None for a row already sealed with this key, so
+  an interrupted migration runs again safely.
 - No error text and no log line holds a key, a seed or the file's content; `repr` of a
   `SeedKey` shows only where it came from.
 """
@@ -81,6 +85,9 @@ CHECK_KEY_LABEL: Final = b"harness/v1/seed-key-check"
 
 CHECK_PREFIX: Final = "v1:"
 """Start of a key check value: its format (the hex of 32 HKDF bytes follows)."""
+
+KEY_CHECK_META_KEY: Final = "seed_key_check"
+"""The `harness_meta` key under which a cluster's database keeps `SeedKey.key_check()`."""
 
 KEY_COMMAND: Final = "harness-gateway cluster seed-key --out"
 """The command that makes a new key file (followed by the file's path), named in the fixes
@@ -311,6 +318,16 @@ class SeedKey:
                 reason=SealedSeedProblem.UNAUTHENTIC,
                 agent_id=agent_id,
             ) from None
+
+    def seal_stored(self, agent_id: str, stored: bytes) -> bytes | None:
+        """For the one-way migration to cluster mode: the sealed value an `identities` row
+        holding `stored` should hold instead, or None when it already holds a seed sealed
+        with this key, so an interrupted migration can simply run again. Raises
+        `SealedSeedCorrupt` for anything else (a seed sealed with another key included)."""
+        if len(stored) == SEED_SIZE:
+            return self.seal(agent_id, stored)
+        self.open(agent_id, stored)
+        return None
 
     def key_check(self) -> str:
         """The value the cluster's meta table stores once, when the first replica sets up

@@ -142,6 +142,24 @@ def test_a_plaintext_seed_of_a_network_mode_database_is_refused_as_unsealed_nami
     assert _secrets_in(str(refused.value)) == []
 
 
+def test_migration_seals_a_plaintext_seed_and_leaves_a_sealed_one_alone() -> None:
+    key = SeedKey(KEY)
+    sealed = key.seal_stored(ALICE, SEED)
+    assert sealed is not None
+    assert key.open(ALICE, sealed) == SEED
+    assert key.seal_stored(ALICE, sealed) is None  # a second run changes nothing
+
+
+def test_migration_refuses_a_seed_sealed_with_another_key_or_malformed() -> None:
+    key = SeedKey(KEY)
+    with pytest.raises(SealedSeedCorrupt) as refused:
+        key.seal_stored(ALICE, SeedKey.generate().seal(ALICE, SEED))
+    assert refused.value.reason is SealedSeedProblem.UNAUTHENTIC
+    with pytest.raises(SealedSeedCorrupt) as refused:
+        key.seal_stored(ALICE, SEED + b"\x00")
+    assert refused.value.reason is SealedSeedProblem.MALFORMED
+
+
 @pytest.mark.parametrize("seed", [b"", b"\x00" * 31, b"\x00" * 33])
 def test_sealing_a_seed_that_is_not_32_bytes_is_a_value_error(seed: bytes) -> None:
     with pytest.raises(ValueError, match="32 bytes"):
