@@ -6,7 +6,10 @@ the way kube-proxy spreads new connections over a Service's endpoints. Callers m
 
 - **Round robin over connections, never requests**: a gRPC channel is one TCP connection,
   so every call of one channel reaches the backend its connection went to; a new channel (with
-  its own subchannel pool, `grpc.use_local_subchannel_pool`) takes the next backend.
+  its own subchannel pool, `grpc.use_local_subchannel_pool`) takes the next backend. Without
+  that option channels of one process to one target share a connection, and so a backend.
+  A closed grpc.aio channel lets go of its socket only when the channel object is collected,
+  so `open_connections` of a closed channel's backend may stay up until then.
 - **A backend that refuses is skipped**: the connection is offered to the following backends
   in order, each at most once (`refusals` counts the refusals); when none accepts, the
   client's connection is closed (`unrouted` counts those), as a Service without a ready

@@ -7,6 +7,7 @@ agent, so the agents a channel lists say which gateway it reached."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import harness_client
-from harness_client import ManagementClient
+from harness_client import ManagementClient, MessageInput, MulticastItem
 
 from gateway.settings import Settings
 from gateway.testing import RunningGateway, run_gateway
@@ -109,3 +110,30 @@ async def test_a_channel_open_when_its_gateway_leaves_the_list_keeps_it_and_new_
         # closed channel's socket when the channel is collected); the proxy's side of a close
         # is test_proxy_pipes.py's.
         assert proxy.connections == {first.address: 1, second.address: 2}
+
+
+async def test_agents_send_and_stream_through_the_proxy_as_through_a_service():
+    async with run_gateway() as gateway, RoundRobinProxy([gateway.address]) as proxy:
+        alice_token = await gateway.register("alice")
+        bob_token = await gateway.register("bob")
+        async with (
+            await harness_client.connect(
+                proxy.address, token=alice_token, options=OWN_CONNECTION
+            ) as alice,
+            await harness_client.connect(
+                proxy.address, token=bob_token, options=OWN_CONNECTION
+            ) as bob,
+        ):
+            stream = bob.messages()
+            try:
+                for text in ("one", "two"):
+                    await alice.send(MessageInput(to="agent:bob", text=text))
+                received = [await asyncio.wait_for(anext(stream), BOUND) for _ in range(2)]
+            finally:
+                await stream.aclose()
+        texts = []
+        for delivery in received:
+            assert isinstance(delivery.item, MulticastItem)
+            texts.append(harness_client.text_of(delivery.item.message.content))
+        assert texts == ["one", "two"]
+        assert proxy.connections == {gateway.address: 2}
