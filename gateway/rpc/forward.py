@@ -365,8 +365,12 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         """End the call with the home's status; a cut `Send` answers `outcome-unknown`."""
         trailing = _carried(error.trailing_metadata())
-        if _value(error.trailing_metadata() or (), STATUS_DETAILS_KEY) is None and (
-            error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
+        from_home = _value(error.trailing_metadata() or (), STATUS_DETAILS_KEY) is not None
+        # A status the home set carries its details; anything else is the transport's. For a
+        # Send that may have left, only "outcome-unknown" is true (cluster.md §4.1).
+        if not from_home and (
+            (cut_is_unknown and error.code() is not grpc.StatusCode.CANCELLED)
+            or error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL)
         ):
             self._observer.on_forward(method, "cut")
             if cut_is_unknown:

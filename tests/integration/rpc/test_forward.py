@@ -296,3 +296,48 @@ async def test_a_call_for_an_agent_homed_here_is_answered_here(home_and_front):
         initial = dict(await call.initial_metadata())
     assert observer.outcomes == []
     assert HOME_KEY not in initial
+
+
+@contextlib.asynccontextmanager
+async def silent_home(arrived: asyncio.Event) -> AsyncIterator[tuple[str, grpc.aio.Server]]:
+    """A home that takes a Send and never answers it, until the test stops it."""
+
+    async def hang(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        arrived.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                ENDPOINT_SERVICE, {"Send": grpc.unary_unary_rpc_method_handler(hang)}
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}", server
+    finally:
+        await server.stop(None)
+
+
+async def test_a_send_cut_after_it_reached_the_home_answers_outcome_unknown_never_unavailable(
+    home_and_front,
+):
+    home, front = home_and_front
+    alice = await home.register("alice")
+    arrived = asyncio.Event()
+    async with silent_home(arrived) as (address, server):
+        routes = Routes(homes={alice: Remote(address=address, partition=1, epoch=1)})
+        async with (
+            interceptor_server(front, routes) as forwarder,
+            stub(forwarder.address) as endpoint,
+        ):
+            call = endpoint.Send(send_request("agent:bob", "x"), metadata=bearer(alice))
+            await asyncio.wait_for(arrived.wait(), BOUND)
+            await server.stop(0)
+            failure = await failure_of(call)
+    assert isinstance(failure, SendError)
+    assert failure.reason is SendErrorReason.OUTCOME_UNKNOWN
