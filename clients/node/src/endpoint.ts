@@ -61,7 +61,7 @@ import {
 } from "./retry.js";
 import { decodeError } from "./status.js";
 import { streamDeliveries } from "./stream.js";
-import { DEFAULT_CONNECT_TIMEOUT_MS, createTransport, parseAddress } from "./transport.js";
+import { DEFAULT_CONNECT_TIMEOUT_MS, HomeTransport, createTransport, homeChannelOptions, parseAddress } from "./transport.js";
 import type { ChannelOptions } from "./transport.js";
 import type { FailureDelivery, InboundDelivery, SendInput, SendResult, SendState } from "./values.js";
 
@@ -179,7 +179,12 @@ export class Endpoint {
   /** Use `connect`, which checks the token first. */
   constructor(address: string, options: ConnectOptions) {
     this.authority = parseAddress(address).authority;
-    this.client = createClient(HarnessEndpointService, createTransport(address, options.token, options));
+    // Through a cluster's Service, calls follow the agent's home replica once one names it.
+    const home = homeChannelOptions(address, options);
+    const transport = new HomeTransport(createTransport(address, options.token, options), (hint) =>
+      createTransport(hint, options.token, home),
+    );
+    this.client = createClient(HarnessEndpointService, transport);
     this.acks = new AckBatcher((tokens, signal) => this.acknowledgeBatch(tokens, signal));
   }
 
