@@ -11,6 +11,11 @@ it; it runs with or without a listener.
 network (`Network.bind` owns the bind and its rollback), waiting for them to certify, and
 committing inbox items. The multicast path uses it, and it is the collectives'
 `PostingPort`. Both are built from one `AgentParts`; every bound is measured on its `Clock`.
+
+The module is long because one agent's send paths belong together: the pipeline, the keyed
+send's resumption after a restart (which answers as the pipeline would have, from the same
+bounds and refusal routing, engine.md §9.1) and the classification that feeds the same
+collectives; split, each half would reach into the other's private state.
 """
 
 from __future__ import annotations
@@ -63,11 +68,16 @@ from harness_contract.values import (
 )
 
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.collectives.port import MAX_OPEN_OPERATIONS, Classified, CollectiveRefusal
+from gateway.collectives.port import (
+    COLLECTIVE_SEND_WAIT,
+    MAX_OPEN_OPERATIONS,
+    Classified,
+    CollectiveRefusal,
+)
 from gateway.collectives.runtime import Collectives
 from gateway.endpoint.api import SendState
 from gateway.endpoint.export import HistoryExport
-from gateway.endpoint.idempotency import KeyResolution, SendLedger
+from gateway.endpoint.idempotency import KeyResolution, Resumption, SendLedger, bound_bytes
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, InboxScreen, MessageStream
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
@@ -78,9 +88,12 @@ from gateway.registry import Found, RegistryClient, RegistryError, RegistryVersi
 from gateway.store.errors import StoreClosed, StoreError, StoreFailed, StoreUnavailable
 from gateway.store.port import Store
 from gateway.store.records import (
+    BindSend,
     DeliveryRow,
     DeliveryState,
     PutInboxItem,
+    PutOperation,
+    PutReceivedRequest,
     SetDeliveryState,
     Write,
 )
@@ -95,6 +108,12 @@ class _Invocation:
 
     posts: list[PostHandle] = field(default_factory=list)
     guidance: CheckedGuidance | None = None
+    key: str | None = None
+    """The idempotency key whose row the invocation's bind writes (`BindSend`): set for a
+    keyed invocation until its first bind or its end."""
+    task: asyncio.Task[object] | None = None
+    """The task running the invocation. Tasks it starts (a collective's timers) inherit this
+    record through the context; their binds are not the send's and write no `BindSend`."""
 
 
 _INVOCATION: contextvars.ContextVar[_Invocation | None] = contextvars.ContextVar(
@@ -214,16 +233,51 @@ class AgentPosting:
         """Bind every post's intent in one transaction with `extra_writes(post_ids)`
         (`Network.bind`), waiting for the Router attachment at most the attach bound and
         never past `within` seconds. Raises `SendError` before anything is bound."""
+        invocation = _INVOCATION.get()
+        writes = extra_writes
+        owned = (
+            invocation
+            if invocation is not None and invocation.task is asyncio.current_task()
+            else None
+        )
+        if owned is not None and owned.key is not None:
+            writes = self._binding_send(owned, owned.key, extra_writes)
         handles = await self._parts.network.bind(
             self._parts.certifier,
             posts,
-            extra_writes=extra_writes,
+            extra_writes=writes,
             attach_within=max(0.0, min(self._parts.timeouts.attach, within)),
         )
-        invocation = _INVOCATION.get()
         if invocation is not None:
             invocation.posts.extend(handles)
+        if owned is not None:
+            owned.key = None
         return handles
+
+    def _binding_send(
+        self,
+        invocation: _Invocation,
+        key: str,
+        extra_writes: Callable[[Sequence[str]], Sequence[Write]],
+    ) -> Callable[[Sequence[str]], Sequence[Write]]:
+        """`extra_writes` plus the keyed send's `BindSend`: what it bound goes into its row
+        in the bind's own transaction (engine.md §9.1), so after a restart the row says
+        exactly whether posts exist. The operation id is the one the collectives' own rows
+        of the bind name (a gather's or all_gather's operation, the answered request)."""
+
+        def writes(post_ids: Sequence[str]) -> Sequence[Write]:
+            rows = list(extra_writes(post_ids))
+            bound = SendResult(
+                operation_id=_operation_of(rows),
+                guidance=invocation.guidance,
+                post_ids=tuple(post_ids),
+            )
+            return [
+                *rows,
+                BindSend(agent_id=self._parts.identity.agent_id, key=key, bound=bound_bytes(bound)),
+            ]
+
+        return writes
 
     async def check_send(
         self,
@@ -349,6 +403,7 @@ class AgentRuntime:
             store=parts.store,
             run_id=run_id,
             on_resolution=self._observer.on_key_resolution,
+            resume=self._resume,
         )
         self.posting = AgentPosting(parts, on_published=self._observer.on_delivery_published)
         """Members, posts and inbox items: the multicast path's and the collectives' port."""
@@ -442,7 +497,10 @@ class AgentRuntime:
                     idempotency_key,
                     send_input,
                     failure_delivery,
-                    lambda: self._invocation(send_input, failure_delivery, deadline),
+                    lambda: self._invocation(
+                        send_input, failure_delivery, deadline, key=idempotency_key
+                    ),
+                    deadline=deadline,
                 )
         except HarnessError as error:
             self._observer.on_send(op, error)
@@ -451,10 +509,16 @@ class AgentRuntime:
         return result
 
     async def _invocation(
-        self, send_input: SendInput, failure_delivery: FailureDelivery, deadline: float | None
+        self,
+        send_input: SendInput,
+        failure_delivery: FailureDelivery,
+        deadline: float | None,
+        *,
+        key: str | None = None,
     ) -> SendResult:
-        """One send invocation, exported once when it completes."""
-        invocation = _Invocation()
+        """One send invocation, exported once when it completes; a keyed one's bind writes
+        what it bound into the key's row."""
+        invocation = _Invocation(key=key, task=asyncio.current_task())
         token = _INVOCATION.set(invocation)
         try:
             result = await self._send(
@@ -468,6 +532,7 @@ class AgentRuntime:
                 self.export.failed(send_input, error.message)
             raise
         finally:
+            invocation.key = None
             _INVOCATION.reset(token)
         certified = tuple(
             handle.post_id
@@ -480,6 +545,88 @@ class AgentRuntime:
         if self.export is not None:
             self.export.sent(send_input, list(certified), result.operation_id)
         return result
+
+    async def _resume(self, resumption: Resumption) -> SendResult:
+        """Finish a keyed send an earlier run left without an outcome (engine.md §9.1): run
+        it again when it bound nothing, else await what it bound and answer as it would
+        have."""
+        if resumption.bound is None:
+            return await self._invocation(
+                resumption.send_input,
+                resumption.failure_delivery,
+                resumption.deadline,
+                key=resumption.key,
+            )
+        send_input = resumption.send_input
+        try:
+            result = await self._settle_bound(resumption, resumption.bound)
+        except HarnessError as error:
+            if self.export is not None:
+                self.export.failed(send_input, error.message)
+            raise
+        if self.export is not None:
+            self.export.sent(send_input, list(result.post_ids), result.operation_id)
+        return result
+
+    async def _settle_bound(self, resumption: Resumption, bound: SendResult) -> SendResult:
+        """The outcome of bound posts, as their send would have answered it (engine.md
+        §6.4): a gather or all_gather its operation id once its requests certified or the
+        collective send wait passed; an answer or a multicast once every post certified,
+        else `delivery-pending` (an answer's routed by `failureDelivery`). Each wait starts
+        now, within the send's bounds after binding, cut by the call's deadline."""
+        bounds = self._timeouts
+        budget = bounds.drain + bounds.certify
+        if resumption.deadline is not None:
+            budget = min(budget, max(0.0, resumption.deadline - DEADLINE_MARGIN))
+        match resumption.send_input:
+            case MessageInput(collective=AskOperation()):
+                certified = await self._await_posts(
+                    bound.post_ids, within=min(COLLECTIVE_SEND_WAIT, budget)
+                )
+                return SendResult(
+                    operation_id=bound.operation_id, guidance=bound.guidance, post_ids=certified
+                )
+            case ResponseInput(to=to) if bound.operation_id is not None:
+                certified = await self._await_posts(bound.post_ids, within=budget)
+                if len(certified) == len(bound.post_ids):
+                    return SendResult(
+                        operation_id=bound.operation_id,
+                        guidance=bound.guidance,
+                        post_ids=certified,
+                    )
+                refusal = CollectiveRefusal(
+                    SendError(SendErrorReason.DELIVERY_PENDING),
+                    operation_id=bound.operation_id,
+                    to=canonicalize(to, self.identity.agent_name).address,
+                )
+                return await self._refused(refusal, resumption.failure_delivery)
+            case MessageInput():
+                certified = await self._await_posts(bound.post_ids, within=budget)
+                if len(certified) < len(bound.post_ids):
+                    raise SendError(SendErrorReason.DELIVERY_PENDING)
+                return SendResult(guidance=bound.guidance, post_ids=certified)
+            case _:
+                logger.error("a bound keyed answer names no operation")
+                raise SendError(SendErrorReason.OUTCOME_UNKNOWN)
+
+    async def _await_posts(self, post_ids: Sequence[str], *, within: float) -> tuple[str, ...]:
+        """The posts among `post_ids` that certified (before the restart, or within `within`
+        seconds), in order. Each latch is registered before its stored intent is read
+        (`AgentPosting.settled`), and dropped afterwards."""
+        latches = [await self.posting.settled(post_id) for post_id in post_ids]
+        try:
+            if latches:
+                await asyncio.wait(latches, timeout=max(0.0, within))
+            return tuple(
+                post_id
+                for post_id, latch in zip(post_ids, latches, strict=True)
+                if latch.done() and not latch.cancelled()
+            )
+        finally:
+            drained = asyncio.get_running_loop().create_future()
+            drained.set_result(None)
+            for post_id, latch in zip(post_ids, latches, strict=True):
+                self._network.forget(PostHandle(post_id=post_id, certified=latch, drained=drained))
 
     async def _send(
         self,
@@ -723,6 +870,14 @@ def _with_content(message: InboundMessage, content: Content) -> InboundMessage:
                 members=message.members,
                 content=content,
             )
+
+
+def _operation_of(writes: Sequence[Write]) -> str | None:
+    """The collective operation a bind's own rows name, if any."""
+    for write in writes:
+        if isinstance(write, PutOperation | PutReceivedRequest):
+            return write.operation_id
+    return None
 
 
 def _op_of(send_input: SendInput) -> SendOp:

@@ -19,6 +19,7 @@ from gateway.store.errors import ConstraintViolation, StoreClosed
 from gateway.store.records import (
     AcknowledgeItem,
     AgentSnapshot,
+    BindSend,
     ConversationRow,
     DeleteReceivedRequest,
     DeleteStaged,
@@ -60,6 +61,7 @@ from gateway.store.records import (
     SendRow,
     SetDeliveryState,
     SetOutboxState,
+    SetSendOutcome,
     StagedRow,
     Write,
 )
@@ -425,6 +427,14 @@ def _apply(state: _State, write: Write) -> None:
             state.agent(write.agent_id).requests.pop(write.operation_id, None)
         case PutSend():
             state.agent(write.agent_id).sends[write.key] = write.row()
+        case BindSend():
+            sends = state.agent(write.agent_id).sends
+            if write.key in sends:
+                sends[write.key] = replace(sends[write.key], bound=write.bound)
+        case SetSendOutcome():
+            sends = state.agent(write.agent_id).sends
+            if write.key in sends:
+                sends[write.key] = replace(sends[write.key], outcome=write.outcome)
         case ReplaceInboxItem():
             inbox = state.agent(write.agent_id).inbox
             for seq, row in inbox.items():

@@ -384,17 +384,43 @@ class DeleteReceivedRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutSend:
-    """An idempotency key's reservation (outcome None) or its kept outcome."""
+    """An idempotency key's reservation (outcome None) or its kept outcome (engine.md §9.1).
+
+    A reservation of this build is `resumable` with nothing `bound`; the defaults are a row
+    as schema 2 wrote it, which recorded no binding and so can never be resumed."""
 
     agent_id: str
     key: str
     request: bytes
     run_id: str
     outcome: bytes | None
+    bound: bytes | None = None
+    resumable: bool = False
 
     def row(self) -> SendRow:
         """The row this write puts."""
         return _row_of(SendRow, self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BindSend:
+    """A keyed send bound its posts: written in the bind's own transaction, beside the
+    intents (engine.md §8.3), so a row holds `bound` exactly when its posts exist."""
+
+    agent_id: str
+    key: str
+    bound: bytes
+    """JCS of the SendResult form the send will answer: the bound PostIds, the operation id
+    of a collective, the firewall's guidance (`gateway.endpoint.idempotency`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetSendOutcome:
+    """Keep a keyed send's outcome on its row (what was bound stays as it was)."""
+
+    agent_id: str
+    key: str
+    outcome: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,6 +458,8 @@ Write: TypeAlias = (
     | PutReceivedRequest
     | DeleteReceivedRequest
     | PutSend
+    | BindSend
+    | SetSendOutcome
     | ReplaceInboxItem
 )
 
@@ -571,12 +599,17 @@ class InboxRow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendRow:
-    """An idempotency key's row."""
+    """An idempotency key's row (engine.md §9.1)."""
 
     key: str
     request: bytes
     run_id: str
     outcome: bytes | None
+    bound: bytes | None = None
+    """What the send bound (`BindSend`), None while nothing is."""
+    resumable: bool = False
+    """Written by schema 3 or later, so `bound` says whether anything was bound; a row
+    reserved before (schema 2) is not, and stays indeterminate without an outcome."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -41,6 +41,7 @@ SCHEMA: Final = Schema(
             from_version=1,
             apply=lambda db: tables.migrate_1_to_2(db, local_instance_id=_mint_local_instance()),
         ),
+        Migration(from_version=2, apply=tables.migrate_2_to_3),
     ),
     created=lambda: {tables.LOCAL_INSTANCE_KEY: _mint_local_instance()},
 )

@@ -38,14 +38,17 @@ if TYPE_CHECKING:
 
 RowT = TypeVar("RowT", bound="DataclassInstance")
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """Bumped with every change to `DDL` or `meta`; an unknown version fails closed at start.
 
 2: `meta.local_instance_id` (engine.md §5.10); settled locks, evidence and finished outbox
 rows are pruned (version 1 kept them all); a record's bytes are kept once per store in
 `record_bodies`, with its membership descriptor elided (every member of a local
 conversation stores the same record, and the descriptor is in `conversations`); completed
-intents, classified deliveries and acknowledged items keep no payload."""
+intents, classified deliveries and acknowledged items keep no payload.
+
+3: `sends.bound` and `sends.resumable`: a keyed send's bind writes what it bound into its
+row, so a reservation a restart cut is resumed (engine.md §9.1)."""
 
 DDL: Final = (
     """CREATE TABLE identities (
@@ -169,6 +172,8 @@ DDL: Final = (
         request BLOB NOT NULL,
         outcome BLOB,
         run_id TEXT NOT NULL,
+        bound BLOB,
+        resumable INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (agent_id, key))""",
     """CREATE TABLE collective_operations (
         agent_id TEXT NOT NULL,
@@ -182,7 +187,8 @@ DDL: Final = (
         row BLOB NOT NULL,
         PRIMARY KEY (agent_id, operation_id))""",
 )
-"""The tables (unchanged since version 1; version 2 added a `meta` fact and pruning)."""
+"""The tables (version 2 added a `meta` fact, `record_bodies` and pruning; version 3 two
+columns of `sends`)."""
 
 _PRUNE_LOCKS: Final = (
     "DELETE FROM proposal_locks WHERE agent_id = ? AND conversation_id = ? AND predecessor != ?"
@@ -230,6 +236,20 @@ def migrate_1_to_2(db: sqlite3.Connection, *, local_instance_id: str) -> None:
     db.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?)", (LOCAL_INSTANCE_KEY, local_instance_id)
     )
+
+
+_SENDS_3: Final = (
+    "ALTER TABLE sends ADD COLUMN bound BLOB",
+    "ALTER TABLE sends ADD COLUMN resumable INTEGER NOT NULL DEFAULT 0",
+)
+"""Version 3's columns of `sends`, as a new file's `DDL` has them (after `run_id`)."""
+
+
+def migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """Give `sends` what a keyed send's bind writes. Rows already there keep `resumable` 0:
+    they recorded no binding, so one without an outcome stays indeterminate (§9.1)."""
+    for statement in _SENDS_3:
+        db.execute(statement)
 
 
 def read_local_instance(db: sqlite3.Connection) -> str | None:
@@ -480,6 +500,16 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
             )
         case records.PutSend():
             _SENDS.put(db, write.row(), agent_id=write.agent_id)
+        case records.BindSend():
+            db.execute(
+                "UPDATE sends SET bound = ? WHERE agent_id = ? AND key = ?",
+                (write.bound, write.agent_id, write.key),
+            )
+        case records.SetSendOutcome():
+            db.execute(
+                "UPDATE sends SET outcome = ? WHERE agent_id = ? AND key = ?",
+                (write.outcome, write.agent_id, write.key),
+            )
         case records.ReplaceInboxItem():
             db.execute(
                 "UPDATE inbox SET state = ?, replacement_token = ? "
@@ -672,7 +702,9 @@ def read_pending_deliveries(
 
 def read_send(db: sqlite3.Connection, agent_id: str, key: str) -> records.SendRow | None:
     """An idempotency key's row."""
-    return _SENDS.select_one(db, "WHERE agent_id = ? AND key = ?", (agent_id, key))
+    row = _SENDS.select_one(db, "WHERE agent_id = ? AND key = ?", (agent_id, key))
+    # SQLite keeps the flag as an integer.
+    return None if row is None else dataclasses.replace(row, resumable=bool(row.resumable))
 
 
 def read_unread_summary(db: sqlite3.Connection) -> dict[str, tuple[int, float]]:

@@ -40,9 +40,12 @@ from gateway.store.sqlite import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """This build's PostgreSQL schema version; bumped with every change to `DDL`, with a
-`Migration` from the version before."""
+`Migration` from the version before.
+
+2: `sends.bound` and `sends.resumable`: a keyed send's bind writes what it bound into its
+row, so a reservation a restart cut is resumed (engine.md §9.1)."""
 
 META_TABLE: Final = "harness_meta"
 """The table of schema-wide facts; its presence marks a harness-gateway database."""
@@ -192,6 +195,8 @@ DDL: Final = (
         request BYTEA NOT NULL,
         outcome BYTEA,
         run_id TEXT NOT NULL,
+        bound BYTEA,
+        resumable BOOLEAN NOT NULL DEFAULT false,
         PRIMARY KEY (agent_id, key))""",
     """CREATE TABLE collective_operations (
         agent_id TEXT NOT NULL,
@@ -217,8 +222,20 @@ class Migration:
     statements: tuple[str, ...]
 
 
-MIGRATIONS: tuple[Migration, ...] = ()
-"""Every step this build can apply; version 1 is the first, so none yet."""
+def _sends_resumable() -> Migration:
+    """1 → 2: the columns a keyed send's bind writes. Rows already there keep `resumable`
+    false: they recorded no binding, so one without an outcome stays indeterminate."""
+    return Migration(
+        from_version=1,
+        statements=(
+            "ALTER TABLE sends ADD COLUMN bound BYTEA",
+            "ALTER TABLE sends ADD COLUMN resumable BOOLEAN NOT NULL DEFAULT false",
+        ),
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (_sends_resumable(),)
+"""Every step this build can apply, one per version after the first (version 1)."""
 
 
 class SchemaState(enum.Enum):

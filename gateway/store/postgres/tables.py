@@ -372,6 +372,20 @@ def _plan(
             )
         case records.PutSend():
             out.append(_SENDS.put(write.row(), key=write.agent_id))
+        case records.BindSend():
+            out.append(
+                (
+                    "UPDATE sends SET bound = %s WHERE agent_id = %s AND key = %s",
+                    (write.bound, write.agent_id, write.key),
+                )
+            )
+        case records.SetSendOutcome():
+            out.append(
+                (
+                    "UPDATE sends SET outcome = %s WHERE agent_id = %s AND key = %s",
+                    (write.outcome, write.agent_id, write.key),
+                )
+            )
         case records.ReplaceInboxItem():
             out.append(
                 (

@@ -101,7 +101,7 @@ async def test_a_kept_failure_is_returned_again_and_read_send_reports_it():
         assert isinstance(await endpoint.read_send("never-used"), SendAbsent)  # type: ignore[union-attr]
 
 
-async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
+async def test_a_key_a_restart_cut_before_schema_3_recorded_bindings_is_outcome_unknown_for_good():
     async with run_gateway() as gw:
         alice_token = await gw.register("alice")
         await gw.register("bob")
@@ -120,7 +120,11 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
         )
         async with await harness_client.connect(gw.address, token=alice_token) as alice:
             with pytest.raises(SendError) as raised:
-                await alice.send(MessageInput(to="agent:bob", text="x"), idempotency_key="k-cut")
+                # A short deadline: a client may send a keyed `outcome-unknown` again under
+                # its key until the deadline, and every attempt answers the same.
+                await alice.send(
+                    MessageInput(to="agent:bob", text="x"), idempotency_key="k-cut", deadline=3.0
+                )
             assert raised.value.reason == "outcome-unknown"
         state = await runtime.read_send("k-cut")
         assert isinstance(state, SendIndeterminate)
@@ -128,6 +132,43 @@ async def test_a_key_cut_by_a_restart_is_outcome_unknown_for_good():
             "alice", "agent:bob", after_record_hash=None, limit=50
         )
         assert history == []
+
+
+async def test_a_key_cut_after_its_post_certified_is_resumed_across_a_restart_to_the_same_post():
+    async with run_gateway() as gw:
+        alice_token = await gw.register("alice")
+        await gw.register("bob")
+        message = MessageInput(to="agent:bob", text="once")
+        async with await harness_client.connect(gw.address, token=alice_token) as alice:
+            first = await alice.send(message, idempotency_key="k-cut")
+        store = gw.gateway.components.store
+        agent_id = gw.gateway.components.hosted.runtime("alice").agent_id
+        row = await store.send_row(agent_id, "k-cut")
+        assert row is not None
+        assert row.resumable
+        assert json.loads(row.bound or b"{}") == {"postIds": list(first.post_ids)}
+        # As if the daemon had died between the certification and the kept outcome.
+        await store.apply(
+            [
+                PutSend(
+                    agent_id=agent_id,
+                    key="k-cut",
+                    request=row.request,
+                    run_id=row.run_id,
+                    outcome=None,
+                    bound=row.bound,
+                    resumable=True,
+                )
+            ]
+        )
+        await gw.restart()
+        async with await harness_client.connect(gw.address, token=alice_token) as alice:
+            again = await alice.send(message, idempotency_key="k-cut")
+        assert again == first
+        history = await gw.gateway.components.management.history(
+            "alice", "agent:bob", after_record_hash=None, limit=50
+        )
+        assert [record.post_id for record in history] == list(first.post_ids)
 
 
 async def test_the_export_writes_one_line_per_item_and_per_send(tmp_path: Path):

@@ -1,4 +1,5 @@
-"""What the store's migration tests share: a current SQLite store turned back into schema version 1."""
+"""What the store's migration tests share: a current SQLite store turned back into schema
+version 1 or 2."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ A = "agt_AAAAAAAAAAAAAAAAAAAAAA"
 CNV = "cnv_qF0CzgWIvDEnr30lD2k820Oo1Hx_7hHXB5jv02vC5bQ"
 
 
+def as_version_2(path: Path) -> None:
+    """Rewrite the SQLite store at `path` as schema version 2 kept it: `sends` without the
+    columns version 3 added (engine.md §9.1)."""
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+        db.execute("ALTER TABLE sends DROP COLUMN bound")
+        db.execute("ALTER TABLE sends DROP COLUMN resumable")
+
+
 def as_version_1(path: Path) -> None:
     """Rewrite the SQLite store at `path` as schema version 1 kept it, with a row in each table
     version 1 kept forever."""
+    as_version_2(path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
         db.execute("DELETE FROM meta WHERE key = ?", (tables.LOCAL_INSTANCE_KEY,))

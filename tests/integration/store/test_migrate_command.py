@@ -10,6 +10,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.store import DataDirLock
+from gateway.store.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from gateway.store.sqlite_store import SCHEMA, STORE_FILE
 from tests.integration.store.postgres_support import database_sql
 from tests.servers import PostgresServer
@@ -43,7 +44,12 @@ def test_a_postgresql_store_is_created_then_current_and_check_changes_nothing(
     )
     for extra in ((), ("--check",)):
         code, report, _ = migrate(capsys, "--store", dsn, *extra)
-        assert (code, report["state"], report["found"], report["now"]) == (0, "current", 1, 1)
+        assert (code, report["state"], report["found"], report["now"]) == (
+            0,
+            "current",
+            PG_SCHEMA_VERSION,
+            PG_SCHEMA_VERSION,
+        )
 
 
 def test_the_registrys_tables_migrate_beside_the_stores_in_one_database(

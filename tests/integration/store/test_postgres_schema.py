@@ -29,6 +29,7 @@ from gateway.store.postgres import (
     schema_status,
 )
 from gateway.store.postgres import schema as pg_schema
+from gateway.store.records import BindSend, PutSend, SendRow
 from gateway.store.sqlite_store import SqliteStore
 from tests.integration.store.postgres_support import database_sql, identity, opened
 from tests.integration.store.support import as_version_1
@@ -107,8 +108,8 @@ async def test_the_registrys_tables_and_others_may_share_the_database(
 async def test_an_older_schema_is_refused_naming_the_migrate_command_which_then_brings_it_here(
     postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # This build's schema is the first one; a made-up step from version 0 stands for the
-    # step every later version will ship.
+    # A made-up step from the version before stands for the step every version ships (the
+    # real 1 → 2 is tested below).
     step = pg_schema.Migration(
         from_version=SCHEMA_VERSION - 1,
         statements=("CREATE TABLE migrated_marker (done BOOLEAN)",),
@@ -132,6 +133,53 @@ async def test_an_older_schema_is_refused_naming_the_migrate_command_which_then_
     assert "migrated_marker" in tables_of(postgres_server, dsn)
     async with opened(dsn) as store:
         assert await store.identities() == []
+
+
+async def test_a_version_1_database_is_migrated_to_2_and_its_send_rows_stay_not_resumable(
+    postgres_server: PostgresServer,
+) -> None:
+    dsn = postgres_server.create_database()
+    await migrate(dsn)
+    async with opened(dsn) as store:
+        await store.apply(
+            [
+                identity(A, "alice"),
+                PutSend(agent_id=A, key="cut", request=b"{}", run_id="run-0", outcome=None),
+            ]
+        )
+    # Version 1's `sends` (engine.md §8.5): no `bound`, no `resumable`.
+    for statement in (
+        "ALTER TABLE sends DROP COLUMN bound",
+        "ALTER TABLE sends DROP COLUMN resumable",
+        "UPDATE harness_meta SET value = '1' WHERE key = 'schema_version'",
+    ):
+        database_sql(postgres_server, dsn, statement)
+    with pytest.raises(DatabaseSchemaMismatch):
+        await PostgresStore.open(dsn, owner="daemon-a")
+
+    assert await migrate(dsn) == (1, 2)
+
+    async with opened(dsn) as store:
+        # A row version 1 reserved recorded no binding: it can never be resumed (§9.1).
+        assert await store.send_row(A, "cut") == SendRow(
+            key="cut", request=b"{}", run_id="run-0", outcome=None, bound=None, resumable=False
+        )
+        await store.apply(
+            [
+                PutSend(
+                    agent_id=A,
+                    key="new",
+                    request=b"{}",
+                    run_id="run-1",
+                    outcome=None,
+                    resumable=True,
+                ),
+                BindSend(agent_id=A, key="new", bound=b"{}"),
+            ]
+        )
+        new = await store.send_row(A, "new")
+        assert new is not None
+        assert (new.bound, new.resumable) == (b"{}", True)
 
 
 async def test_migrate_creates_an_empty_database_and_is_idempotent(

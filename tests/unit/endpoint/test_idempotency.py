@@ -1,6 +1,7 @@
 """Idempotent sends on a `MemoryStore` (engine.md §9): a key runs its send at most once,
-concurrent callers join it, every later call gets its one outcome, and a reservation that a
-restart cut answers `outcome-unknown` for good."""
+concurrent callers join it, every later call gets its one outcome; a reservation that a
+restart cut is resumed with what its bind wrote, unless it was reserved before schema 3
+recorded bindings, which answers `outcome-unknown` for good."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from harness_contract.errors import (
 from harness_contract.values import FailureDelivery, MessageInput, SendResult
 
 from gateway.endpoint.api import SendAbsent, SendIndeterminate, SendPending, SendReturned
-from gateway.endpoint.idempotency import KeyResolution, SendLedger, binding
+from gateway.endpoint.idempotency import (
+    KeyResolution,
+    Resumption,
+    SendLedger,
+    binding,
+    bound_bytes,
+)
 from gateway.store.memory import MemoryStore
 from gateway.store.records import PutSend
 from tests.support import eventually
@@ -43,13 +50,57 @@ class Sends:
         return self.outcome
 
 
+class Resumes:
+    """The ledger's `resume`: records each resumption, answers `outcome`, or waits for
+    `release`."""
+
+    def __init__(self, outcome: SendResult = RESULT) -> None:
+        self.outcome = outcome
+        self.seen: list[Resumption] = []
+        self.release: asyncio.Event | None = None
+
+    async def __call__(self, resumption: Resumption) -> SendResult:
+        self.seen.append(resumption)
+        if self.release is not None:
+            await self.release.wait()
+        return self.outcome
+
+
 @pytest.fixture
 def store() -> MemoryStore:
     return MemoryStore()
 
 
-def ledger_on(store: MemoryStore, resolutions: list[KeyResolution], run_id: str = "run-1"):
-    return SendLedger(agent_id=AGENT, store=store, run_id=run_id, on_resolution=resolutions.append)
+def ledger_on(
+    store: MemoryStore,
+    resolutions: list[KeyResolution],
+    run_id: str = "run-1",
+    resume: Resumes | None = None,
+):
+    return SendLedger(
+        agent_id=AGENT,
+        store=store,
+        run_id=run_id,
+        on_resolution=resolutions.append,
+        resume=resume,
+    )
+
+
+async def cut_reservation(store: MemoryStore, *, bound: bytes | None, resumable: bool = True):
+    """The row a run that the daemon's end cut left: reserved, maybe bound, no outcome."""
+    await store.apply(
+        [
+            PutSend(
+                agent_id=AGENT,
+                key="k",
+                request=binding(HELLO, FailureDelivery.RESULT),
+                run_id="run-before",
+                outcome=None,
+                bound=bound,
+                resumable=resumable,
+            )
+        ]
+    )
 
 
 async def test_a_keyed_send_runs_once_and_a_later_call_replays_its_outcome(store):
@@ -133,20 +184,12 @@ async def test_a_defect_in_the_send_is_kept_as_outcome_unknown(store):
     assert state.outcome == SendError(SendErrorReason.OUTCOME_UNKNOWN)
 
 
-async def test_a_reservation_a_restart_cut_is_indeterminate_and_never_runs_again(store):
-    await store.apply(
-        [
-            PutSend(
-                agent_id=AGENT,
-                key="k",
-                request=binding(HELLO, FailureDelivery.RESULT),
-                run_id="run-before",
-                outcome=None,
-            )
-        ]
-    )
+async def test_a_reservation_from_before_schema_3_is_indeterminate_and_never_runs_again(store):
+    # Schema 2 recorded no binding: whether its posts exist is unknown (engine.md §9.1).
+    await cut_reservation(store, bound=None, resumable=False)
     resolutions: list[KeyResolution] = []
-    ledger = ledger_on(store, resolutions, run_id="run-after")
+    resumes = Resumes()
+    ledger = ledger_on(store, resolutions, run_id="run-after", resume=resumes)
     send = Sends()
 
     with pytest.raises(SendError) as failed:
@@ -154,8 +197,68 @@ async def test_a_reservation_a_restart_cut_is_indeterminate_and_never_runs_again
 
     assert failed.value.send_reason is SendErrorReason.OUTCOME_UNKNOWN
     assert send.runs == 0
+    assert resumes.seen == []
     assert resolutions == [KeyResolution.INDETERMINATE]
     assert await ledger.read("k") == SendIndeterminate(input=HELLO)
+
+
+async def test_a_reservation_a_restart_cut_before_its_bind_is_resumed_from_its_request(store):
+    await cut_reservation(store, bound=None)
+    resolutions: list[KeyResolution] = []
+    resumes = Resumes()
+    ledger = ledger_on(store, resolutions, run_id="run-after", resume=resumes)
+    send = Sends()
+
+    first = await ledger.run("k", HELLO, FailureDelivery.RESULT, send, deadline=5.0)
+    again = await ledger.run("k", HELLO, FailureDelivery.RESULT, send)
+
+    assert first == again == RESULT
+    assert send.runs == 0  # the resumption runs the stored request, not this call's
+    assert resumes.seen == [
+        Resumption(
+            key="k",
+            send_input=HELLO,
+            failure_delivery=FailureDelivery.RESULT,
+            bound=None,
+            deadline=5.0,
+        )
+    ]
+    assert resolutions == [KeyResolution.RESUMED, KeyResolution.REPLAYED]
+    assert await ledger.read("k") == SendReturned(input=HELLO, outcome=RESULT)
+
+
+async def test_a_reservation_a_restart_cut_after_its_bind_is_resumed_with_what_it_bound(store):
+    bound = SendResult(post_ids=("pst_1", "pst_2"), operation_id="col_x")
+    await cut_reservation(store, bound=bound_bytes(bound))
+    resumes = Resumes(SendResult(operation_id="col_x", post_ids=("pst_1",)))
+    ledger = ledger_on(store, [], run_id="run-after", resume=resumes)
+
+    result = await ledger.run("k", HELLO, FailureDelivery.RESULT, Sends())
+
+    assert result == SendResult(operation_id="col_x", post_ids=("pst_1",))
+    assert [resumption.bound for resumption in resumes.seen] == [bound]
+    row = await store.send_row(AGENT, "k")
+    assert row is not None
+    assert row.bound == bound_bytes(bound)  # the outcome leaves what was bound as it was
+
+
+async def test_read_send_resumes_a_cut_reservation_and_reports_it_pending_then_returned(store):
+    await cut_reservation(store, bound=None)
+    resolutions: list[KeyResolution] = []
+    resumes = Resumes()
+    resumes.release = asyncio.Event()
+    ledger = ledger_on(store, resolutions, run_id="run-after", resume=resumes)
+
+    assert await ledger.read("k") == SendPending(input=HELLO)
+    assert await ledger.read("k") == SendPending(input=HELLO)
+    joined = asyncio.ensure_future(ledger.run("k", HELLO, FailureDelivery.RESULT, Sends()))
+    await eventually(lambda: asyncio.sleep(0, len(resolutions)), lambda n: n == 1)
+    resumes.release.set()
+
+    assert await joined == RESULT
+    assert len(resumes.seen) == 1
+    assert resolutions == [KeyResolution.JOINED]
+    assert await ledger.read("k") == SendReturned(input=HELLO, outcome=RESULT)
 
 
 async def test_a_caller_that_goes_away_does_not_stop_the_invocation(store):
@@ -173,18 +276,25 @@ async def test_a_caller_that_goes_away_does_not_stop_the_invocation(store):
     assert state == SendReturned(input=HELLO, outcome=RESULT)
 
 
-async def test_closing_cancels_live_invocations_and_leaves_their_keys_indeterminate(store):
+async def test_closing_cancels_live_invocations_and_the_next_run_resumes_their_keys(store):
     ledger = ledger_on(store, [])
     send = Sends()
     send.release = asyncio.Event()
     caller = asyncio.ensure_future(ledger.run("k", HELLO, FailureDelivery.RESULT, send))
     await eventually(lambda: asyncio.sleep(0, send.runs), lambda runs: runs == 1)
+    row = await store.send_row(AGENT, "k")
+    assert row is not None
+    assert (row.outcome, row.bound, row.resumable) == (None, None, True)
 
     await ledger.close()
     await asyncio.gather(caller, return_exceptions=True)
 
-    restarted = ledger_on(store, [], run_id="run-2")
-    assert await restarted.read("k") == SendIndeterminate(input=HELLO)
+    # Without a way to resume (as a ledger built so), it is indeterminate; with one, resumed.
+    assert await ledger_on(store, [], run_id="run-2").read("k") == SendIndeterminate(input=HELLO)
+    resumes = Resumes()
+    restarted = ledger_on(store, [], run_id="run-2", resume=resumes)
+    assert await restarted.run("k", HELLO, FailureDelivery.RESULT, Sends()) == RESULT
+    assert len(resumes.seen) == 1
 
 
 async def test_read_reports_an_unused_key_as_absent(store):

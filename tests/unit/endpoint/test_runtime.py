@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from harness_contract.codec import send_result_from_json
 from harness_contract.content import text_of
 from harness_contract.errors import (
     CollectiveError,
@@ -14,6 +15,7 @@ from harness_contract.errors import (
     SendError,
     SendErrorReason,
 )
+from harness_contract.jsonvalue import parse_canonical_json
 from harness_contract.values import (
     Accept,
     Answered,
@@ -29,9 +31,10 @@ from harness_contract.values import (
     SendResult,
 )
 
+from gateway.endpoint.idempotency import binding
 from gateway.endpoint.runtime import AgentRuntime, SendTimeouts
 from gateway.store.errors import CommitAmbiguous, ConstraintViolation
-from gateway.store.records import DeliveryState, PutDelivery
+from gateway.store.records import BindSend, DeliveryState, PutDelivery, PutIntent, PutSend, Write
 from tests.support import eventually
 from tests.unit.collectives.fakes import SCHEMA
 from tests.unit.endpoint.support import BOUNDED, QUICK, Daemon, FailingStore, daemon
@@ -260,3 +263,144 @@ async def test_a_keyed_send_runs_once_and_every_call_returns_its_one_outcome(wor
     assert first == again == SendResult(post_ids=(item.message.post_id,))
     assert texts([item]) == ["once"]
     assert world.observed["alice"].sends == [("multicast", None), ("multicast", None)]
+
+
+def recorded_units(store, monkeypatch) -> list[list[Write]]:
+    """Every `apply` call's writes from here on, in order."""
+    units: list[list[Write]] = []
+    apply = store.apply
+
+    async def recording(writes):
+        units.append(list(writes))
+        await apply(writes)
+
+    monkeypatch.setattr(store, "apply", recording)
+    return units
+
+
+async def bound_of(world: Daemon, runtime: AgentRuntime, key: str) -> SendResult | None:
+    row = await world.store.send_row(runtime.agent_id, key)
+    assert row is not None
+    return None if row.bound is None else send_result_from_json(parse_canonical_json(row.bound))
+
+
+async def cut_by_a_restart(world: Daemon, runtime: AgentRuntime, key: str) -> None:
+    """Forget the key's kept outcome, as a daemon killed before storing it would have."""
+    row = await world.store.send_row(runtime.agent_id, key)
+    assert row is not None
+    await world.store.apply(
+        [
+            PutSend(
+                agent_id=runtime.agent_id,
+                key=key,
+                request=row.request,
+                run_id="run-before",
+                outcome=None,
+                bound=row.bound,
+                resumable=True,
+            )
+        ]
+    )
+
+
+async def test_a_keyed_sends_bind_writes_its_post_ids_into_its_row_with_the_intent(
+    world, monkeypatch
+):
+    alice, _ = await hosted(world, "alice", "bob")
+    units = recorded_units(world.store, monkeypatch)
+
+    result = await alice.send(MessageInput(to="agent:bob", text="hi"), idempotency_key="k-1")
+
+    [bind] = [unit for unit in units if any(isinstance(w, PutIntent) for w in unit)]
+    [written] = [w for w in bind if isinstance(w, BindSend)]
+    assert written.key == "k-1"
+    # A lone local post certifies in its bind's own unit: its intent is put open, then completed.
+    assert {w.post_id for w in bind if isinstance(w, PutIntent)} == set(result.post_ids)
+    assert await bound_of(world, alice, "k-1") == SendResult(post_ids=result.post_ids)
+
+
+async def test_a_keyed_bind_that_does_not_commit_leaves_its_row_unbound(world):
+    alice, _ = await hosted(world, "alice", "bob")
+    store = world.store
+    assert isinstance(store, FailingStore)
+    store.refusal = ConstraintViolation("forced by the test")
+
+    failure = await send_failure(alice, MessageInput(to="agent:bob", text="x"), idempotency_key="k")
+
+    assert failure.send_reason is SendErrorReason.PERSISTENCE_FAILED
+    assert await bound_of(world, alice, "k") is None
+
+
+async def test_a_keyed_gather_and_its_keyed_answer_bind_their_operation_id(world):
+    alice, bob = await hosted(world, "alice", "bob")
+    ask = MessageInput(
+        to="agent:bob",
+        text="when?",
+        collective=AskOperation(op=CollectiveOp.GATHER, deadline=60, requested_schema=SCHEMA),
+    )
+    asked = await alice.send(ask, idempotency_key="ask")
+    await inbox_of(world, bob)
+    answer = ResponseInput(to="agent:alice", response=Accept(content={"slot": "tue"}))
+    answered = await bob.send(answer, idempotency_key="answer")
+
+    asked_bound = await bound_of(world, alice, "ask")
+    answered_bound = await bound_of(world, bob, "answer")
+    assert asked_bound is not None
+    assert answered_bound is not None
+    assert asked_bound.operation_id == asked.operation_id
+    assert len(asked_bound.post_ids) == 1
+    assert answered_bound == SendResult(operation_id=asked.operation_id, post_ids=answered.post_ids)
+
+
+async def test_a_keyed_send_cut_after_its_post_certified_answers_its_post_once_resumed(world):
+    alice, bob = await hosted(world, "alice", "bob")
+    send = MessageInput(to="agent:bob", text="once")
+    first = await alice.send(send, idempotency_key="k")
+    await cut_by_a_restart(world, alice, "k")
+
+    again = await alice.send(send, idempotency_key="k")
+
+    assert again == first
+    assert texts(await inbox_of(world, bob)) == ["once"]
+    assert alice.certifier.open_intents == 0
+    row = await world.store.send_row(alice.agent_id, "k")
+    assert row is not None
+    assert row.outcome is not None
+
+
+async def test_a_keyed_send_cut_before_its_bind_runs_again_once_resumed(world):
+    alice, bob = await hosted(world, "alice", "bob")
+    send = MessageInput(to="agent:bob", text="late")
+    await world.store.apply(
+        [
+            PutSend(
+                agent_id=alice.agent_id,
+                key="k",
+                request=binding(send, FailureDelivery.RESULT),
+                run_id="run-before",
+                outcome=None,
+                resumable=True,
+            )
+        ]
+    )
+
+    result = await alice.send(send, idempotency_key="k")
+
+    [item] = await inbox_of(world, bob)
+    assert isinstance(item, MulticastItem)
+    assert result == SendResult(post_ids=(item.message.post_id,))
+    assert await bound_of(world, alice, "k") == result
+
+
+async def test_a_resumed_send_whose_post_does_not_certify_answers_delivery_pending(world):
+    [alice] = await hosted(world, "alice", timeouts=QUICK)
+    await world.register("carol")  # hosted elsewhere: it never votes here
+    send = MessageInput(to="agent:carol", text="hello")
+    pending = await send_failure(alice, send, idempotency_key="k")
+    assert pending.send_reason is SendErrorReason.DELIVERY_PENDING
+    await cut_by_a_restart(world, alice, "k")
+
+    again = await send_failure(alice, send, idempotency_key="k")
+
+    assert again.send_reason is SendErrorReason.DELIVERY_PENDING
+    assert alice.certifier.open_intents == 1  # the same intent: nothing was bound again

@@ -8,11 +8,14 @@ start with `test_`, so pytest collects its tests only where they are imported.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gateway.store.errors import ConstraintViolation
 from gateway.store.records import (
     AcknowledgeItem,
+    BindSend,
     DeliveryState,
     EvidenceKind,
     InboxState,
@@ -28,12 +31,14 @@ from gateway.store.records import (
     PutLock,
     PutOutbox,
     PutRecord,
+    PutSend,
     PutStaged,
     PutToken,
     ResetConversation,
     RevokeTokens,
     SetDeliveryState,
     SetOutboxState,
+    SetSendOutcome,
 )
 
 A = "agt_AAAAAAAAAAAAAAAAAAAAAA"
@@ -245,3 +250,59 @@ async def test_records_read_in_chain_order_and_one_per_depth(store):
     assert found.depth == 3
     with pytest.raises(ConstraintViolation):
         await store.apply([record(3, "rch_other")])
+
+
+def open_intent(post_id: str, bind_seq: int) -> PutIntent:
+    return PutIntent(
+        agent_id=A,
+        post_id=post_id,
+        conversation_id=CNV,
+        bind_seq=bind_seq,
+        intent=b"i",
+        state=IntentState.OPEN,
+        record_hash=None,
+        bound_at=1.0,
+    )
+
+
+def reservation(key: str) -> PutSend:
+    return PutSend(agent_id=A, key=key, request=b"{}", run_id="run-1", outcome=None, resumable=True)
+
+
+async def test_a_keyed_sends_binding_commits_with_its_intent_and_its_outcome_keeps_it(store):
+    await store.apply([reservation("k")])
+    reserved = await store.send_row(A, "k")
+    assert reserved is not None
+    assert (reserved.outcome, reserved.bound, reserved.resumable) == (None, None, True)
+
+    await store.apply([open_intent("pst_1", 1), BindSend(agent_id=A, key="k", bound=b"b")])
+    bound = await store.send_row(A, "k")
+    assert bound is not None
+    assert (bound.outcome, bound.bound, bound.resumable) == (None, b"b", True)
+    assert await store.intent(A, "pst_1") is not None
+
+    await store.apply([SetSendOutcome(agent_id=A, key="k", outcome=b"o")])
+    assert await store.send_row(A, "k") == replace(bound, outcome=b"o")
+
+
+async def test_a_bind_that_fails_leaves_its_send_row_unbound(store):
+    await store.apply([identity(A, "alice"), reservation("k")])
+    with pytest.raises(ConstraintViolation):
+        await store.apply(
+            [
+                open_intent("pst_1", 1),
+                BindSend(agent_id=A, key="k", bound=b"b"),
+                identity(B, "alice"),
+            ]
+        )
+    row = await store.send_row(A, "k")
+    assert row is not None
+    assert row.bound is None
+    assert await store.intent(A, "pst_1") is None
+
+
+async def test_a_send_row_written_as_schema_2_wrote_it_is_not_resumable(store):
+    await store.apply([PutSend(agent_id=A, key="old", request=b"{}", run_id="run-0", outcome=None)])
+    row = await store.send_row(A, "old")
+    assert row is not None
+    assert (row.bound, row.resumable) == (None, False)
