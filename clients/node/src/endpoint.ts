@@ -53,7 +53,7 @@ import {
   Backoff,
   SEND_RETRY_FLOOR_MS,
   UNARY_RETRY,
-  neverSent,
+  postedNothing,
   sendMayRetry,
   shouldRetryUnary,
   sleep,
@@ -308,7 +308,7 @@ export class Endpoint {
           throw failure;
         }
         refuseRefusedUnread(failure);
-        mayHaveArrived ||= !neverSent(failure);
+        mayHaveArrived ||= !postedNothing(failure);
         const delay = backoff.nextDelayMs();
         // The caller's own abort ends the send: it is never retried past it.
         const abandoned = options.signal?.aborted === true;

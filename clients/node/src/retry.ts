@@ -107,6 +107,13 @@ export function neverSent(error: HarnessError): boolean {
   return false;
 }
 
+/** True when a failed send attempt surely posted nothing: it never reached the gateway, or
+ * the gateway answered UNAVAILABLE, which it does only when the call had no effect
+ * (`network-unavailable`, `certification-unavailable`, `persistence-failed` included). */
+export function postedNothing(error: HarnessError): boolean {
+  return neverSent(error) || (error instanceof SendError && error.code === "UNAVAILABLE");
+}
+
 /** Jittered exponential delays: 0.2 s doubling to 1 s, each drawn from [d/2, d]. */
 export class Backoff {
   private next: number;

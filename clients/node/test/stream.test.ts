@@ -25,7 +25,7 @@ import {
 } from "../src/errors.js";
 import { MessagesResponseSchema } from "../src/gen/harness/v1/endpoint_pb.js";
 import type { MessagesResponse } from "../src/gen/harness/v1/endpoint_pb.js";
-import { Backoff, RECONNECT_MAX_MS, neverSent, sendMayRetry } from "../src/retry.js";
+import { Backoff, RECONNECT_MAX_MS, neverSent, postedNothing, sendMayRetry } from "../src/retry.js";
 import { ReplayFilter, streamDeliveries } from "../src/stream.js";
 import type { OpenStream } from "../src/stream.js";
 import type { InboundDelivery } from "../src/values.js";
@@ -281,6 +281,17 @@ describe("Backoff and neverSent", () => {
     const reset = Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" });
     assert.equal(neverSent(new TransportError("UNAVAILABLE", "read ECONNRESET", { cause: reset })), false);
     assert.equal(neverSent(new TransportError("UNKNOWN", "?", { cause: refused })), false);
+  });
+
+  test("a send answered UNAVAILABLE posted nothing; one cut in flight or refused otherwise may have", () => {
+    // What a keyless send that was retried and then lost reports: only attempts that may
+    // have posted make it `outcome-unknown` rather than `network-unavailable`.
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" });
+    assert.equal(postedNothing(new SendError("network-unavailable")), true);
+    assert.equal(postedNothing(new SendError("persistence-failed")), true);
+    assert.equal(postedNothing(new TransportError("UNAVAILABLE", "connect ECONNREFUSED", { cause: refused })), true);
+    assert.equal(postedNothing(new SendError("outcome-unknown")), false);
+    assert.equal(postedNothing(new TransportError("UNAVAILABLE", "read ECONNRESET")), false);
   });
 });
 
