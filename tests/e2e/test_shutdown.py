@@ -25,6 +25,8 @@ SENDS = 40
 """Sends that succeed before the signal, so it lands in steady traffic."""
 SENDERS = 8
 """Senders sending one message after another until a send fails."""
+SEND_DEADLINE = 10.0
+"""Client deadline of each send, its retries of a refusal included."""
 SHUTDOWN_FAILURES = frozenset({"SendError:network-unavailable", "SendError:delivery-pending"})
 """What a send may meet once the daemon stops: refused before anything was bound, or bound and
 certified after the restart."""
@@ -74,8 +76,11 @@ async def test_sigterm_under_traffic_flips_health_first_answers_every_call_and_l
                 nonlocal certified_sends
                 for number in itertools.count():
                     try:
+                        # A send refused by the stopping daemon is sent again until its
+                        # deadline (operations.md §10): short, so each sender ends soon after.
                         await alice.send(
-                            MessageInput(to="agent:bob", text=f"under traffic {index}.{number}")
+                            MessageInput(to="agent:bob", text=f"under traffic {index}.{number}"),
+                            deadline=SEND_DEADLINE,
                         )
                     except HarnessError as error:
                         return f"{type(error).__name__}:{getattr(error, 'reason', '')}"

@@ -146,11 +146,20 @@ async def test_calls_are_refused_shutting_down_once_the_core_stops(served):
     assert failure.reason == "shutting-down"
 
 
-async def test_a_keyless_send_refused_not_ready_is_network_unavailable(served):
+async def test_a_keyless_send_refused_not_ready_is_sent_again_once_the_gateway_is_ready(served):
+    await served.register("bob")
     async with await served.connect("alice") as alice:
-        served.core.refuse_next = 1
+        served.core.refuse_next = 2
+        result = await alice.send(harness_client.MessageInput(to="agent:bob", text="x"))
+    assert result == harness_client.SendResult()
+    assert len(served.core.endpoints["alice"].calls) == 1
+
+
+async def test_a_keyless_send_refused_not_ready_until_its_deadline_is_network_unavailable(served):
+    async with await served.connect("alice") as alice:
+        served.core.refuse_next = 1_000_000
         with pytest.raises(harness_client.SendError) as raised:
-            await alice.send(harness_client.MessageInput(to="agent:alice", text="x"))
+            await alice.send(harness_client.MessageInput(to="agent:alice", text="x"), deadline=2.0)
     assert raised.value.reason is harness_client.SendErrorReason.NETWORK_UNAVAILABLE
 
 
@@ -223,7 +232,10 @@ async def test_each_send_failure_decodes_to_the_typed_client_error(served, error
     served.core.scripted["agent:bob"] = error
     async with await served.connect("alice") as alice:
         with pytest.raises(harness_client.HarnessError) as raised:
-            await alice.send(harness_client.MessageInput(to="agent:bob", text="hello"))
+            # A short deadline: a keyless send refused UNAVAILABLE is sent again until it.
+            await alice.send(
+                harness_client.MessageInput(to="agent:bob", text="hello"), deadline=2.0
+            )
     assert type(raised.value).__name__ == type(error).__name__
     assert str(raised.value.reason) == error.reason
     assert raised.value.message == error.message

@@ -7,6 +7,8 @@ PUBLIC_NAMES = {
     "connect",
     "Endpoint",
     "EndpointState",
+    "ConnectionState",
+    "ConnectionListener",
     "connect_management",
     "ManagementClient",
     # values

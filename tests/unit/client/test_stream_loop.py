@@ -6,13 +6,16 @@ from typing import Any
 import grpc
 import pytest
 from harness_client import (
+    ConnectionState,
     DirectMessage,
     InboundDelivery,
     ListenError,
     ListenErrorReason,
     MulticastItem,
     TextPart,
+    TransportError,
 )
+from harness_client._connection import _ConnectionStates
 from harness_client._retry import Backoff
 from harness_client._stream import STREAM_OPEN_METADATA, _ReplayFilter, _StreamLoop
 from harness_contract._gen.harness.v1 import endpoint_pb2, types_pb2
@@ -34,9 +37,26 @@ def test_the_replay_filter_is_bounded_and_forgets_the_oldest_first():
 
 
 def unavailable() -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(
-        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="reset"
-    )
+    return failed(grpc.StatusCode.UNAVAILABLE)
+
+
+def failed(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details="reset")
+
+
+class FakeTime:
+    """The loop's clock: each backoff sleep, and each attempt, moves it on by `per_attempt`
+    seconds (an attempt that waited for a gateway that is away), and nothing really sleeps."""
+
+    def __init__(self, per_attempt: float) -> None:
+        self.now = 0.0
+        self.per_attempt = per_attempt
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds + self.per_attempt
 
 
 class FakeCall:
@@ -117,3 +137,80 @@ async def test_without_a_stream_for_too_long_the_iterator_fails_transport_failed
     with pytest.raises(ListenError) as raised:
         await anext(deliveries)
     assert raised.value.reason is ListenErrorReason.TRANSPORT_FAILED
+
+
+def heard() -> tuple[_ConnectionStates, list[ConnectionState]]:
+    """The endpoint's state record and the changes a listener of it hears."""
+    states = _ConnectionStates()
+    changes: list[ConnectionState] = []
+    states.subscribe(changes.append)
+    return states, changes
+
+
+def outage(attempts: int) -> list[FakeCall]:
+    return [FakeCall(opened=False, tokens=[], error=unavailable()) for _ in range(attempts)]
+
+
+async def test_the_loop_never_gives_up_on_its_own_and_reports_ready_reconnecting_ready():
+    time = FakeTime(per_attempt=30.0)
+    calls = [
+        FakeCall(opened=True, tokens=["t1"], error=unavailable()),
+        *outage(40),  # twenty minutes without a gateway, far past the old five-minute limit
+        FakeCall(opened=True, tokens=["t2"], error=unavailable()),
+    ]
+    record, states = heard()
+    deliveries = make_loop(
+        calls, [], report=record.report, clock=time.monotonic, sleep=time.sleep
+    ).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    assert (await anext(deliveries)).token == "t2"
+    assert time.now > 20 * 60
+    assert states == [ConnectionState.READY, ConnectionState.RECONNECTING, ConnectionState.READY]
+    await deliveries.aclose()
+    assert states[-1] is ConnectionState.CONNECTING
+
+
+async def test_a_caller_bound_ends_the_loop_transport_failed_once_it_passed_without_a_stream():
+    time = FakeTime(per_attempt=30.0)
+    calls = [FakeCall(opened=True, tokens=["t1"], error=unavailable()), *outage(40)]
+    deliveries = make_loop(
+        calls, [], give_up_after=300.0, clock=time.monotonic, sleep=time.sleep
+    ).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    with pytest.raises(ListenError) as raised:
+        await anext(deliveries)
+    assert raised.value.reason is ListenErrorReason.TRANSPORT_FAILED
+    assert 300.0 <= time.now < 400.0
+
+
+async def test_attempts_that_never_open_a_stream_stay_connecting():
+    record, states = heard()
+    calls = [*outage(3), FakeCall(opened=True, tokens=["t1"], error=unavailable())]
+    deliveries = make_loop(calls, [], report=record.report).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    assert states == [ConnectionState.READY]
+    await deliveries.aclose()
+
+
+async def test_a_stream_without_the_open_header_is_ready_once_it_delivers():
+    record, states = heard()
+    calls = [FakeCall(opened=False, tokens=["t1"], error=unavailable())]
+    deliveries = make_loop(calls, [], report=record.report).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    assert states == [ConnectionState.READY]
+    await deliveries.aclose()
+
+
+async def test_a_failure_no_retry_can_fix_ends_the_loop_with_it():
+    calls = [
+        FakeCall(opened=True, tokens=["t1"], error=failed(grpc.StatusCode.UNAUTHENTICATED)),
+        *outage(1),
+    ]
+    record, states = heard()
+    deliveries = make_loop(calls, [], report=record.report).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    with pytest.raises(TransportError) as raised:
+        await anext(deliveries)
+    assert raised.value.code is grpc.StatusCode.UNAUTHENTICATED
+    assert len(calls) == 1  # never reconnected
+    assert states == [ConnectionState.READY, ConnectionState.CONNECTING]

@@ -321,7 +321,7 @@ async def test_the_health_servicer_lists_every_registered_status():
 
 
 def test_the_client_decodes_a_malformed_request_as_a_typed_invalid_request_never_retried():
-    from harness_client._retry import should_reconnect, should_retry_keyed_send
+    from harness_client._retry import send_may_retry, should_reconnect
 
     status = status_pb2.Status.FromString(
         dict(errors.malformed_request_status("harness.v1.SendRequest").trailing_metadata)[
@@ -332,12 +332,12 @@ def test_the_client_decodes_a_malformed_request_as_a_typed_invalid_request_never
     assert isinstance(decoded, harness_client.InvalidRequestError)
     assert decoded.reason == "malformed-request"
     assert decoded.message == "the request body is not a valid harness.v1.SendRequest"
-    assert not should_retry_keyed_send(decoded)
+    assert not send_may_retry(decoded, keyed=True)
     assert not should_reconnect(decoded)
 
 
 def test_the_client_decodes_an_invalid_idempotency_key_as_a_typed_invalid_request():
-    from harness_client._retry import should_retry_keyed_send
+    from harness_client._retry import send_may_retry
 
     status = errors.status_for(InvalidIdempotencyKeyError())
     assert status is not None
@@ -345,4 +345,4 @@ def test_the_client_decodes_an_invalid_idempotency_key_as_a_typed_invalid_reques
     decoded = harness_client.decode_status(as_rpc_error(status))
     assert isinstance(decoded, harness_client.InvalidRequestError)
     assert decoded.reason == "invalid-idempotency-key"
-    assert not should_retry_keyed_send(decoded)
+    assert not send_may_retry(decoded, keyed=True)

@@ -118,6 +118,10 @@ from harness_contract.values import (
     TextPart,
 )
 
+from harness_client._connection import (
+    ConnectionListener,
+    ConnectionState,
+)
 from harness_client._endpoint import (
     Endpoint,
     EndpointState,
@@ -172,6 +176,8 @@ __all__ = [
     "CollectiveResultItem",
     "ConnectError",
     "ConnectErrorReason",
+    "ConnectionListener",
+    "ConnectionState",
     "Content",
     "ContentPart",
     "ConversationRecord",

@@ -35,6 +35,12 @@ KEEPALIVE_TIMEOUT: Final = 10.0
 a half-open stream is found within about 40 s."""
 MAX_RECEIVE_BYTES: Final = 4 * 1024 * 1024
 """Largest message the client accepts: the server sends at most 4 MiB."""
+CHANNEL_RECONNECT_INITIAL: Final = 0.1
+"""Seconds gRPC waits before its first attempt to connect again after a connection is lost."""
+CHANNEL_RECONNECT_MAX: Final = 1.0
+"""Most seconds between gRPC's attempts to connect again (its default grows to 120 s): with
+the library's own backoff capped at 1 s too (`_retry.py`), a stream or send is back within
+about a second of the gateway listening again, however long it was away."""
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 """Seconds `connect` waits for the channel, health and the token check together."""
 ENDPOINT_SERVICE: Final = "harness.v1.HarnessEndpointService"
@@ -51,7 +57,8 @@ _SECURE_SCHEMES: Final = ("grpcs://", "https://")
 
 
 def channel_options(extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
-    """Keepalive (30 s / 10 s) paired with the server's, and the retry service config.
+    """Keepalive (30 s / 10 s) paired with the server's, reconnection at most 1 s apart, and
+    the retry service config.
 
     An `extra` entry replaces the default of the same name (`("grpc.keepalive_time_ms",
     1000)` pings every second); other entries are added. gRPC itself keeps the first of two
@@ -64,6 +71,8 @@ def channel_options(extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, An
         # Otherwise a channel stops pinging after two pings until data flows.
         "grpc.http2.max_pings_without_data": 0,
         "grpc.max_receive_message_length": MAX_RECEIVE_BYTES,
+        "grpc.initial_reconnect_backoff_ms": round(CHANNEL_RECONNECT_INITIAL * 1000),
+        "grpc.max_reconnect_backoff_ms": round(CHANNEL_RECONNECT_MAX * 1000),
         "grpc.enable_retries": 1,
         "grpc.service_config": SERVICE_CONFIG_JSON,
     }

@@ -6,7 +6,7 @@ import asyncio
 import enum
 import re
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -54,13 +54,14 @@ from harness_client._channel import (
     wait_ready,
     wait_serving,
 )
+from harness_client._connection import ConnectionListener, ConnectionState, _ConnectionStates
 from harness_client._errors import EndpointClosedError, TransportError, decode_status
 from harness_client._items import InboundDelivery
-from harness_client._retry import Backoff, never_sent, should_retry_keyed_send
+from harness_client._retry import SEND_RETRY_FLOOR, Backoff, never_sent, send_may_retry
 from harness_client._stream import _StreamLoop
 
 SEND_TIMEOUT: Final = 60.0
-"""Seconds a `send` may take in all, retries of a keyed send included (operations.md §3)."""
+"""Seconds a `send` may take in all, its retries included (operations.md §3)."""
 ACKNOWLEDGE_TIMEOUT: Final = 10.0
 """Seconds one `Acknowledge` call may take."""
 READ_TIMEOUT: Final = 5.0
@@ -182,11 +183,24 @@ class Endpoint:
         self._stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
         self._acks = _AckBatcher(self._acknowledge_batch)
         self._state = EndpointState.OPEN
+        self._connection = _ConnectionStates()
 
     @property
     def state(self) -> EndpointState:
         """The lifecycle state."""
         return self._state
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        """The agent's link to the gateway as `messages()` sees it: CONNECTING (no stream
+        yet), READY (a stream is open), RECONNECTING (lost, opening a new one), CLOSED."""
+        return self._connection.state
+
+    def on_connection_state(self, callback: ConnectionListener) -> Callable[[], None]:
+        """Call `callback(state)` on each change of `connection_state` from now on (not with
+        the current one); returns a function that unsubscribes. A callback runs on the event
+        loop, so it must not block; one that raises is logged and kept."""
+        return self._connection.subscribe(callback)
 
     async def __aenter__(self) -> Self:
         return self
@@ -204,6 +218,7 @@ class Endpoint:
         if self._state is EndpointState.CLOSED:
             return
         self._state = EndpointState.CLOSED
+        self._connection.report(ConnectionState.CLOSED)
         await self._acks.close()
         await self._channel.close()
 
@@ -235,10 +250,16 @@ class Endpoint:
         """Send; returns once the post is certified (a gather: once its posts settled).
 
         Raises `SendError`, `CollectiveError`, `FirewallSendError`, or
-        `IdempotencyConflictError` for a key bound to another send. A keyed send lost in
-        transit is sent again under its key until `deadline` seconds passed; a keyless one fails
-        `outcome-unknown` when it may have reached the gateway, `network-unavailable` when
-        it cannot have."""
+        `IdempotencyConflictError` for a key bound to another send.
+
+        A send refused before it had any effect (the gateway restarting or handing the agent
+        over answers UNAVAILABLE, or the request never left) is sent again with capped
+        backoff (up to 1 s apart) until `deadline` seconds passed. A keyed send whose outcome
+        is unknown (the connection dropped with it in flight, or the gateway answered
+        `outcome-unknown`) is also sent again under its key, which returns the kept outcome
+        or joins the running send: give a key to ride out restarts and hand-overs. A keyless
+        one is never sent twice: it fails `outcome-unknown` when it may have reached the
+        gateway, `network-unavailable` when it cannot have."""
         self._check_open()
         request = endpoint_pb2.SendRequest(
             input=wire.send_input_to_proto(send_input),
@@ -259,20 +280,19 @@ class Endpoint:
                 )
             except grpc.aio.AioRpcError as error:
                 failure = decode_status(error)
-                if isinstance(failure, _TYPED_SEND_FAILURES):
-                    raise failure from None
                 _refuse_refused_unread(error, failure)
                 may_have_arrived = may_have_arrived or not never_sent(failure)
-                left = give_up_at - time.monotonic()
-                if idempotency_key is not None and should_retry_keyed_send(failure) and left > 0:
-                    await asyncio.sleep(min(backoff.next_delay(), left))
+                delay = backoff.next_delay()
+                left = give_up_at - time.monotonic() - delay
+                if send_may_retry(failure, keyed=idempotency_key is not None) and (
+                    left >= SEND_RETRY_FLOOR
+                ):
+                    await asyncio.sleep(delay)
+                    self._check_open()
                     continue
-                reason = (
-                    SendErrorReason.OUTCOME_UNKNOWN
-                    if may_have_arrived
-                    else SendErrorReason.NETWORK_UNAVAILABLE
-                )
-                raise SendError(reason) from failure
+                if isinstance(failure, _TYPED_SEND_FAILURES):
+                    raise failure from None
+                raise SendError(_lost_send_reason(may_have_arrived=may_have_arrived)) from failure
             try:
                 return wire.send_result_from_proto(response.result)
             except InvalidRequestError:
@@ -281,28 +301,40 @@ class Endpoint:
 
     # --- messages --------------------------------------------------------------------
 
-    def messages(self, *, takeover: bool = False) -> AsyncGenerator[InboundDelivery, None]:
+    def messages(
+        self, *, takeover: bool = False, give_up_after: float | None = None
+    ) -> AsyncGenerator[InboundDelivery, None]:
         """The agent's deliveries in inbox order, as an async generator (`aclose()` it, or
         leave it with `break`, to end the stream).
 
-        Reconnects on its own and skips replays of tokens it already yielded (each call
-        starts with an empty memory). Raises `ListenError`: `already-listening` when
-        another stream is open (unless `takeover`) or takes this one over,
-        `transport-failed` after 5 minutes without a stream, `decode-failed`."""
+        Reconnects on its own, within about a second of the gateway answering again however
+        long it was away, and skips replays of tokens it already yielded (each call starts
+        with an empty memory); `connection_state` follows it. It never gives up on its own:
+        it raises `ListenError` `already-listening` when another stream is open (unless
+        `takeover`) or takes this one over, `decode-failed`, the typed refusal no retry can
+        change (`AuthenticationError` for a revoked token), `EndpointClosedError` once the
+        endpoint closed, and `transport-failed` only when `give_up_after` seconds passed
+        without a stream (None, the default: never)."""
         self._check_open()
         loop = _StreamLoop(
             open_call=self._open_messages,
             decode=self._delivery,
             takeover=takeover,
             is_closed=lambda: self._state is EndpointState.CLOSED,
+            report=self._connection.report,
+            give_up_after=give_up_after,
         )
         return loop.deliveries()
 
     def _open_messages(
         self, takeover: bool
     ) -> grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse]:
+        # wait_for_ready: while the gateway is away the call waits for the channel to
+        # connect instead of failing at once, so the stream opens as soon as it can.
         return self._stub.Messages(
-            endpoint_pb2.MessagesRequest(takeover=takeover), metadata=self._metadata
+            endpoint_pb2.MessagesRequest(takeover=takeover),
+            metadata=self._metadata,
+            wait_for_ready=True,
         )
 
     def _delivery(self, response: endpoint_pb2.MessagesResponse) -> InboundDelivery:
@@ -404,6 +436,14 @@ class Endpoint:
             return wire.send_state_from_proto(response)
         except InvalidRequestError:
             raise TransportError(grpc.StatusCode.INTERNAL, "send state does not decode") from None
+
+
+def _lost_send_reason(*, may_have_arrived: bool) -> SendErrorReason:
+    """Why a send without a typed answer failed: `outcome-unknown` when any attempt may have
+    reached the gateway, `network-unavailable` when none can have."""
+    if may_have_arrived:
+        return SendErrorReason.OUTCOME_UNKNOWN
+    return SendErrorReason.NETWORK_UNAVAILABLE
 
 
 def _acknowledge_error(result: AcknowledgeResult) -> DeliveryAcknowledgeError | None:

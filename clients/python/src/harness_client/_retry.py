@@ -1,9 +1,10 @@
 """Retry policy as data: which failures are retried, and how.
 
 The channel retries only the idempotent unary methods, with the service config of
-operations.md §3; the library itself retries keyed sends under their key and reconnects
+operations.md §3; the library itself retries sends (`send_may_retry`: a refusal that had
+no effect, and a keyed send whose outcome is unknown, under its key) and reconnects
 `messages()`. Nothing else retries, and no `except` block decides a retry on its own:
-callers ask `should_reconnect` and `never_sent`.
+callers ask `should_reconnect`, `send_may_retry` and `never_sent`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,13 @@ import random
 from typing import Final
 
 import grpc
-from harness_contract.errors import HarnessError, UnavailableError
+from harness_contract.errors import (
+    HarnessError,
+    SendError,
+    SendErrorReason,
+    StatusCode,
+    UnavailableError,
+)
 
 from harness_client._errors import TransportError
 
@@ -78,11 +85,21 @@ SERVICE_CONFIG: Final = {
 SERVICE_CONFIG_JSON: Final = json.dumps(SERVICE_CONFIG, separators=(",", ":"))
 
 RECONNECT_INITIAL_DELAY: Final = 0.2
-"""Seconds before the first reconnect of a stream (operations.md §10)."""
-RECONNECT_MAX_DELAY: Final = 10.0
-"""Most seconds between reconnect attempts."""
+"""Seconds before the first retry of a stream or a send (operations.md §10); each delay is
+drawn from its upper half, so the first retry comes 0.1 to 0.2 s after the failure."""
+RECONNECT_MAX_DELAY: Final = 1.0
+"""Most seconds between two attempts: a stream is back, and a retried send through, within
+about a second of the gateway (or a replica) answering again, however long it was away. An
+attempt costs one call, so a client retrying every second puts no load worth counting on a
+gateway that is down."""
 RECONNECT_MULTIPLIER: Final = 2.0
 """Each failed attempt doubles the delay, up to the maximum."""
+
+SEND_RETRY_FLOOR: Final = 1.0
+"""Seconds a send's deadline must still have for the client to send it again. The gateway
+answers one second before a call's deadline at the latest (operations.md §3); a shorter
+attempt could only end the client's side of the call, turning a definite failure into
+`outcome-unknown`."""
 
 
 def should_reconnect(error: HarnessError) -> bool:
@@ -100,14 +117,24 @@ def should_reconnect(error: HarnessError) -> bool:
             return False
 
 
-def should_retry_keyed_send(error: HarnessError) -> bool:
-    """True when a keyed send may be sent again under its key: the gateway either never saw
-    it or keeps its outcome, so a retry joins or replays it."""
+def send_may_retry(error: HarnessError, *, keyed: bool) -> bool:
+    """True when a send that failed with `error` may be sent again (operations.md §10).
+
+    The gateway answers UNAVAILABLE only when the call had no effect (operations.md §3), so
+    any send refused so, or refused before it left the client, is sent again. A keyed send
+    is also sent again when its outcome is unknown, since the gateway joins the live
+    invocation or returns the kept outcome under the key (engine.md §9.1); a keyless one
+    never is, as it could post twice. A keyed send's typed failure other than
+    `outcome-unknown` is the key's kept outcome: sending again would only return it."""
     match error:
         case UnavailableError():
             return True
+        case SendError(reason=SendErrorReason.OUTCOME_UNKNOWN):
+            return keyed
+        case SendError(status_code=StatusCode.UNAVAILABLE):
+            return not keyed
         case TransportError(code=code):
-            return code in RECONNECT_CODES and code is not grpc.StatusCode.DEADLINE_EXCEEDED
+            return never_sent(error) or (keyed and code in RECONNECT_CODES)
         case _:
             return False
 
@@ -125,7 +152,7 @@ def never_sent(error: HarnessError) -> bool:
 
 
 class Backoff:
-    """Jittered exponential delays: 0.2 s doubling to 10 s, each drawn from [d/2, d]."""
+    """Jittered exponential delays: 0.2 s doubling to 1 s, each drawn from [d/2, d]."""
 
     def __init__(
         self,

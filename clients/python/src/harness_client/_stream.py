@@ -1,9 +1,12 @@
 """The client side of a `Messages` stream: `_StreamLoop` and its `_ReplayFilter`.
 
-The loop keeps one stream open: it reconnects with jittered backoff (0.2 s doubling to
-10 s), takes over its own stream once it has held one (the old one may be half-open on the
-server), and skips replays of tokens this iterator already yielded. `already-listening`, a
-typed refusal, or 5 minutes without a stream (`transport-failed`) ends it.
+The loop keeps one stream open: it reconnects with jittered backoff (0.2 s doubling to 1 s),
+each attempt waiting for the channel to connect, so a stream is back within about a second
+of the gateway (or a replica) answering again however long it was away. It takes over its
+own stream once it has held one (the old one may be half-open on the server), skips replays
+of tokens this iterator already yielded, and reports the `ConnectionState`. It never gives up
+on its own: `already-listening`, a typed refusal no retry can change (a revoked token), the
+endpoint's close, or the caller's bound (`give_up_after`, then `transport-failed`) ends it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final
 
 import grpc
 from harness_contract._gen.harness.v1 import endpoint_pb2
 from harness_contract.errors import ListenError, ListenErrorReason
 
+from harness_client._connection import ConnectionState
 from harness_client._errors import EndpointClosedError, decode_status
 from harness_client._items import InboundDelivery
 from harness_client._retry import Backoff, should_reconnect
@@ -30,9 +34,6 @@ REPLAY_MEMORY: Final = 65_536
 
 The gateway replays only unacknowledged items, at most a stream window (256 by default)
 of them, so this bound is far above what a replay can reach."""
-
-LISTEN_GIVE_UP: Final = 300.0
-"""Seconds without an open stream after which `messages()` raises `transport-failed`."""
 
 STREAM_OPEN_METADATA: Final = ("harness-stream", "open")
 """The initial metadata by which the gateway says the stream holds the agent's slot."""
@@ -61,7 +62,7 @@ class _ReplayFilter:
 
 
 class _StreamLoop:
-    """One `messages()` iterator's lifetime: open, read, reconnect, give up."""
+    """One `messages()` iterator's lifetime: open, read, report, reconnect."""
 
     def __init__(
         self,
@@ -70,33 +71,49 @@ class _StreamLoop:
         decode: Callable[[endpoint_pb2.MessagesResponse], InboundDelivery],
         takeover: bool,
         is_closed: Callable[[], bool],
-        give_up_after: float = LISTEN_GIVE_UP,
+        report: Callable[[ConnectionState], None] = lambda state: None,
+        give_up_after: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._open_call = open_call
         self._decode = decode
         self._takeover = takeover
         self._is_closed = is_closed
+        self._report = report
         self._give_up_after = give_up_after
+        self._clock = clock
+        self._sleep = sleep
         self._backoff = Backoff()
         self._replay = _ReplayFilter()
         self._held_stream = False
 
     async def deliveries(self) -> AsyncGenerator[InboundDelivery, None]:
         """Deliveries in inbox order, each token at most once."""
-        last_stream = time.monotonic()
+        try:
+            async for delivery in self._run():
+                yield delivery
+        finally:
+            # Ended by the caller, a typed refusal or the bound: no stream is open, and the
+            # next `messages()` opens one (a close has already reported CLOSED, which stays).
+            self._report(ConnectionState.CONNECTING)
+
+    async def _run(self) -> AsyncGenerator[InboundDelivery, None]:
+        last_stream = self._clock()
         while True:
             if self._is_closed():
                 raise EndpointClosedError()
             call = self._open_call(self._takeover or self._held_stream)
             opened = False
             try:
-                metadata = await call.initial_metadata()
-                opened = STREAM_OPEN_METADATA in tuple(metadata or ())
-                if opened:
-                    self._held_stream = True
-                    self._backoff.reset()
-                    logger.debug("stream open")
+                metadata = await self._headers(call, last_stream)
+                if STREAM_OPEN_METADATA in tuple(metadata or ()):
+                    opened = self._opened()
                 async for response in call:
+                    if not opened:
+                        # A gateway that sends no `harness-stream` header is open once it
+                        # delivers.
+                        opened = self._opened()
                     delivery = self._decode(response)
                     if self._replay.first_time(delivery.token):
                         yield delivery
@@ -110,7 +127,37 @@ class _StreamLoop:
             finally:
                 call.cancel()
                 if opened:
-                    last_stream = time.monotonic()
-            if time.monotonic() - last_stream > self._give_up_after:
-                raise ListenError(ListenErrorReason.TRANSPORT_FAILED)
-            await asyncio.sleep(self._backoff.next_delay())
+                    last_stream = self._clock()
+            if self._held_stream:
+                self._report(ConnectionState.RECONNECTING)
+            self._check_bound(last_stream)
+            await self._sleep(self._backoff.next_delay())
+
+    async def _headers(
+        self,
+        call: grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse],
+        last_stream: float,
+    ) -> grpc.aio.Metadata | None:
+        """The call's initial metadata; it waits for the channel to connect, bounded only by
+        the caller's `give_up_after`."""
+        if self._give_up_after is None:
+            return await call.initial_metadata()
+        left = self._give_up_after - (self._clock() - last_stream)
+        try:
+            return await asyncio.wait_for(call.initial_metadata(), max(0.0, left))
+        except TimeoutError:
+            raise ListenError(ListenErrorReason.TRANSPORT_FAILED) from None
+
+    def _opened(self) -> bool:
+        self._held_stream = True
+        self._backoff.reset()
+        self._report(ConnectionState.READY)
+        logger.debug("stream open")
+        return True
+
+    def _check_bound(self, last_stream: float) -> None:
+        """`transport-failed` once the caller's bound passed without a stream."""
+        if self._give_up_after is None:
+            return
+        if self._clock() - last_stream > self._give_up_after:
+            raise ListenError(ListenErrorReason.TRANSPORT_FAILED)
