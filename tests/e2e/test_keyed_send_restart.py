@@ -16,6 +16,7 @@ import harness_client
 import pytest
 from harness_client import HarnessError, MessageInput, SendError, SendIndeterminate
 
+from gateway.store import tables
 from gateway.testing import RunningDaemon, run_daemon
 from tests.e2e import support
 from tests.support import eventually
@@ -210,8 +211,6 @@ async def _sigkill_keyed_sends_in_flight() -> bool:
 
 def test_the_sends_columns_this_test_reads_are_the_stores(tmp_path):
     # The test reads the store file directly: the columns it names must be the schema's.
-    from gateway.store import tables
-
     with sqlite3.connect(tmp_path / "s.sqlite3") as db:
         for statement in tables.DDL:
             db.execute(statement)

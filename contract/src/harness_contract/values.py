@@ -279,7 +279,9 @@ class SendPending:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendIndeterminate:
-    """A restart cut the keyed send; it answers `outcome-unknown` for good."""
+    """A restart cut the keyed send before the gateway recorded what it bound (a store from
+    before that record, engine.md §9.1); it answers `outcome-unknown` for good. A send cut
+    since is resumed instead, and reads `pending`."""
 
     input: SendInput
 
