@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -55,6 +56,7 @@ from gateway.engine.state import (
     router_anchor_from_bytes,
     router_anchor_hash,
 )
+from gateway.identity.keys import SigningKey
 from gateway.store.errors import CommitAmbiguous, StoreClosed, StoreFailed, StoreUnavailable
 from gateway.store.port import Store
 from gateway.store.records import (
@@ -80,6 +82,10 @@ UNIT_RETRY_FIRST: Final = 0.05
 
 A network store's outage is transient and nothing of the unit was written, so its
 conversation waits and tries again rather than being set aside or left for a restart."""
+
+RECENT_UNITS: Final = 16
+"""Units per conversation whose posts the sequencer remembers, so a cluster's admission read
+issued before one of them committed does not queue its posts again (cluster.md §5.2)."""
 
 UNIT_RETRY_MOST: Final = 5.0
 """Longest wait, in seconds, between tries of one conversation's unit while the store stays
@@ -113,6 +119,12 @@ class _Conversation(ConversationState):
     """Seconds the last retry after `StoreUnavailable` waited; 0 once a unit committed."""
     encoded: tuple[bytes, bytes] | None = None
     """The descriptor's and the anchor's bytes, encoded once."""
+    units: int = 0
+    """Units committed since the conversation was loaded: its generation."""
+    recent: deque[tuple[int, frozenset[str]]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_UNITS)
+    )
+    """(generation, PostIds) of the last units (a cluster's admission, cluster.md §5.2)."""
 
     def foundation_bytes(self) -> tuple[bytes, bytes]:
         if self.encoded is None:
@@ -219,6 +231,11 @@ class LocalOrder:
 
     # --- binding (engine.md §6 steps 7-8) --------------------------------------------------
 
+    async def prepare(self, descriptor: p.MembershipDescriptor) -> None:
+        """Before a bind of a post to `descriptor`: wait while its foundation is being
+        written (a cluster's order also loads what the bind needs)."""
+        await self.founded(descriptor.conversation_id)
+
     async def founded(self, conversation_id: str) -> None:
         """Wait while another bind is writing this conversation's foundation, so a bind
         never commits an intent whose foundation may yet fail."""
@@ -321,7 +338,7 @@ class LocalOrder:
         certifiers = self._certifiers()
         for conversation_id, rows in self._restored.items():
             try:
-                restored = _restored_conversation(rows, certifiers)
+                restored = _restored_conversation(rows, certifiers.__contains__)
             except _Unloadable as unloadable:
                 members = tuple(sorted(rows, key=agent_id_order_key))
                 self.set_aside(conversation_id, members, unloadable.reason)
@@ -397,6 +414,14 @@ class LocalOrder:
         if self._units:
             await asyncio.gather(*self._units, return_exceptions=True)
 
+    def _key(self, certifiers: dict[str, Certifier], member: str) -> SigningKey:
+        """A member's signing key (every member is hosted here)."""
+        return certifiers[member].identity.key
+
+    def _commit_seq(self, certifiers: dict[str, Certifier], member: str) -> int | None:
+        """The member's next commit sequence, ordering its deliveries."""
+        return certifiers[member].reserve_commit_seq()
+
     # --- the sequencer -----------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -434,7 +459,7 @@ class LocalOrder:
         """Every row of these posts at every member, built in memory; nothing changes."""
         certifiers = self._certifiers()
         members = conversation.member_ids
-        keys = {member: certifiers[member].identity.key for member in members}
+        keys = {member: self._key(certifiers, member) for member in members}
         head, depth = conversation.head, conversation.depth
         writes: list[Write] = []
         effects = Effects()
@@ -488,8 +513,7 @@ class LocalOrder:
             head = record_hash
             projection: bytes | None = None
             for member in members:
-                certifier = certifiers[member]
-                commit_seq = certifier.reserve_commit_seq()
+                commit_seq = self._commit_seq(certifiers, member)
                 writes.append(
                     PutRecord(
                         agent_id=member,
@@ -614,7 +638,9 @@ class LocalOrder:
         conversation = unit.conversation
         conversation.head = unit.head
         conversation.depth = unit.depth
-        done = {post.post_id for post in unit.posts}
+        done = frozenset(post.post_id for post in unit.posts)
+        conversation.units += 1
+        conversation.recent.append((conversation.units, done))
         conversation.queue = [intent for intent in conversation.queue if intent.post_id not in done]
         conversation.in_flight = False
         conversation.retry_delay = 0.0
@@ -632,7 +658,7 @@ class _Unloadable(Exception):
 
 
 def _restored_conversation(
-    rows: dict[str, ConversationRow], certifiers: dict[str, Certifier]
+    rows: dict[str, ConversationRow], available: Callable[[str], bool]
 ) -> _Conversation:
     first = next(iter(rows.values()))
     try:
@@ -641,7 +667,7 @@ def _restored_conversation(
     except p.ProtocolError as error:
         raise _Unloadable(f"stored foundation does not decode: {error.detail}") from None
     members = descriptor.member_agent_ids
-    missing = [member for member in members if member not in rows or member not in certifiers]
+    missing = [member for member in members if member not in rows or not available(member)]
     if missing:
         raise _Unloadable(f"members not hosted or without the conversation: {','.join(missing)}")
     for member, row in rows.items():

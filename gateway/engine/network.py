@@ -33,8 +33,10 @@ from harness_contract.values import Content
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
+from gateway.engine.cluster_order import ClusterOrder
 from gateway.engine.effects import Certified, Effects, OutboundEnvelope
 from gateway.engine.local import LocalObserver, LocalOrder
+from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
 from gateway.router import (
     Accepted,
@@ -153,6 +155,7 @@ class Network:
         observer: NetworkObserver | None = None,
         local_observer: LocalObserver | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        sequencing: Sequencing | None = None,
     ) -> None:
         self._router = router
         self._store = store
@@ -172,16 +175,30 @@ class Network:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._failed: BaseException | None = None
-        self.local = LocalOrder(
-            store=store,
-            instance_id=local_instance_id,
-            certifiers=lambda: self._certifiers,
-            release=self.release,
-            on_fatal=self._fail,
-            observer=local_observer,
-            clock=clock,
-        )
-        """The order of conversations whose members are all hosted here (§5.10)."""
+        self.local: LocalOrder
+        """The order of conversations whose members are all hosted here (§5.10); in a
+        cluster, of every conversation sequenced by this replica (cluster.md §5)."""
+        if sequencing is None:
+            self.local = LocalOrder(
+                store=store,
+                instance_id=local_instance_id,
+                certifiers=lambda: self._certifiers,
+                release=self.release,
+                on_fatal=self._fail,
+                observer=local_observer,
+                clock=clock,
+            )
+        else:
+            self.local = ClusterOrder(
+                sequencing=sequencing,
+                store=store,
+                instance_id=local_instance_id,
+                certifiers=lambda: self._certifiers,
+                release=self.release,
+                on_fatal=self._fail,
+                observer=local_observer,
+                clock=clock,
+            )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -403,9 +420,12 @@ class Network:
         routes = [local.accepts(descriptor) for descriptor, _ in posts]
         if not all(routes) and not await self.wait_attached(attach_within):
             raise SendError(SendErrorReason.NETWORK_UNAVAILABLE)
-        for (descriptor, _), is_local in zip(posts, routes, strict=True):
-            if is_local:
-                await local.founded(descriptor.conversation_id)
+        try:
+            for (descriptor, _), is_local in zip(posts, routes, strict=True):
+                if is_local:
+                    await local.prepare(descriptor)
+        except BindRefused as refused:
+            raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE, str(refused)) from None
         now = self._clock.time()
         bound: list[_Bound] = []
         try:

@@ -221,7 +221,8 @@ class PutRecord:
     author: str
     post_id: str
     record: bytes
-    commit_seq: int
+    commit_seq: int | None
+    """None in a cluster: the database assigns it at insert (cluster.md §5.2)."""
     membership: bytes | None = None
     """The JCS bytes of the record's MembershipDescriptor, when the caller has them: the
     store may then keep the descriptor once per conversation instead of in every record."""
@@ -311,7 +312,8 @@ class PutDelivery:
     token: str
     conversation_id: str
     record_hash: str
-    commit_seq: int
+    commit_seq: int | None
+    """None in a cluster: the database assigns it at insert (cluster.md §5.2)."""
     projection: bytes
     state: DeliveryState
 

@@ -1,0 +1,333 @@
+"""Local order in a cluster: one sequencer per conversation across replicas (cluster.md §5).
+
+A cluster is one local instance: every conversation among cluster agents is local
+(`engine.md` §5.10), certified by the replica holding its sequencing partition, which signs
+with every member's key although most members are homed elsewhere. `ClusterOrder` is
+`LocalOrder` with what that changes:
+
+- **Binding.** A post to a conversation sequenced here binds as `LocalOrder` binds it (its
+  conversation first loaded from rows read after the claim). A post to a conversation
+  sequenced elsewhere binds only its intent, with what the sequencer needs to admit it
+  (`Sequencing.intent_writes`), and once the bind committed the sequencer is hinted
+  (cluster.md §5.1).
+- **Admission.** `admit(conversation_id)` (a hint or the poll named it) queues the
+  conversation's open intents bound at other replicas, in bind order, never one already
+  queued or certified: the read is compared with the conversation's unit generation when it
+  was issued, and the posts of units committed since are skipped (cluster.md §5.2).
+- **Keys and order.** Members not hosted here sign with the keys `Sequencing` loaded; the
+  database orders deliveries at insert, so units carry no commit sequence.
+- **Release.** `forget` drops the conversations of a partition being released, leaving those
+  with a unit in flight for the caller to retry once it committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from harness_contract.ids import RandomId, agent_id_order_key
+from harness_contract.values import Content
+
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.engine import protocol as p
+from gateway.engine.certifier import Certifier
+from gateway.engine.effects import Effects
+from gateway.engine.local import (
+    RECENT_UNITS,
+    LocalObserver,
+    LocalOrder,
+    _Conversation,
+    _Intent,
+    _restored_conversation,
+    _Unloadable,
+)
+from gateway.engine.sequencing import OpenIntent, Sequencing
+from gateway.engine.state import BindRefused
+from gateway.identity.keys import SigningKey
+from gateway.store.port import Store
+from gateway.store.records import IntentState, Write
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterOrder(LocalOrder):
+    """`LocalOrder` for one replica of a cluster (cluster.md §5)."""
+
+    def __init__(
+        self,
+        *,
+        sequencing: Sequencing,
+        store: Store,
+        instance_id: str,
+        certifiers: Callable[[], dict[str, Certifier]],
+        release: Callable[[Effects], None],
+        on_fatal: Callable[[BaseException], None],
+        observer: LocalObserver | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        super().__init__(
+            store=store,
+            instance_id=instance_id,
+            certifiers=certifiers,
+            release=release,
+            on_fatal=on_fatal,
+            observer=observer,
+            clock=clock,
+        )
+        self._sequencing = sequencing
+        self._remote: dict[str, p.MembershipDescriptor] = {}
+        """PostIds bound here whose conversation is sequenced elsewhere, until their bind
+        committed (then the sequencer is hinted) or definitely failed."""
+        self._loading: dict[str, asyncio.Future[None]] = {}
+
+    # --- binding (cluster.md §5.1) ---------------------------------------------------------
+
+    def accepts(self, descriptor: p.MembershipDescriptor) -> bool:
+        """Every conversation of a cluster is local: its members are cluster agents
+        (`prepare` refuses one that is not)."""
+        return True
+
+    async def prepare(self, descriptor: p.MembershipDescriptor) -> None:
+        """Load what a bind needs: every member's key, and the conversation from its rows
+        when it is sequenced here. Raises `BindRefused` when the bind could only fail."""
+        await super().prepare(descriptor)
+        await self._sequencing.prepare(descriptor)
+        if self._sequencing.here(descriptor):
+            await self._ensure(descriptor)
+
+    def bind(
+        self,
+        certifier: Certifier,
+        descriptor: p.MembershipDescriptor,
+        content: Content,
+        *,
+        now: float,
+    ) -> tuple[str, list[Write]]:
+        """Bind as `LocalOrder` does here; only the intent when sequenced elsewhere."""
+        if self._sequencing.here(descriptor):
+            return super().bind(certifier, descriptor, content, now=now)
+        if descriptor.conversation_id in self._set_aside:
+            raise BindRefused("the conversation is set aside")
+        post_id = RandomId.POST.mint()
+        intent = _Intent(
+            author_id=certifier.agent_id,
+            post_id=post_id,
+            intent=p.PostIntent(
+                conversation_id=descriptor.conversation_id,
+                membership_hash=p.membership_hash(descriptor),
+                author_agent_id=certifier.agent_id,
+                post_id=post_id,
+                content=content,
+            ),
+            bind_seq=certifier.reserve_bind_seq(),
+            bound_at=now,
+            resumed=False,
+            ready=False,
+        )
+        self._remote[post_id] = descriptor
+        write = intent.write(intent.author_id, IntentState.OPEN, None)
+        return post_id, self._sequencing.intent_writes(write, descriptor)
+
+    def bound(self, posts: Iterable[tuple[str, str]]) -> None:
+        """These binds committed: queue the ones sequenced here, hint the others' sequencers."""
+        here: list[tuple[str, str]] = []
+        for conversation_id, post_id in posts:
+            remote = self._remote.pop(post_id, None)
+            if remote is None:
+                here.append((conversation_id, post_id))
+            else:
+                self._sequencing.handed_off(remote)
+        super().bound(here)
+
+    def unbind(self, posts: Iterable[tuple[str, str]]) -> None:
+        """Forget binds that definitely did not commit."""
+        super().unbind(
+            [
+                (conversation, post)
+                for conversation, post in posts
+                if not self._remote.pop(post, None)
+            ]
+        )
+
+    # --- admission (cluster.md §5.2) -------------------------------------------------------
+
+    async def admit(self, conversation_id: str) -> None:
+        """Queue the open intents of a conversation sequenced here that were bound at other
+        replicas, never one already queued or certified."""
+        for _ in range(RECENT_UNITS):
+            if conversation_id in self._set_aside:
+                return
+            conversation = self._conversations.get(conversation_id)
+            generation = 0 if conversation is None else conversation.units
+            intents = await self._sequencing.open_intents(conversation_id)
+            if not intents:
+                return
+            if conversation is None:
+                if not await self._found_for(intents[0]):
+                    return
+                continue  # read again, with a generation to compare against
+            if self._conversations.get(conversation_id) is not conversation:
+                continue
+            if conversation.units - generation >= RECENT_UNITS:
+                continue
+            self._queue_open(conversation, intents, since=generation)
+            return
+
+    async def _ensure(self, descriptor: p.MembershipDescriptor) -> None:
+        """Load a conversation sequenced here from its rows, once, unless it is in memory."""
+        conversation_id = descriptor.conversation_id
+        while conversation_id not in self._conversations and conversation_id not in self._set_aside:
+            loading = self._loading.get(conversation_id)
+            if loading is not None:
+                await asyncio.shield(loading)
+                continue
+            future = asyncio.get_running_loop().create_future()
+            self._loading[conversation_id] = future
+            try:
+                await self._load(descriptor)
+            finally:
+                del self._loading[conversation_id]
+                future.set_result(None)
+            return
+
+    async def _load(self, descriptor: p.MembershipDescriptor) -> None:
+        conversation_id = descriptor.conversation_id
+        rows = await self._sequencing.stored(conversation_id)
+        if not rows or conversation_id in self._conversations:
+            return  # no unit yet: the first bind or admission founds it in memory
+        members = frozenset(descriptor.member_agent_ids)
+        try:
+            self._conversations[conversation_id] = _restored_conversation(
+                rows, members.__contains__
+            )
+        except _Unloadable as unloadable:
+            self.set_aside(
+                conversation_id,
+                tuple(sorted(members, key=agent_id_order_key)),
+                unloadable.reason,
+            )
+
+    async def _found_for(self, first: OpenIntent) -> bool:
+        """Bring the conversation of an admitted intent into memory: from its rows, or new
+        (its first unit writes the foundation at every member). False when it is not ours."""
+        try:
+            descriptor = p.decode(first.descriptor, p.MembershipDescriptor)
+        except p.ProtocolError as error:
+            logger.error(
+                "bound intent's conversation does not decode post=%s: %s",
+                first.row.post_id,
+                error.detail,
+            )
+            return False
+        if not self._sequencing.here(descriptor):
+            return False
+        try:
+            await self._sequencing.prepare(descriptor)
+        except BindRefused as refused:
+            logger.error(
+                "bound intent cannot be sequenced conversation=%s: %s",
+                descriptor.conversation_id,
+                refused,
+            )
+            return False
+        await self._ensure(descriptor)
+        conversation_id = descriptor.conversation_id
+        if conversation_id in self._set_aside:
+            return False
+        if conversation_id not in self._conversations:
+            self._conversations[conversation_id] = _Conversation.genesis(
+                descriptor, p.membership_hash(descriptor), self.instance_id
+            )
+        return True
+
+    def _queue_open(
+        self, conversation: _Conversation, intents: list[OpenIntent], *, since: int
+    ) -> None:
+        done: set[str] = set()
+        for generation, posts in conversation.recent:
+            if generation > since:
+                done.update(posts)
+        queued = {intent.post_id for intent in conversation.queue}
+        ordered = sorted(
+            intents,
+            key=lambda item: (
+                item.row.bound_at,
+                agent_id_order_key(item.author_id),
+                item.row.bind_seq,
+            ),
+        )
+        added = False
+        for item in ordered:
+            row = item.row
+            if row.post_id in done or row.post_id in queued:
+                continue
+            try:
+                intent = p.decode(row.intent, p.PostIntent)
+            except p.ProtocolError as error:
+                self.set_aside(
+                    conversation.id,
+                    conversation.member_ids,
+                    f"intent {row.post_id}: {error.detail}",
+                )
+                return
+            if intent.membership_hash != conversation.membership_hash:
+                # Two homes bound first posts from different cards (cluster.md §5.2): this one
+                # cannot certify here; it stays open and its send answers at its bound.
+                logger.warning(
+                    "intent with another membership left open conversation=%s post=%s",
+                    conversation.id,
+                    row.post_id,
+                )
+                continue
+            conversation.queue.append(
+                _Intent(
+                    author_id=item.author_id,
+                    post_id=row.post_id,
+                    intent=intent,
+                    bind_seq=row.bind_seq,
+                    bound_at=row.bound_at,
+                    resumed=True,
+                    ready=True,
+                )
+            )
+            added = True
+        if added:
+            self._ready[conversation.id] = None
+            self._wake.set()
+
+    # --- release (cluster.md §3.2) ---------------------------------------------------------
+
+    def forget(self, conversation_ids: list[str]) -> list[str]:
+        """Drop conversations whose sequencing partition this replica is releasing; return
+        those it could not drop yet because a unit or a foundation is in flight."""
+        busy: list[str] = []
+        for conversation_id in conversation_ids:
+            conversation = self._conversations.get(conversation_id)
+            if conversation is None:
+                self._set_aside.pop(conversation_id, None)
+                continue
+            if conversation.in_flight or conversation.founding is not None:
+                busy.append(conversation_id)
+                continue
+            del self._conversations[conversation_id]
+            self._ready.pop(conversation_id, None)
+        return busy
+
+    def conversation_ids(self) -> list[str]:
+        """Every conversation in memory, set aside or not."""
+        return [*self._conversations, *self._set_aside]
+
+    # --- keys and order -------------------------------------------------------------------
+
+    def _key(self, certifiers: dict[str, Certifier], member: str) -> SigningKey:
+        certifier = certifiers.get(member)
+        if certifier is not None:
+            return certifier.identity.key
+        return self._sequencing.key(member)
+
+    def _commit_seq(self, certifiers: dict[str, Certifier], member: str) -> int | None:
+        return None  # the database orders deliveries at insert (cluster.md §5.2)
+
+
+__all__ = ["ClusterOrder"]
