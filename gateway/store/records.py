@@ -147,6 +147,12 @@ class PutIntent:
     state: IntentState
     record_hash: str | None
     bound_at: float
+    seq_partition: int | None = None
+    """In a cluster, an intent bound by a home that does not sequence its conversation: the
+    sequencing partition whose holder admits it (cluster.md §5.1); None otherwise."""
+    descriptor: bytes | None = None
+    """With `seq_partition`: the JCS bytes of the conversation's MembershipDescriptor, so the
+    sequencer can found a conversation no member has a row of yet."""
 
     def row(self) -> IntentRow:
         """The row this write puts: a completed intent keeps no payload, since it is in its
