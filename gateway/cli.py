@@ -6,6 +6,11 @@ the data directory, 127.0.0.1 only. `serve --router grpc://HOST:7771 --registry
 grpc://HOST:7772` joins a standalone Router and Registry instead (the `joined` mode), and
 `serve --expose-network` serves the embedded ones to other daemons.
 
+`serve --cluster` runs one replica of a cluster (docs/design/cluster.md): N replicas on one
+PostgreSQL database, any of them serving any agent, with no Router. It is refused at start
+until this build completes it (`_refuse_unfinished_cluster`); `check-config --cluster`
+validates its settings already.
+
 `router` and `registry` are the standalone roles (`gateway.standalone`), on 127.0.0.1:7771
 and 127.0.0.1:7772 by default; the Router joins a Registry to verify signatures.
 
@@ -146,6 +151,34 @@ def _add_store_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    cluster = parser.add_argument_group("cluster mode (docs/design/cluster.md)")
+    cluster.add_argument(
+        "--cluster",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run as one replica of a cluster: needs --store postgresql://..., "
+        "--seed-key-file, --registry-key-file, --peer-token-file and HARNESS_ADMIN_TOKEN_FILE",
+    )
+    cluster.add_argument(
+        "--replica-id", help="this replica's name in the cluster (default: the host name)"
+    )
+    cluster.add_argument(
+        "--advertise-address",
+        help="HOST:PORT clients and other replicas reach this replica at (default: the listen "
+        "address, or <host name>:<listen port> when listening on a wildcard)",
+    )
+    cluster.add_argument(
+        "--seed-key-file",
+        help="the cluster's seed key, which seals agents' signing seeds (b64 of 32 bytes, "
+        "owner-only; the same file on every replica)",
+    )
+    cluster.add_argument(
+        "--registry-key-file",
+        help="the key every replica signs agent cards with (b64 Ed25519 seed, owner-only)",
+    )
+
+
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     _add_common_flags(parser, listen="127.0.0.1:7770", metrics="127.0.0.1:9770")
     parser.add_argument(
@@ -199,6 +232,7 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         "--max-open-operations",
         help="gather and all_gather operations one agent may have open (256)",
     )
+    _add_cluster_flags(parser)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -258,6 +292,22 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="change nothing: report the versions, exit 1 when a migration is due or refused",
     )
+    migrate.add_argument(
+        "--cluster",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="set the PostgreSQL database up for a cluster, or move a network-mode one "
+        "(offline, one way; docs/design/cluster.md §12); needs --store and --seed-key-file",
+    )
+    migrate.add_argument(
+        "--seed-key-file",
+        help="with --cluster: the cluster's seed key, which seals agents' signing seeds",
+    )
+    migrate.add_argument(
+        "--partitions",
+        dest="cluster_partitions",
+        help="with --cluster: the cluster's partitions, fixed from then on (1-65536; 1024)",
+    )
     commands.add_parser("version", help="print the version")
     return parser
 
@@ -278,6 +328,9 @@ def _role_defaults(command: str) -> dict[str, object]:
                 "metrics_listen": REGISTRY_METRICS_LISTEN,
                 "data_dir": default_registry_data_dir(),
             }
+        case "migrate":
+            # A daemon's store: the daemon's data directory, the cluster settings of set-up.
+            return {"role": "migrate"}
         case _:
             return {}
 
@@ -311,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.command == "check-config":
         return _check_config(settings)
+    unfinished = _refuse_unfinished_cluster(args.command, settings)
+    if unfinished is not None:
+        return unfinished
     if args.command == "migrate":
         return asyncio.run(
             _migrate(
@@ -330,6 +386,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return uvloop.run(run(settings))
     return asyncio.run(run(settings))
+
+
+def _refuse_unfinished_cluster(command: str, settings: Settings) -> int | None:
+    """Exit 2 with one line for what of cluster mode this build cannot run yet, rather than
+    start something that is not a cluster (docs/design/cluster.md §14); None otherwise.
+    Each case goes when the part it stands for is wired."""
+    if not settings.cluster:
+        return None
+    match command:
+        case "serve":
+            print(
+                "harness-gateway: serve --cluster: cluster mode is not complete in this build "
+                "(docs/design/cluster.md §14)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        case "migrate":
+            print(
+                "harness-gateway: migrate --cluster: setting a database up for a cluster is not "
+                "complete in this build (docs/design/cluster.md §14); nothing was changed",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        case _:
+            return None
 
 
 def _check_config(settings: Settings) -> int:

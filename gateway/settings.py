@@ -11,10 +11,22 @@ import dataclasses
 import enum
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
+
+# Defined beside the cross-checks, which use them too; re-exported as this module's.
+from gateway.settings_checks import KEEPALIVE_INTERVAL_MARGIN as KEEPALIVE_INTERVAL_MARGIN
+from gateway.settings_checks import NATS_SCHEMES as NATS_SCHEMES
+from gateway.settings_checks import PEER_SCHEME as PEER_SCHEME
+from gateway.settings_checks import PEER_TLS_SCHEME as PEER_TLS_SCHEME
+from gateway.settings_checks import POSTGRES_SCHEMES as POSTGRES_SCHEMES
+from gateway.settings_checks import WILDCARD_HOSTS as WILDCARD_HOSTS
+from gateway.settings_checks import check_settings
+from gateway.settings_checks import is_nats_url as is_nats_url
+from gateway.settings_checks import is_tls_peer as is_tls_peer
 
 DEFAULT_LISTEN: Final = "127.0.0.1:7770"
 DEFAULT_METRICS_LISTEN: Final = "127.0.0.1:9770"
@@ -26,24 +38,13 @@ REGISTRY_LISTEN: Final = "127.0.0.1:7772"
 """The standalone Registry's default gRPC address (operations.md §1)."""
 REGISTRY_METRICS_LISTEN: Final = "127.0.0.1:9772"
 """The standalone Registry's default `/metrics` address."""
-
-PEER_SCHEME: Final = "grpc://"
-"""The plaintext scheme of a Router or Registry to join."""
-PEER_TLS_SCHEME: Final = "grpcs://"
-"""The TLS scheme of a Router or Registry to join; `--peer-tls-ca` pins its CA."""
-NATS_SCHEMES: Final = ("nats://", "tls://")
-"""Schemes of a NATS JetStream Router (`--router nats://HOST:PORT[,HOST:PORT...]`); `tls://`
-asks for TLS, as NATS clients spell it."""
-POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
-"""Schemes of a PostgreSQL store (`--store postgresql://...`), as libpq spells them."""
-
-
-KEEPALIVE_INTERVAL_MARGIN: Final = 2.0
-"""How many times the server's accepted ping interval (`keepalive_min_client_interval`) a
-client waits between pings (`keepalive_time`), at least (`gateway/rpc/keepalive.py`).
-
-Timers fire late and a ping can sit behind a write, so two pings sent exactly the accepted
-interval apart may arrive closer; twice the interval leaves room for any scheduling delay."""
+CLUSTER_PARTITIONS: Final = 1024
+"""P of a cluster set up without `--partitions` (cluster.md §2): `gateway/cluster/partitions.py`
+`DEFAULT_PARTITIONS`, which says why 1024. Repeated here, not imported, so that settings stay
+below every component; a test keeps the two equal."""
+CLUSTER_PARTITIONS_MAX: Final = 1 << 16
+"""The most partitions a cluster may have (`gateway/cluster/partitions.py` `MAX_PARTITIONS`,
+kept equal by the same test)."""
 
 
 def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -61,7 +62,9 @@ def default_registry_data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 LogFormat = Literal["json", "text", "auto"]
-Role = Literal["serve", "router", "registry"]
+Role = Literal["serve", "router", "registry", "migrate"]
+"""The process a subcommand runs: the daemon, a standalone role, or `migrate` of a daemon's
+store (`migrate --registry` is the `registry` role: its data directory and settings)."""
 StoreKind = Literal["sqlite", "postgresql"]
 """Where a process keeps its rows: SQLite in its data directory, or PostgreSQL."""
 
@@ -70,9 +73,10 @@ class Mode(enum.StrEnum):
     """What a process is, as it reports itself: the `mode` of `harness_build_info`, of the
     management status (`harness status`) and of the `ready` line (operations.md §1).
 
-    A daemon is `embedded` or `joined` by how it reaches its Router and Registry; where it
-    keeps its rows is reported on its own (`Settings.store_kind`, the `store` of the
-    `ready` line and the `backend` of the `harness_store_*` metrics)."""
+    A daemon is `embedded` or `joined` by how it reaches its Router and Registry, or a
+    `cluster` replica; where it keeps its rows is reported on its own
+    (`Settings.store_kind`, the `store` of the `ready` line and the `backend` of the
+    `harness_store_*` metrics)."""
 
     EMBEDDED = "embedded"
     """`serve` with its Router and Registry in-process (neither `--router` nor
@@ -80,6 +84,9 @@ class Mode(enum.StrEnum):
     JOINED = "joined"
     """`serve` joined to a shared Router (a standalone one over gRPC, or NATS JetStream), to
     a standalone Registry, or to both, whatever its store."""
+    CLUSTER = "cluster"
+    """`serve --cluster`: one replica of a cluster, N replicas on one PostgreSQL database
+    serving every agent as one trust domain, with no Router (cluster.md §1)."""
     ROUTER = "router"
     """The standalone Router (`harness-gateway router`)."""
     REGISTRY = "registry"
@@ -91,8 +98,8 @@ class Settings:
     """Every setting of a gateway process, with the embedded defaults."""
 
     role: Role = "serve"
-    """The process: the daemon (`serve`) or a standalone `router` or `registry`; set by the
-    subcommand, never by a variable."""
+    """The process: the daemon (`serve`), a standalone `router` or `registry`, or `migrate`;
+    set by the subcommand, never by a variable."""
     listen: str = DEFAULT_LISTEN
     """gRPC listen address (`HOST:PORT`; port 0 takes a free port)."""
     metrics_listen: str | None = DEFAULT_METRICS_LISTEN
@@ -136,8 +143,31 @@ class Settings:
     a lease with a fencing token; None is the host name (a StatefulSet pod's is stable)."""
     registry_key_file: Path | None = None
     """The Registry's signing key (a b64 Ed25519 seed, owner-only) when its cards live in
-    PostgreSQL: every replica sharing the database signs with this one file. None creates
-    `<data-dir>/registry-key` on first start."""
+    PostgreSQL: every replica sharing the database signs with this one file, the standalone
+    Registry's and a cluster's alike (`serve --cluster` requires it). None creates
+    `<data-dir>/registry-key` on first start (the standalone Registry only)."""
+    cluster: bool = False
+    """Run as one replica of a cluster (`--cluster`, cluster.md): every replica opens the
+    same PostgreSQL database and serves any agent. For `migrate`, set the database up for a
+    cluster (cluster.md §12.1)."""
+    replica_id: str | None = None
+    """The name of this replica in the cluster's `replicas` table (`--replica-id`,
+    cluster.md §3.1): 1-63 letters, digits, '.', '_' or '-'. None is the host name, which
+    is the pod name in Kubernetes (`Settings.replica`)."""
+    advertise_address: str | None = None
+    """`HOST:PORT` at which clients and the other replicas reach this replica
+    (`--advertise-address`): the home hint clients follow and the address peers forward to
+    (cluster.md §4). With TLS on it must be one of the certificate's names. None is the
+    listen address, or `<host name>:<listen port>` when it listens on a wildcard
+    (`Settings.advertised`)."""
+    seed_key_file: Path | None = None
+    """The cluster's seed key (`--seed-key-file`, one line of b64, 32 bytes, owner-only; a
+    Kubernetes Secret): every replica seals and opens agents' signing seeds with it, and a
+    replica given another key is refused at start (cluster.md §1.1)."""
+    cluster_partitions: int = CLUSTER_PARTITIONS
+    """P, the cluster's number of partitions, written when `migrate --cluster` sets a
+    database up (`--partitions`, 1-65536); fixed after, so replicas read it from the
+    database (cluster.md §2)."""
     registry: str | None = None
     """A Registry to join (`grpc://HOST:PORT`, normalised as `router`); None runs it
     in-process. The standalone Router needs one to verify envelope signatures."""
@@ -231,8 +261,14 @@ class Settings:
 
     @property
     def embedded(self) -> bool:
-        """True for a daemon whose Router and Registry both run in-process."""
-        return self.role == "serve" and self.router is None and self.registry is None
+        """True for a daemon (not a cluster replica) whose Router and Registry both run
+        in-process; for `migrate`, for the daemons whose store it prepares."""
+        return (
+            self.role in ("serve", "migrate")
+            and not self.cluster
+            and self.router is None
+            and self.registry is None
+        )
 
     @property
     def reflection_enabled(self) -> bool:
@@ -241,14 +277,36 @@ class Settings:
 
     @property
     def mode(self) -> Mode:
-        """What this process reports itself as: `embedded`, `joined`, or its standalone role."""
+        """What this process reports itself as: `embedded`, `joined`, `cluster` (`serve
+        --cluster`), or its standalone role; for `migrate`, the mode of the daemons whose
+        store it prepares."""
         match self.role:
             case "router":
                 return Mode.ROUTER
             case "registry":
                 return Mode.REGISTRY
-            case "serve":
+            case "serve" | "migrate":
+                if self.cluster:
+                    return Mode.CLUSTER
                 return Mode.EMBEDDED if self.embedded else Mode.JOINED
+
+    @property
+    def replica(self) -> str:
+        """This replica's id: `replica_id`, else the host name (the pod name in Kubernetes)."""
+        return self.replica_id or socket.gethostname()
+
+    @property
+    def advertised(self) -> str:
+        """The `HOST:PORT` clients and other replicas reach this replica at:
+        `advertise_address`, else the listen address when its host is not a wildcard, else
+        `<host name>:<listen port>`. A listen port of 0 stays 0 here: only the started
+        server knows the port it bound, and the composition advertises that one."""
+        if self.advertise_address is not None:
+            return self.advertise_address
+        host, _, port = self.listen.rpartition(":")
+        if host not in WILDCARD_HOSTS:
+            return self.listen
+        return f"{socket.gethostname()}:{port}"
 
     @property
     def store_kind(self) -> StoreKind:
@@ -280,6 +338,12 @@ class Settings:
     def exposes_registry(self) -> bool:
         """True when the daemon serves its embedded Registry to other daemons."""
         return self.role == "serve" and (self.expose_network or self.serve_registry)
+
+
+_FIELD_DEFAULTS: Final[Mapping[str, object]] = {
+    item.name: item.default for item in dataclasses.fields(Settings)
+}
+"""Each setting's default (MISSING for a factory's), for the cross-checks."""
 
 
 class SettingsError(ValueError):
@@ -383,11 +447,6 @@ def _nats_servers(text: str) -> str:
     return ",".join(servers)
 
 
-def is_nats_url(url: str) -> bool:
-    """True for a normalised Router URL naming NATS servers."""
-    return url.startswith(NATS_SCHEMES)
-
-
 def nats_servers(url: str) -> list[str]:
     """The server URLs of a normalised NATS Router URL."""
     return url.split(",")
@@ -429,12 +488,34 @@ _OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def _store_owner(text: str) -> str:
+    """A store owner or a replica id: a name that fits a row key and a log line as it is."""
     owner = text.strip()
     if not _OWNER.fullmatch(owner):
         raise ValueError(
             "expected 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return owner
+
+
+def _advertise_address(text: str) -> str:
+    """`HOST:PORT` another machine can dial: a port from 1, a host that is not a wildcard."""
+    address = text.strip()
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT with a port from 1 to 65535, got {text!r}")
+    if host in WILDCARD_HOSTS:
+        raise ValueError(
+            f"{host} is a listen wildcard, not an address clients can dial; name this "
+            "replica's host (its pod IP or DNS name)"
+        )
+    return address
+
+
+def _partitions(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= CLUSTER_PARTITIONS_MAX:
+        raise ValueError(f"expected 1 to {CLUSTER_PARTITIONS_MAX} partitions, got {text!r}")
+    return value
 
 
 _SUBJECT_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -454,11 +535,6 @@ def _replicas(text: str) -> int | None:
     if not 1 <= value <= 5:
         raise ValueError(f"expected 1 to 5 (JetStream's limit) or auto, got {text!r}")
     return value
-
-
-def is_tls_peer(url: str) -> bool:
-    """True for a normalised peer URL that speaks TLS (`grpcs://`)."""
-    return url.startswith(PEER_TLS_SCHEME)
 
 
 _B64_KEY = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
@@ -507,6 +583,11 @@ _PARSERS: Final[dict[str, Callable[[str], object]]] = {
     "store": _store,
     "store_owner": _store_owner,
     "registry_key_file": Path,
+    "cluster": parse_bool,
+    "replica_id": _store_owner,
+    "advertise_address": _advertise_address,
+    "seed_key_file": Path,
+    "cluster_partitions": _partitions,
     "registry": _peer,
     "registry_public_key": _public_key,
     "serve_router": parse_bool,
@@ -592,139 +673,10 @@ def load_settings(
             values[name] = _PARSERS[name](raw) if isinstance(raw, str) else raw
         except ValueError as error:
             errors.append(f"--{name.replace('_', '-')}: {error}")
-    errors.extend(_check_ranges(values))
+    errors.extend(check_settings(values, defaults=_FIELD_DEFAULTS))
     if errors:
         raise SettingsError(errors)
     return Settings(**values)  # type: ignore[arg-type]
-
-
-def _check_ranges(values: Mapping[str, object]) -> list[str]:
-    errors = []
-    timeout = values.get("send_certify_timeout")
-    if isinstance(timeout, float) and not 1.0 <= timeout <= 600.0:
-        errors.append("send_certify_timeout: must be between 1s and 600s")
-    exposes = bool(values.get("expose_network"))
-    if values.get("router") is not None and (exposes or values.get("serve_router")):
-        errors.append("expose_network: a daemon joined to a Router cannot serve its own")
-    if values.get("registry") is not None and (exposes or values.get("serve_registry")):
-        errors.append("expose_network: a daemon joined to a Registry cannot serve its own")
-    defaults = {item.name: item.default for item in dataclasses.fields(Settings)}
-    ping = values.get("keepalive_time", defaults["keepalive_time"])
-    accepted = values.get(
-        "keepalive_min_client_interval", defaults["keepalive_min_client_interval"]
-    )
-    if isinstance(ping, float) and isinstance(accepted, float):
-        if ping < KEEPALIVE_INTERVAL_MARGIN * accepted:
-            errors.append(
-                f"keepalive_time: pings every {ping:g} s but the server accepts pings "
-                f"{accepted:g} s apart (keepalive_min_client_interval); it must be at least "
-                f"{KEEPALIVE_INTERVAL_MARGIN:g} times that, or idle connections get GOAWAY "
-                "too_many_pings"
-            )
-        if ping <= 0 or accepted <= 0:
-            errors.append("keepalive_time: keepalive intervals must be positive")
-    router = values.get("router")
-    joins_grpc = (isinstance(router, str) and not is_nats_url(router)) or values.get(
-        "registry"
-    ) is not None
-    if joins_grpc and values.get("peer_token_file") is None:
-        who = "the standalone Router" if values.get("role") == "router" else "joining"
-        errors.append(
-            f"peer_token_file: {who} needs --peer-token-file (HARNESS_PEER_TOKEN_FILE), the "
-            "peer-token file the Registry (or the daemon exposing the network) wrote in its "
-            "data directory"
-        )
-    errors.extend(_check_tls(values))
-    errors.extend(_check_network_backends(values))
-    if values.get("role") == "router" and values.get("registry") is None:
-        errors.append(
-            "registry: the standalone Router needs a Registry (--registry grpc://HOST:PORT) "
-            "to verify envelope signatures"
-        )
-    return errors
-
-
-def _check_network_backends(values: Mapping[str, object]) -> list[str]:
-    """NATS and PostgreSQL options that could never be used, and half configurations."""
-    errors = []
-    router = values.get("router")
-    nats = isinstance(router, str) and is_nats_url(router)
-    nats_options = [
-        name
-        for name in (
-            "nats_creds_file",
-            "nats_tls_ca_file",
-            "nats_tls_cert_file",
-            "nats_subject_prefix",
-            "nats_replicas",
-            "nats_max_age",
-            "nats_duplicate_window",
-        )
-        if name in values
-    ]
-    if nats_options and not nats:
-        errors.append(
-            f"{nats_options[0]}: a NATS option is set but --router is not nats://HOST:PORT, "
-            "so it would never be used"
-        )
-    cert, key = values.get("nats_tls_cert_file"), values.get("nats_tls_key_file")
-    if (cert is None) != (key is None):
-        errors.append(
-            f"nats_tls_cert_file: --nats-tls-cert and --nats-tls-key are set together "
-            f"(got cert {cert}, key {key})"
-        )
-    window, age = values.get("nats_duplicate_window"), values.get("nats_max_age")
-    if isinstance(window, float) and window <= 0:
-        errors.append("nats_duplicate_window: must be positive")
-    if isinstance(age, float) and age <= 0:
-        errors.append("nats_max_age: must be positive")
-    if isinstance(window, float) and isinstance(age, float) and window > age:
-        errors.append("nats_duplicate_window: must not exceed nats_max_age")
-    role = values.get("role", "serve")
-    if role == "router" and values.get("store") is not None:
-        errors.append("store: the standalone Router keeps no store")
-    if values.get("store_owner") is not None and values.get("store") is None:
-        errors.append("store_owner: only a PostgreSQL store (--store postgresql://...) has owners")
-    if values.get("registry_key_file") is not None and (
-        role != "registry" or values.get("store") is None
-    ):
-        errors.append(
-            "registry_key_file: only `harness-gateway registry --store postgresql://...` "
-            "reads a signing key file (SQLite keeps the key in its database)"
-        )
-    return errors
-
-
-def _check_tls(values: Mapping[str, object]) -> list[str]:
-    """Half TLS configurations, named by their files: each refuses to start, since a
-    certificate without its key would otherwise serve plaintext without a word."""
-    errors = []
-    cert, key = values.get("tls_cert_file"), values.get("tls_key_file")
-    if cert is not None and key is None:
-        errors.append(f"tls_key_file: --tls-cert {cert} is set without --tls-key")
-    if key is not None and cert is None:
-        errors.append(f"tls_cert_file: --tls-key {key} is set without --tls-cert")
-    client_ca = values.get("tls_client_ca_file")
-    if client_ca is not None and (cert is None or key is None):
-        errors.append(
-            f"tls_client_ca_file: --tls-client-ca {client_ca} (mTLS) needs --tls-cert and --tls-key"
-        )
-    peer_cert, peer_key = values.get("peer_tls_cert_file"), values.get("peer_tls_key_file")
-    if (peer_cert is None) != (peer_key is None):
-        errors.append(
-            "peer_tls_cert_file: --peer-tls-cert and --peer-tls-key are set together "
-            f"(got cert {peer_cert}, key {peer_key})"
-        )
-    peers = [url for url in (values.get("router"), values.get("registry")) if isinstance(url, str)]
-    peer_tls = [
-        name for name in ("peer_tls_ca_file", "peer_tls_cert_file") if values.get(name) is not None
-    ]
-    if peer_tls and not any(is_tls_peer(url) for url in peers):
-        errors.append(
-            f"{peer_tls[0]}: peer TLS is configured but no --router or --registry is "
-            f"{PEER_TLS_SCHEME}HOST:PORT, so it would never be used"
-        )
-    return errors
 
 
 SECRET_FIELDS: Final = frozenset({"admin_token_file", "peer_token_file"})
@@ -740,4 +692,9 @@ def describe(settings: Settings) -> dict[str, object]:
     }
     if settings.store is not None:
         described["store"] = redact_url(settings.store)
+    described["mode"] = settings.mode.value
+    if settings.cluster:
+        # What the replica will be known as, resolved as the replica resolves it.
+        described["replica"] = settings.replica
+        described["advertised"] = settings.advertised
     return described

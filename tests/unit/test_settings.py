@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_the_standalone_roles_report_their_role_as_their_mode():
     )
     registry = load_settings(env={}, defaults={"role": "registry"})
     assert (router.mode, registry.mode) == (Mode.ROUTER, Mode.REGISTRY)
-    assert {mode.value for mode in Mode} == {"embedded", "joined", "router", "registry"}
+    assert {mode.value for mode in Mode} == {"embedded", "joined", "cluster", "router", "registry"}
 
 
 def test_xdg_state_home_sets_the_data_directory():
@@ -267,3 +268,257 @@ def test_only_a_postgresql_registry_reads_a_signing_key_file():
             flags={"store": "postgresql://db/x", "registry": "grpc://r:7772"},
             defaults={"role": "router"},
         )
+
+
+# --- Cluster mode (docs/design/cluster.md §1, §12) ----------------------------------------
+
+
+CLUSTER = {
+    "cluster": True,
+    "store": PG,
+    "seed_key_file": "/run/secrets/seed-key",
+    "peer_token_file": "/run/secrets/peer-token",
+    "registry_key_file": "/run/secrets/registry-key",
+}
+"""Flags of a replica that starts; the admin token file is `ADMIN` (a variable only)."""
+ADMIN = {"HARNESS_ADMIN_TOKEN_FILE": "/run/secrets/admin-token"}
+
+
+def refusals(env: Mapping[str, str], flags: Mapping[str, object], **defaults: object) -> list[str]:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env=env, flags=flags, defaults=defaults)
+    return refused.value.errors
+
+
+def test_a_replica_with_every_required_file_is_mode_cluster_with_reflection_off():
+    settings = load_settings(env=ADMIN, flags=CLUSTER)
+    assert (settings.mode, settings.store_kind) == (Mode.CLUSTER, "postgresql")
+    assert not settings.embedded
+    assert not settings.reflection_enabled
+    assert settings.registry_key_file == Path("/run/secrets/registry-key")
+    assert settings.cluster_partitions == 1024
+
+
+def test_cluster_settings_come_from_their_variables_as_from_their_flags():
+    from_env = load_settings(
+        env={
+            **ADMIN,
+            "HARNESS_CLUSTER": "yes",
+            "HARNESS_STORE": PG,
+            "HARNESS_SEED_KEY_FILE": "/run/secrets/seed-key",
+            "HARNESS_PEER_TOKEN_FILE": "/run/secrets/peer-token",
+            "HARNESS_REGISTRY_KEY_FILE": "/run/secrets/registry-key",
+            "HARNESS_REPLICA_ID": "gateway-0",
+            "HARNESS_ADVERTISE_ADDRESS": "gateway-0.gateway:7770",
+        }
+    )
+    from_flags = load_settings(
+        env=ADMIN,
+        flags={
+            **CLUSTER,
+            "replica_id": "gateway-0",
+            "advertise_address": "gateway-0.gateway:7770",
+        },
+    )
+    assert from_env == from_flags
+    assert (from_env.replica, from_env.advertised) == ("gateway-0", "gateway-0.gateway:7770")
+
+
+@pytest.mark.parametrize(
+    ("missing", "says"),
+    [
+        ("store", "store: --cluster needs --store postgresql://"),
+        ("seed_key_file", "seed_key_file: --cluster needs --seed-key-file"),
+        ("peer_token_file", "peer_token_file: --cluster needs --peer-token-file"),
+        ("registry_key_file", "registry_key_file: --cluster needs --registry-key-file"),
+    ],
+)
+def test_a_replica_without_a_required_setting_is_refused_naming_it_alone(missing: str, says: str):
+    flags = {name: value for name, value in CLUSTER.items() if name != missing}
+    errors = refusals(ADMIN, flags)
+    assert len(errors) == 1
+    assert errors[0].startswith(says)
+
+
+def test_a_replica_without_the_shared_admin_token_file_is_refused_naming_the_variable():
+    errors = refusals({}, CLUSTER)
+    assert len(errors) == 1
+    assert errors[0].startswith("admin_token_file: --cluster needs an admin token file")
+    assert "HARNESS_ADMIN_TOKEN_FILE" in errors[0]
+
+
+def test_every_missing_requirement_of_a_replica_is_reported_at_once():
+    errors = refusals({}, {"cluster": True})
+    assert [error.split(":")[0] for error in errors] == [
+        "store",
+        "seed_key_file",
+        "admin_token_file",
+        "peer_token_file",
+        "registry_key_file",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ({"router": "nats://n:4222"}, "router: --cluster refuses --router"),
+        ({"registry": "grpc://g:7772"}, "registry: --cluster refuses --registry"),
+        ({"store_owner": "daemon-0"}, "store_owner: --cluster refuses --store-owner"),
+        ({"serve_router": True}, "serve_router: --cluster refuses --serve-router"),
+        ({"serve_registry": True}, "serve_registry: --cluster refuses --serve-registry"),
+        ({"expose_network": True}, "expose_network: --cluster refuses --expose-network"),
+        ({"cluster_partitions": "256"}, "cluster_partitions: --partitions"),
+    ],
+    ids=[
+        "router",
+        "registry",
+        "store-owner",
+        "serve-router",
+        "serve-registry",
+        "expose-network",
+        "partitions",
+    ],
+)
+def test_a_replica_refuses_what_a_cluster_never_uses(flags: dict[str, object], says: str):
+    errors = refusals(ADMIN, {**CLUSTER, **flags})
+    assert [error for error in errors if error.startswith(says)] != [], errors
+
+
+def test_turning_exposure_off_explicitly_is_not_refused_on_a_replica():
+    settings = load_settings(
+        env=ADMIN, flags={**CLUSTER, "expose_network": False, "serve_router": False}
+    )
+    assert settings.mode is Mode.CLUSTER
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ({"replica_id": "gateway-0"}, "replica_id: --replica-id"),
+        ({"advertise_address": "gateway-0:7770"}, "advertise_address: --advertise-address"),
+        ({"seed_key_file": "/k"}, "seed_key_file: --seed-key-file"),
+        ({"cluster_partitions": "256"}, "cluster_partitions: --partitions"),
+    ],
+)
+def test_cluster_settings_without_cluster_are_refused_as_never_used(
+    flags: dict[str, object], says: str
+):
+    for role in ("serve", "migrate"):
+        errors = refusals({}, flags, role=role)
+        assert len(errors) == 1
+        assert errors[0].startswith(says)
+        assert errors[0].endswith(
+            "is set without --cluster (HARNESS_CLUSTER), so it would never be used"
+        )
+
+
+def test_the_registry_key_file_is_still_refused_on_a_daemon_that_is_not_a_replica():
+    errors = refusals({}, {"store": PG, "registry_key_file": "/key"})
+    assert errors == [
+        "registry_key_file: only `harness-gateway registry --store postgresql://...` and "
+        "`serve --cluster` read a signing key file (SQLite keeps the key in its database)"
+    ]
+
+
+def test_migrate_cluster_needs_the_store_and_the_seed_key_and_takes_the_partitions():
+    settings = load_settings(
+        env={},
+        flags={"cluster": True, "store": PG, "seed_key_file": "/k", "cluster_partitions": "256"},
+        defaults={"role": "migrate"},
+    )
+    assert (settings.cluster_partitions, settings.seed_key_file) == (256, Path("/k"))
+    assert settings.mode is Mode.CLUSTER
+    errors = refusals({}, {"cluster": True}, role="migrate")
+    assert [error.split(":")[0] for error in errors] == ["store", "seed_key_file"]
+    # A set-up needs no tokens: nothing is served.
+    assert not any("token" in error for error in errors)
+
+
+def test_migrate_cluster_refuses_a_replica_s_settings():
+    errors = refusals(
+        {},
+        {
+            "cluster": True,
+            "store": PG,
+            "seed_key_file": "/k",
+            "replica_id": "gateway-0",
+            "advertise_address": "gateway-0:7770",
+        },
+        role="migrate",
+    )
+    assert [error.split(":")[0] for error in errors] == ["replica_id", "advertise_address"]
+    assert all("`migrate --cluster` never uses" in error for error in errors)
+
+
+@pytest.mark.parametrize("role", ["router", "registry"])
+def test_the_standalone_roles_are_never_replicas(role: str):
+    flags = {"registry": "grpc://g:7772", **PEER} if role == "router" else {}
+    errors = refusals({"HARNESS_CLUSTER": "true"}, flags, role=role)
+    assert errors == [
+        "cluster: --cluster (HARNESS_CLUSTER) is for `serve` and `migrate`; the standalone "
+        f"{role} is never part of a cluster (docs/design/cluster.md §12.3)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        ({"replica_id": "-gateway"}, "letters, digits"),
+        ({"replica_id": "g" * 64}, "letters, digits"),
+        ({"advertise_address": "gateway-0"}, "HOST:PORT"),
+        ({"advertise_address": "gateway-0:0"}, "port from 1"),
+        ({"advertise_address": "0.0.0.0:7770"}, "wildcard"),
+        ({"advertise_address": "[::]:7770"}, "wildcard"),
+        ({"cluster_partitions": "0"}, "1 to 65536"),
+        ({"cluster_partitions": "65537"}, "1 to 65536"),
+        ({"cluster": "maybe"}, "true or false"),
+    ],
+)
+def test_malformed_cluster_values_are_refused_saying_why(flags: dict[str, object], says: str):
+    errors = refusals(ADMIN, {**CLUSTER, **flags})
+    assert any(says in error for error in errors), errors
+
+
+def test_the_default_partitions_and_their_bound_are_the_cluster_package_s():
+    from gateway.cluster.partitions import DEFAULT_PARTITIONS, MAX_PARTITIONS
+    from gateway.settings import CLUSTER_PARTITIONS, CLUSTER_PARTITIONS_MAX
+
+    assert (CLUSTER_PARTITIONS, CLUSTER_PARTITIONS_MAX) == (DEFAULT_PARTITIONS, MAX_PARTITIONS)
+    assert Settings().cluster_partitions == DEFAULT_PARTITIONS
+
+
+@pytest.mark.parametrize(
+    ("listen", "advertised"),
+    [
+        ("127.0.0.1:7770", "127.0.0.1:7770"),
+        ("gateway-0.gateway:7780", "gateway-0.gateway:7780"),
+        ("0.0.0.0:7770", "replica-host:7770"),
+        ("[::]:7771", "replica-host:7771"),
+        (":::7772", "replica-host:7772"),
+    ],
+)
+def test_the_advertised_address_defaults_to_the_listen_address_or_the_host_name(
+    monkeypatch: pytest.MonkeyPatch, listen: str, advertised: str
+):
+    monkeypatch.setattr("socket.gethostname", lambda: "replica-host")
+    settings = Settings(listen=listen, cluster=True)
+    assert settings.advertised == advertised
+    assert Settings(listen=listen, advertise_address="lb:443").advertised == "lb:443"
+
+
+def test_the_replica_id_defaults_to_the_host_name(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("socket.gethostname", lambda: "gateway-7d9f")
+    assert Settings(cluster=True).replica == "gateway-7d9f"
+    assert Settings(cluster=True, replica_id="gateway-0").replica == "gateway-0"
+
+
+def test_describe_shows_a_replica_s_mode_id_and_advertised_address():
+    described = describe(
+        load_settings(env=ADMIN, flags={**CLUSTER, "replica_id": "r0", "listen": "10.0.0.5:7770"})
+    )
+    assert (described["mode"], described["replica"], described["advertised"]) == (
+        "cluster",
+        "r0",
+        "10.0.0.5:7770",
+    )
+    assert "advertised" not in describe(Settings())
