@@ -48,6 +48,10 @@ ENDPOINT_SERVICE: Final = "harness.v1.HarnessEndpointService"
 MANAGEMENT_SERVICE: Final = "harness.v1.ManagementService"
 """The health name (and service) of the operator API."""
 
+HOME_METADATA_KEY: Final = "harness-home"
+"""The response initial metadata by which a cluster replica names the agent's home replica
+(`host:port`, its `--advertise-address`; cluster.md §4, the seam below)."""
+
 DIAGNOSE_TIMEOUT: Final = 1.0
 """Seconds for the one health call that reads why a connection failed (gRPC reports the
 cause only on a call; it fails at once on a channel in TRANSIENT_FAILURE)."""
@@ -104,6 +108,26 @@ def open_channel(
     if credentials is None:
         return grpc.aio.insecure_channel(target, options=channel_options(options))
     return grpc.aio.secure_channel(target, credentials, options=channel_options(options))
+
+
+def home_hint(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+    """The home replica a response's initial metadata names (`harness-home: host:port`), or
+    None when it names none or something that is not `host:port`.
+
+    The seam for following it (issue 25; not wired yet, since only a cluster sends it and no
+    test here may stand one up): an `Endpoint` would keep the configured channel beside one
+    to the hinted home, make its next calls on the home's, and close it and go back to the
+    configured target on any UNAVAILABLE from it (the sends' and the stream's own retries
+    then go to the configured target, whose replica forwards). The channel to the home is
+    opened with the configured channel's credentials and options (`open_channel`); the
+    address is in the replica's certificate (`--advertise-address`)."""
+    for key, value in metadata or ():
+        if key != HOME_METADATA_KEY or not isinstance(value, str):
+            continue
+        host, _, port = value.strip().rpartition(":")
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            return f"{host}:{port}"
+    return None
 
 
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:

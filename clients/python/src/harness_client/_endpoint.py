@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import re
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -59,6 +60,8 @@ from harness_client._errors import EndpointClosedError, TransportError, decode_s
 from harness_client._items import InboundDelivery
 from harness_client._retry import SEND_RETRY_FLOOR, Backoff, never_sent, send_may_retry
 from harness_client._stream import _StreamLoop
+
+logger = logging.getLogger(__name__)
 
 SEND_TIMEOUT: Final = 60.0
 """Seconds a `send` may take in all, its retries included (operations.md §3)."""
@@ -287,6 +290,12 @@ class Endpoint:
                 if send_may_retry(failure, keyed=idempotency_key is not None) and (
                     left >= SEND_RETRY_FLOOR
                 ):
+                    logger.debug(
+                        "send failed, sending again reason=%s keyed=%s delay=%.3f",
+                        failure.reason,
+                        idempotency_key is not None,
+                        delay,
+                    )
                     await asyncio.sleep(delay)
                     self._check_open()
                     continue
