@@ -174,10 +174,14 @@ def _check_tls(values: Mapping[str, object]) -> list[str]:
     peer_tls = [
         name for name in ("peer_tls_ca_file", "peer_tls_cert_file") if values.get(name) is not None
     ]
-    if peer_tls and not any(is_tls_peer(url) for url in peers):
+    # A cluster replica dials the other replicas as peers when it forwards a call
+    # (cluster.md §4.1), so its peer TLS is used with no Router or Registry to join.
+    forwards = values.get("role", "serve") == "serve" and bool(values.get("cluster"))
+    if peer_tls and not forwards and not any(is_tls_peer(url) for url in peers):
         errors.append(
             f"{peer_tls[0]}: peer TLS is configured but no --router or --registry is "
-            f"{PEER_TLS_SCHEME}HOST:PORT, so it would never be used"
+            f"{PEER_TLS_SCHEME}HOST:PORT and this is no cluster replica (--cluster), so it "
+            "would never be used"
         )
     return errors
 

@@ -522,3 +522,23 @@ def test_describe_shows_a_replica_s_mode_id_and_advertised_address():
         "10.0.0.5:7770",
     )
     assert "advertised" not in describe(Settings())
+
+
+def test_a_replica_takes_peer_tls_for_the_replicas_it_forwards_to():
+    settings = load_settings(
+        env=ADMIN,
+        flags={
+            **CLUSTER,
+            "tls_cert_file": "/tls/cert.pem",
+            "tls_key_file": "/tls/key.pem",
+            "peer_tls_ca_file": "/tls/ca.pem",
+            "peer_tls_cert_file": "/tls/client.pem",
+            "peer_tls_key_file": "/tls/client-key.pem",
+        },
+    )
+    assert settings.peer_tls_ca_file == Path("/tls/ca.pem")
+    errors = refusals({}, {"peer_tls_ca_file": "/tls/ca.pem"})
+    assert errors == [
+        "peer_tls_ca_file: peer TLS is configured but no --router or --registry is "
+        "grpcs://HOST:PORT and this is no cluster replica (--cluster), so it would never be used"
+    ]
