@@ -23,6 +23,7 @@ from harness_client import (
     AuthenticationError,
     AuthenticationErrorReason,
     ConnectionState,
+    EndpointClosedError,
     InboundDelivery,
     MessageInput,
     MulticastItem,
@@ -188,3 +189,20 @@ async def test_a_revoked_token_ends_the_listening_loop_with_the_typed_error():
             # The loop ended: no stream is open and none is being opened.
             assert bob.connection_state is ConnectionState.CONNECTING
             assert listener.states == [ConnectionState.READY, ConnectionState.CONNECTING]
+
+
+async def test_closing_the_endpoint_while_the_gateway_is_away_ends_the_loop_closed():
+    async with restartable_gateway() as gw:
+        bob = await harness_client.connect(gw.address, token=await gw.register("bob"))
+        async with listening(bob) as listener:
+            await listener.state_is(ConnectionState.READY)
+            await gw.gateway.shutdown(skip_waits=True)
+            await listener.state_is(ConnectionState.RECONNECTING)
+            await bob.close()
+            with pytest.raises(EndpointClosedError):
+                await asyncio.wait_for(listener.task, BOUND)
+            assert listener.states == [
+                ConnectionState.READY,
+                ConnectionState.RECONNECTING,
+                ConnectionState.CLOSED,
+            ]

@@ -174,6 +174,32 @@ async def test_a_keyed_send_refused_not_ready_is_sent_again_under_its_key(served
     assert [call.idempotency_key for call in served.core.endpoints["alice"].calls] == ["k1"]
 
 
+async def test_a_keyed_send_answered_outcome_unknown_is_sent_again_under_its_key(served):
+    served.core.scripted["agent:bob"] = SendError(SendErrorReason.OUTCOME_UNKNOWN)
+    async with await served.connect("alice") as alice:
+        with pytest.raises(harness_client.SendError) as raised:
+            await alice.send(
+                harness_client.MessageInput(to="agent:bob", text="x"),
+                idempotency_key="k1",
+                deadline=2.5,
+            )
+    # The fake keeps outcome-unknown under the key, as an indeterminate reservation does: the
+    # client asked again under the key until its deadline, then reports what it was told.
+    assert raised.value.reason is harness_client.SendErrorReason.OUTCOME_UNKNOWN
+    calls = served.core.endpoints["alice"].calls
+    assert len(calls) > 1
+    assert {call.idempotency_key for call in calls} == {"k1"}
+
+
+async def test_a_keyless_send_answered_outcome_unknown_is_never_sent_again(served):
+    served.core.scripted["agent:bob"] = SendError(SendErrorReason.OUTCOME_UNKNOWN)
+    async with await served.connect("alice") as alice:
+        with pytest.raises(harness_client.SendError) as raised:
+            await alice.send(harness_client.MessageInput(to="agent:bob", text="x"), deadline=2.5)
+    assert raised.value.reason is harness_client.SendErrorReason.OUTCOME_UNKNOWN
+    assert len(served.core.endpoints["alice"].calls) == 1
+
+
 async def test_connect_fails_when_the_endpoint_service_never_serves(served):
     await served.server.set_not_serving()
     token = await served.register("alice")
