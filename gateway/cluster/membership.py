@@ -14,8 +14,11 @@ which runs three loops: beats, the lease watch and claim passes. Callers may rel
   non-zero (cluster.md §3.5). Nothing else is done for it: there is no "carry on without those
   partitions".
 - **Claims** start only once SERVING (`serving()`) and once the incarnation's beats have been
-  fresh for one TTL since it joined (so a database that was away does not make the first
-  replica back claim everyone's partitions, cluster.md §9.4). Each pass (every
+  fresh for one TTL — no gap between two matched beats longer than two beat intervals (so a
+  database that was away does not make the first replica back claim everyone's partitions,
+  cluster.md §3.1, §9.4). The one exception: partitions held by an *older incarnation of this
+  replica id* (a restart) are claimed at the first pass after `start`, even before
+  `serving()`, since the join fenced that incarnation (cluster.md §3.1). Each pass (every
   `claim_interval`) reads a view, computes rendezvous over the live serving replicas, and
   claims every partition assigned here whose holder is none, dead, fenced or an older
   incarnation. `on_claimed({partition: epoch})` is called after the claim committed: the host
@@ -23,8 +26,10 @@ which runs three loops: beats, the lease watch and claim passes. Callers may rel
   partition found held by this incarnation that it did not know of (a claim whose COMMIT answer
   was lost) is reported the same way.
 - **Nothing is claimed from a live holder.** A partition this replica holds that rendezvous now
-  assigns to another live serving replica is offered once through `on_surplus(partitions)`;
-  after `withdraw()` every partition held is. The host releases an offered partition through
+  assigns to another live serving replica — one this replica's views have shown live and
+  serving for at least one TTL — is offered once through `on_surplus(partitions)`, looked for
+  at most every `surplus_interval` (cluster.md §3.2 Hysteresis); after `withdraw()` every
+  partition held is, at once. The host releases an offered partition through
   its writer after that partition's last unit (cluster.md §3.2) and then calls
   `released(partition)`; until then the partition stays here.
 - **Routing**: `route(p)` answers from the last view (or from this replica's own holdings): the
@@ -82,6 +87,17 @@ SAFETY_MARGIN: Final = 1.0
 differences, so a replica stops before anyone can judge it dead and claim its partitions."""
 
 
+SURPLUS_INTERVAL: Final = 5.0
+"""Seconds between two looks for surplus partitions to hand over (cluster.md §3.2 Hysteresis).
+
+With the rule that a partition goes only to a replica seen serving and fresh for one TTL, one
+late beat does not make partitions travel back and forth."""
+
+STATUS_RECENT: Final = 60.0
+"""Seconds since its last beat within which `status()` still lists a replica that holds no
+partition (cluster.md §3.1: rows of replicas gone for good are not shown)."""
+
+
 class MembershipState(enum.Enum):
     """Where a `Membership` is in its life."""
 
@@ -125,9 +141,18 @@ class MembershipSettings:
     """Seconds between claim passes and routing refreshes."""
     safety_margin: float = SAFETY_MARGIN
     """Seconds by which the own lease ends before the TTL."""
+    surplus_interval: float = SURPLUS_INTERVAL
+    """Seconds between two looks for surplus partitions."""
 
     def __post_init__(self) -> None:
-        for name in ("beat_interval", "lease_ttl", "claim_interval", "safety_margin"):
+        names = (
+            "beat_interval",
+            "lease_ttl",
+            "claim_interval",
+            "safety_margin",
+            "surplus_interval",
+        )
+        for name in names:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.beat_interval >= self.lease_ttl - self.safety_margin:
@@ -186,7 +211,7 @@ class MembershipStatus:
     unowned: int
     """Partitions without a live holder in the last view."""
     replicas: tuple[ReplicaStatus, ...]
-    """Every replica row, by id."""
+    """By id, the replicas that beat within `STATUS_RECENT` or hold a partition."""
 
 
 class _LeaseEnded(Exception):
@@ -230,6 +255,12 @@ class Membership:
         self._state = MembershipState.JOINED
         self._joined_at = joined_at
         self._lease_end = joined_at + settings.lease_ttl - settings.safety_margin
+        # The join is the first beat; freshness restarts after any gap over two intervals.
+        self._last_beat = joined_at
+        self._fresh_since = joined_at
+        # Other replicas by id: (incarnation, when our views first showed it live and serving).
+        self._serving_since: dict[str, tuple[int, float]] = {}
+        self._surplus_looked: float | None = None
         self._view = view
         self._partitions = len(view.partitions)
         self._owned: dict[int, int] = {}
@@ -420,6 +451,7 @@ class Membership:
                     partitions=held.get(row.replica_id, 0),
                 )
                 for row in sorted(view.replicas.values(), key=lambda r: r.replica_id)
+                if row.beat_age <= STATUS_RECENT or held.get(row.replica_id, 0)
             ),
         )
 
@@ -441,7 +473,9 @@ class Membership:
             raise MembershipStateError(f"{call} refused: the membership is {self._state.value}")
 
     def _claiming(self) -> bool:
-        warm = self._clock.monotonic() >= self._joined_at + self._settings.lease_ttl
+        now = self._clock.monotonic()
+        fresh = now - self._last_beat <= 2 * self._settings.beat_interval
+        warm = fresh and now - self._fresh_since >= self._settings.lease_ttl
         return self._state is MembershipState.SERVING and warm
 
     async def _run(self) -> None:
@@ -474,6 +508,9 @@ class Membership:
                 raise _LeaseEnded
             end = sent + self._settings.lease_ttl - self._settings.safety_margin
             self._lease_end = max(self._lease_end, end)
+            if sent - self._last_beat > 2 * self._settings.beat_interval:
+                self._fresh_since = sent
+            self._last_beat = sent
 
     async def _claim_loop(self) -> None:
         while True:
@@ -510,6 +547,7 @@ class Membership:
         if self._state is MembershipState.LOST:
             raise _LeaseEnded
         self._passes += 1
+        await self._reclaim(view)
         if not self._claiming():
             self._offer_surplus()
             return
@@ -540,6 +578,26 @@ class Membership:
             self._take(claimed)
         self._offer_surplus()
 
+    async def _reclaim(self, view: View) -> None:
+        """Claim what an older incarnation of this replica id held: the join fenced it."""
+        if self._state not in (MembershipState.JOINED, MembershipState.SERVING):
+            return
+        older = [
+            row.partition
+            for row in view.partitions
+            if row.holder == self.replica_id
+            and row.incarnation is not None
+            and row.incarnation < self.incarnation
+        ]
+        if older:
+            claimed = await self._table.claim(
+                self.replica_id, self.incarnation, older, self._settings.lease_ttl
+            )
+            state: MembershipState = self._state  # it may have moved while the claim ran
+            if state is MembershipState.LOST:
+                raise _LeaseEnded
+            self._take(claimed)
+
     def _take(self, claimed: Mapping[int, int]) -> None:
         # A view read while the claim's answer travelled may have reported it first.
         new = {p: epoch for p, epoch in claimed.items() if self._owned.get(p) != epoch}
@@ -564,6 +622,15 @@ class Membership:
             return
         self._view_read = ticket
         self._view = view
+        now = self._clock.monotonic()
+        serving_since: dict[str, tuple[int, float]] = {}
+        for replica in view.replicas.values():
+            if replica.live and replica.serving:
+                seen = self._serving_since.get(replica.replica_id)
+                if seen is None or seen[0] != replica.incarnation:
+                    seen = (replica.incarnation, now)
+                serving_since[replica.replica_id] = seen
+        self._serving_since = serving_since
         if self._state not in (MembershipState.SERVING, MembershipState.WITHDRAWN):
             return
         found: dict[int, int] = {}
@@ -606,12 +673,26 @@ class Membership:
         if self._state is not MembershipState.SERVING or not self._owned:
             return
         view = self._view
+        me = view.replicas.get(self.replica_id)
+        if me is None or not me.live or not me.serving or me.incarnation != self.incarnation:
+            # A view that does not count us would offer everything; our lease decides that.
+            return
+        now = self._clock.monotonic()
+        looked = self._surplus_looked
+        if looked is not None and now - looked < self._settings.surplus_interval:
+            return
+        self._surplus_looked = now
         serving = [row.replica_id for row in view.replicas.values() if row.live and row.serving]
-        surplus = {
-            partition
-            for partition in self._owned
-            if rendezvous_owner(partition, serving) not in (None, self.replica_id)
+        settled = {
+            replica_id
+            for replica_id, (_, since) in self._serving_since.items()
+            if now - since >= self._settings.lease_ttl
         }
+        surplus: set[int] = set()
+        for partition in self._owned:
+            owner = rendezvous_owner(partition, serving)
+            if owner is not None and owner != self.replica_id and owner in settled:
+                surplus.add(partition)
         self._offer(surplus)
 
     def _offer(self, partitions: set[int]) -> None:
@@ -655,6 +736,8 @@ __all__ = [
     "CLAIM_INTERVAL",
     "LEASE_TTL",
     "SAFETY_MARGIN",
+    "STATUS_RECENT",
+    "SURPLUS_INTERVAL",
     "LeaseLoss",
     "Membership",
     "MembershipSettings",

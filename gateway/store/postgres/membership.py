@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Collection, Iterable
 from typing import Final
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from gateway.closing import AsyncClosing
 from gateway.cluster.table import (
@@ -146,10 +147,12 @@ GROUP_FENCE: Final = (
 the group fails, nothing of it commits, and the replica exits (cluster.md §3.5)."""
 
 READ_LAST_GROUP: Final = (
-    "SELECT last_group FROM replicas WHERE replica_id = %s AND incarnation = %s AND NOT fenced"
+    "SELECT last_group, incarnation, fenced FROM replicas WHERE replica_id = %s FOR UPDATE"
 )
-"""The last group number that committed for an incarnation; parameters (replica id,
-incarnation). No row: fenced or replaced."""
+"""The last group number that committed for a replica, with its incarnation and fence;
+parameter (replica id). `FOR UPDATE`: the group whose COMMIT was lost locked this row with its
+first statement, so the read waits until that transaction has ended either way (cluster.md
+§3.5); the caller bounds the wait (`lock_timeout`) and ends the old backend if it must."""
 
 SET_SERVING: Final = (
     "UPDATE replicas SET serving = %s "
@@ -237,11 +240,14 @@ def release_statement(partition: int, replica_id: str, incarnation: int) -> Stat
 
 async def read_last_group(connection: Connection, replica_id: str, incarnation: int) -> int | None:
     """The last group number committed for this incarnation, None when it was fenced or
-    replaced (an ambiguous COMMIT is then moot: the replica exits). Raises `psycopg.Error`
-    as the writer's other statements do."""
-    cursor = await connection.execute(READ_LAST_GROUP, (replica_id, incarnation))
+    replaced (an ambiguous COMMIT is then moot: the replica exits). Waits for the lost
+    group's transaction to end (`READ_LAST_GROUP`). Raises `psycopg.Error` as the writer's
+    other statements do."""
+    cursor = await connection.execute(READ_LAST_GROUP, (replica_id,))
     row = await cursor.fetchone()
-    return None if row is None else int(row[0])
+    if row is None or int(row[1]) != incarnation or bool(row[2]):
+        return None
+    return int(row[0])
 
 
 async def create_membership_tables(connection: Connection) -> None:
@@ -304,6 +310,13 @@ class _Session:
                 raise self._unavailable(what, error) from None
             except MembershipUnavailable:
                 await self.drop()
+                raise
+            except BaseException:
+                # Cancelled (or a defect) inside an operation: a connection left inside a
+                # transaction would hold its row locks until the server noticed.
+                held = self._connection
+                if held is not None and held.info.transaction_status is not TransactionStatus.IDLE:
+                    await self.drop()
                 raise
 
     async def _connect(self) -> Connection:

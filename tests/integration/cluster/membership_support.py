@@ -21,7 +21,7 @@ from gateway.store.postgres.membership import (
 from tests.servers import PostgresServer
 
 FAST: MembershipSettings = MembershipSettings(
-    beat_interval=0.2, lease_ttl=2.0, claim_interval=0.1, safety_margin=0.5
+    beat_interval=0.2, lease_ttl=2.0, claim_interval=0.1, safety_margin=0.5, surplus_interval=0.5
 )
 """Test timings: a dead replica is judged so within seconds, and a beat or pass may run late by
 more than a second on a loaded machine before anything is lost."""

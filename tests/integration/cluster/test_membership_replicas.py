@@ -10,6 +10,7 @@ from gateway.cluster.partitions import assignment
 from gateway.store.postgres.membership import group_fence
 from tests.integration.cluster.membership_support import (
     FAST,
+    PacedClock,
     connect,
     holders,
     membership_database,
@@ -105,13 +106,19 @@ async def test_a_silent_replica_is_fenced_its_partitions_move_and_it_learns_it_l
         assert {rows[p][0] for p in before} == {"replica-a"}
         # b's incarnation is fenced: its writer's next group matches nothing ...
         assert await group_fence_rows(dsn, b) == 0
-        # ... and SIGCONT within its own lease: its next beat matches no row either.
+        # ... its beat matches no row ...
+        assert await host_b.table.beat(b.replica_id, b.incarnation) is None
+        # ... and on SIGCONT within its own lease it learns so from its next beat (FENCED)
+        # or its next view (TAKEN), whichever answers first; once, either way.
         pacer.clock.advance(FAST.beat_interval)
 
         async def b_lost() -> list[LeaseLoss]:
             return host_b.lost
 
-        assert await eventually(b_lost, within=WITHIN) == [LeaseLoss.FENCED]
+        assert await eventually(b_lost, within=WITHIN) in (
+            [LeaseLoss.FENCED],
+            [LeaseLoss.TAKEN],
+        )
         assert b.state is MembershipState.LOST
         assert not b.holds(min(before), before[min(before)])
         assert host_a.lost == []
@@ -224,3 +231,30 @@ async def test_restarting_a_replica_gives_a_new_incarnation_and_fences_out_the_o
             assert new.incarnation == old_incarnation + 1
             assert await group_fence_rows(dsn, old) == 0
             assert await group_fence_rows(dsn, new) == 1
+
+
+async def test_a_restarted_replica_reclaims_its_partitions_at_once_without_waiting_for_a_ttl(
+    postgres_server: PostgresServer,
+) -> None:
+    dsn = await membership_database(postgres_server, P)
+    async with replica(dsn, "replica-a") as (a, _):
+
+        async def holds_everything() -> bool:
+            return len(a.owned()) == P
+
+        await eventually(holds_everything, within=WITHIN)
+        epochs = dict(a.owned())
+    # The restarted process's clock never moves: it is neither warm nor serving, and nothing
+    # has judged the old incarnation dead. Its join fenced that incarnation all the same.
+    frozen = PacedClock()
+    async with replica(dsn, "replica-a", clock=frozen.clock, serving=False) as (again, host):
+
+        async def reclaimed() -> dict[int, int]:
+            return dict(again.owned())
+
+        expected = {p: epoch + 1 for p, epoch in epochs.items()}
+        assert await eventually(reclaimed, lambda found: found == expected, within=WITHIN)
+        assert again.state is MembershipState.JOINED
+        assert host.lost == []
+        rows = await holders(dsn)
+        assert {rows[p][:2] for p in rows} == {("replica-a", again.incarnation)}

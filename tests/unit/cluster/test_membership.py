@@ -287,7 +287,14 @@ async def test_a_view_showing_a_held_partition_held_by_another_loses_the_lease()
         await membership.close()
 
 
-async def test_a_partition_rendezvous_moves_to_a_newcomer_is_offered_once_and_kept_until_released() -> (
+async def beating(table: FakeTable, clock: FakeClock, replica_id: str, seconds: float) -> None:
+    """Let `seconds` pass while `replica_id` (no membership of its own here) keeps beating."""
+    for _ in range(round(seconds / 0.5)):
+        table.replicas[replica_id]["beat"] = clock.time()
+        await step(clock, 0.5)
+
+
+async def test_a_newcomer_is_offered_its_partitions_once_it_served_one_ttl_and_gets_them_on_release() -> (
     None
 ):
     clock, host = FakeClock(), Host()
@@ -299,7 +306,10 @@ async def test_a_partition_rendezvous_moves_to_a_newcomer_is_offered_once_and_ke
         b = await table.join("b", "b:7443")
         await table.set_serving("b", b.incarnation, True)
         due = assignment(P, ["a", "b"])["b"]
-        await step(clock, 3.0)
+        # Hysteresis: nothing moves to a replica seen serving for less than one TTL.
+        await beating(table, clock, "b", SETTINGS.lease_ttl - 1.0)
+        assert host.offered == []
+        await beating(table, clock, "b", SETTINGS.lease_ttl + SETTINGS.surplus_interval)
         assert host.offered == [due]
         assert set(membership.owned()) == set(range(P))
         first = min(due)
@@ -310,6 +320,45 @@ async def test_a_partition_rendezvous_moves_to_a_newcomer_is_offered_once_and_ke
         assert membership.route(first) is None
         assert membership.route(max(set(range(P)) - due)) == Route("a", "a:7443", 1)
         assert host.lost == []
+    finally:
+        await membership.close()
+
+
+async def test_a_gap_in_the_beats_restarts_the_wait_before_claiming() -> None:
+    clock, host = FakeClock(), Host()
+    table = FakeTable(clock)
+    membership = await start(table, clock, host)
+    try:
+        await membership.serving()
+        await step(clock, 2.0)
+        table.unavailable = True
+        await step(clock, 2.5)
+        table.unavailable = False
+        # Joined at 0, but beats resumed only at about 5: not fresh for one TTL until about 11.
+        await step(clock, 4.0)
+        assert membership.owned() == {}
+        await step(clock, 4.0)
+        assert len(membership.owned()) == P
+        assert host.lost == []
+    finally:
+        await membership.close()
+
+
+async def test_a_restarted_replica_reclaims_its_older_incarnations_partitions_before_serving() -> (
+    None
+):
+    clock, host = FakeClock(), Host()
+    table = FakeTable(clock)
+    old = await table.join("a", "a:7443")
+    table.rows[2] = ["a", old.incarnation, 4]
+    table.rows[5] = ["a", old.incarnation, 1]
+    membership = await start(table, clock, host)
+    try:
+        await settle()
+        assert membership.owned() == {2: 5, 5: 2}
+        assert host.claimed == [{2: 5, 5: 2}]
+        assert membership.state is MembershipState.JOINED
+        assert not membership.holds(2, 5)
     finally:
         await membership.close()
 
