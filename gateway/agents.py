@@ -27,6 +27,7 @@ from gateway.endpoint.api import (
     AuthFailure,
     ManagementError,
     ManagementErrorReason,
+    NotHome,
     RegisteredAgent,
 )
 from gateway.endpoint.export import HistoryExport
@@ -40,7 +41,7 @@ from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.identity.objects import format_timestamp
 from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
 from gateway.store.port import Store
-from gateway.store.records import PutIdentity, PutToken, RevokeTokens
+from gateway.store.records import IdentityRow, PutIdentity, PutToken, RevokeTokens
 
 audit = logging.getLogger("harness.audit")
 
@@ -127,6 +128,13 @@ class HostedAgents:
         self._by_id[runtime.identity.agent_id] = runtime
         self._by_name[runtime.identity.agent_name] = runtime
 
+    def remove(self, agent_id: str) -> AgentRuntime | None:
+        """Stop listing an agent (a cluster released its home partition); its runtime."""
+        runtime = self._by_id.pop(agent_id, None)
+        if runtime is not None:
+            self._by_name.pop(runtime.identity.agent_name, None)
+        return runtime
+
     def deliveries_ready(self, agent_ids: Iterable[str]) -> None:
         """Wake the classifiers of the hosted agents among `agent_ids` (others are ignored):
         the network's deliveries-ready signal, wired here once by the composition root."""
@@ -151,6 +159,19 @@ class HostedAgents:
             await runtime.close()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterHosting:
+    """What hosting changes in a cluster (cluster.md §1.1, §3.2): seeds are sealed in the
+    shared database, and an agent is hosted only by the replica holding its home partition."""
+
+    seal: Callable[[str, bytes], bytes]
+    """(AgentId, seed) → the sealed seed stored in `identities.seed`."""
+    open: Callable[[str, bytes], bytes]
+    """(AgentId, sealed seed) → the seed."""
+    is_home: Callable[[str], bool]
+    """Whether this replica holds the agent's home partition now."""
+
+
 class AgentDirectory:
     """Hosting agents (restored at start or registered), and their tokens; the hosted
     runtimes live in its `HostedAgents` table."""
@@ -166,6 +187,7 @@ class AgentDirectory:
         hosting: Hosting,
         admin_token: str,
         on_hosted: Callable[[], None] = lambda: None,
+        cluster: ClusterHosting | None = None,
     ) -> None:
         """`on_hosted` is called after `register` hosts a new agent (the composition root
         republishes the gauges that count hosted agents)."""
@@ -177,6 +199,7 @@ class AgentDirectory:
         self._hosting = hosting
         self._admin_token = admin_token
         self._on_hosted = on_hosted
+        self._cluster = cluster
         self._tokens: dict[str, tuple[str, bool]] = {}
         """Token digest to (AgentId, revoked), as read from the store."""
         self._registering = asyncio.Lock()
@@ -186,15 +209,46 @@ class AgentDirectory:
     async def restore(self) -> None:
         """Host every agent whose identity the store holds, each from its snapshot; none is
         started (`HostedAgents.start` does that, once local order and the Router feed are
-        ready)."""
+        ready). A cluster replica hosts agents as it claims their home partitions instead
+        (`host_rows`)."""
+        if self._cluster is not None:
+            return
         for row in await self._store.identities():
-            identity = Identity(
-                agent_id=row.agent_id,
-                agent_name=row.agent_name,
-                key=SigningKey(row.seed),
-                card=p.decode(row.signed_card, p.SignedAgentCard),
-            )
-            await self._host(identity, restore=True)
+            await self._host(self._identity(row), restore=True)
+
+    def _identity(self, row: IdentityRow) -> Identity:
+        seed = row.seed if self._cluster is None else self._cluster.open(row.agent_id, row.seed)
+        return Identity(
+            agent_id=row.agent_id,
+            agent_name=row.agent_name,
+            key=SigningKey(seed),
+            card=p.decode(row.signed_card, p.SignedAgentCard),
+        )
+
+    async def host_rows(self, rows: Iterable[IdentityRow]) -> None:
+        """Host and start the agents of partitions this replica just claimed, each from rows
+        read after the claim (cluster.md §3.2); ones hosted already are left alone."""
+        for row in rows:
+            if self._hosted.by_id(row.agent_id) is not None:
+                continue
+            runtime = await self._host(self._identity(row), restore=True)
+            await runtime.start()
+        self._on_hosted()
+
+    async def unhost(self, agent_ids: Iterable[str]) -> None:
+        """Stop hosting agents whose home partition this replica is releasing: their streams
+        end UNAVAILABLE (the client reconnects at the new home and replays), their keyed
+        invocations, timers and classification stop; nothing of them stays in memory
+        (cluster.md §3.2, a release is a teardown)."""
+        for agent_id in agent_ids:
+            runtime = self._hosted.remove(agent_id)
+            if runtime is None:
+                continue
+            runtime.inbox.end_stream(StreamEndReason.SHUTDOWN)
+            await runtime.close()
+            self._network.unhost(agent_id)
+            self._forget_tokens(agent_id)
+        self._on_hosted()
 
     async def register(self, name: str) -> RegisteredAgent:
         """Mint the agent's key, register its card, host and start it, and return its first
@@ -214,6 +268,11 @@ class AgentDirectory:
                 case NameTaken() | KeyAlreadyRegistered():
                     raise ManagementError(ManagementErrorReason.NAME_TAKEN, taken)
             identity = Identity(agent_id=card.card.agent_id, agent_name=name, key=key, card=card)
+            seed = (
+                key.seed
+                if self._cluster is None
+                else self._cluster.seal(identity.agent_id, key.seed)
+            )
             token = RandomId.API_TOKEN.mint()
             await self._store.apply(
                 [
@@ -221,7 +280,7 @@ class AgentDirectory:
                         agent_id=identity.agent_id,
                         agent_name=name,
                         signed_card=p.encode(card),
-                        seed=key.seed,
+                        seed=seed,
                         created_at=_utc_text(self._hosting.clock.time()),
                     ),
                     PutToken(
@@ -231,8 +290,9 @@ class AgentDirectory:
                     ),
                 ]
             )
-            runtime = await self._host(identity, restore=False)
-            await runtime.start()
+            if self._cluster is None or self._cluster.is_home(identity.agent_id):
+                runtime = await self._host(identity, restore=False)
+                await runtime.start()
         self._on_hosted()
         audit.info("agent registered agent=%s", name)
         return RegisteredAgent(address=agent_address(name), agent_id=identity.agent_id, token=token)
@@ -302,6 +362,9 @@ class AgentDirectory:
         if revoked:
             return AuthFailure.REVOKED
         runtime = self._hosted.by_id(agent_id)
+        if runtime is None and self._cluster is not None:
+            # A cluster agent homed elsewhere (or whose partition is moving): no effect here.
+            raise NotHome(agent_id)
         return runtime if runtime is not None else AuthFailure.UNKNOWN
 
     def is_admin(self, token: str) -> bool:

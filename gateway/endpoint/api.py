@@ -66,6 +66,16 @@ class NotServing(Exception):
         self.state = state
 
 
+class NotHome(Exception):
+    """In a cluster: the call's agent is not homed on this replica (its home partition moved
+    or has no holder yet); the call had no effect and is retried at the home
+    (cluster.md §4.1)."""
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(f"agent {agent_id} is not homed on this replica")
+        self.agent_id = agent_id
+
+
 class AuthFailure(enum.StrEnum):
     """Why a token was refused (the `harness_auth_failures_total` reasons)."""
 

@@ -46,7 +46,7 @@ from gateway.engine.sequencing import OpenIntent, Sequencing
 from gateway.engine.state import BindRefused
 from gateway.identity.keys import SigningKey
 from gateway.store.port import Store
-from gateway.store.records import IntentState, Write
+from gateway.store.records import ConversationRow, IntentRow, IntentState, Write
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +149,12 @@ class ClusterOrder(LocalOrder):
                 if not self._remote.pop(post, None)
             ]
         )
+
+    def restore(
+        self, agent_id: str, rows: Iterable[ConversationRow], intents: Iterable[IntentRow]
+    ) -> None:
+        """Nothing to keep: a cluster's sequencer loads each conversation from rows read after
+        its claim, when it is first needed (cluster.md §3.2, §5.2)."""
 
     # --- admission (cluster.md §5.2) -------------------------------------------------------
 

@@ -220,6 +220,10 @@ class Network:
         """Every hosted agent's certifier."""
         return list(self._certifiers.values())
 
+    def unhost(self, agent_id: str) -> None:
+        """Stop hosting an agent (a cluster released its home partition, cluster.md §3.2)."""
+        self._certifiers.pop(agent_id, None)
+
     def host(self, certifier: Certifier) -> None:
         """Host an agent (before `start`, or live: it is anchored at the current position)."""
         self._certifiers[certifier.agent_id] = certifier
@@ -502,6 +506,11 @@ class Network:
         promotes the post (cancelled at shutdown)."""
         return self._latches.add(post_id)
 
+    def waiting_posts(self) -> list[str]:
+        """Posts a send or a collective waits on (a cluster's home polls their intents,
+        cluster.md §5.3)."""
+        return self._latches.posts()
+
     def settle(self, post_id: str, record_hash: str) -> None:
         """Resolve and drop the post's latches with the RecordHash its stored intent holds:
         it certified before they were registered (before a restart, or while the row was
@@ -773,6 +782,10 @@ class _Waiters(Generic[_T]):
             waiting.remove(future)
             if not waiting:
                 del self._by_post[post_id]
+
+    def posts(self) -> list[str]:
+        """Every post with a waiter."""
+        return list(self._by_post)
 
     def cancel_all(self) -> None:
         """Shutdown: cancel every pending future (they are kept; nothing resolves them)."""

@@ -58,6 +58,7 @@ from harness_contract.errors import (
 from gateway.endpoint.api import (
     AuthFailure,
     GatewayState,
+    NotHome,
     NotServing,
     StreamEnded,
     StreamEndReason,
@@ -117,6 +118,13 @@ def status_for(error: BaseException) -> status_pb2.Status | None:
             return wire.status_of(refused_token_error(failure, detail))
         case NotServing(state=state):
             return wire.status_of(not_serving_error(state))
+        case NotHome():
+            return wire.status_of(
+                UnavailableError(
+                    UnavailableReason.NOT_OWNER,
+                    "this replica is not the agent's home; retry (the call reaches its home)",
+                )
+            )
         case StreamEnded(reason=StreamEndReason.SHUTDOWN):
             return wire.status_of(not_serving_error(GatewayState.STOPPING))
         case StreamEnded(reason=StreamEndReason.REVOKED):
