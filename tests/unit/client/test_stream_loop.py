@@ -214,3 +214,11 @@ async def test_a_failure_no_retry_can_fix_ends_the_loop_with_it():
     assert raised.value.code is grpc.StatusCode.UNAUTHENTICATED
     assert len(calls) == 1  # never reconnected
     assert states == [ConnectionState.READY, ConnectionState.CONNECTING]
+
+
+async def test_leaving_the_iterator_cancels_the_open_call_at_once():
+    call = FakeCall(opened=True, tokens=["t1", "t2"], error=unavailable())
+    deliveries = make_loop([call], []).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    await deliveries.aclose()
+    assert call.cancelled

@@ -90,10 +90,14 @@ class _StreamLoop:
 
     async def deliveries(self) -> AsyncGenerator[InboundDelivery, None]:
         """Deliveries in inbox order, each token at most once."""
+        run = self._run()
         try:
-            async for delivery in self._run():
+            async for delivery in run:
                 yield delivery
         finally:
+            # Now, not when the collector finds it: closing `run` cancels the open call, so
+            # the gateway frees the agent's stream slot for the next `messages()`.
+            await run.aclose()
             # Ended by the caller, a typed refusal or the bound: no stream is open, and the
             # next `messages()` opens one (a close has already reported CLOSED, which stays).
             self._report(ConnectionState.CONNECTING)
