@@ -200,6 +200,20 @@ async def test_a_keyless_send_answered_outcome_unknown_is_never_sent_again(serve
     assert len(served.core.endpoints["alice"].calls) == 1
 
 
+async def test_a_keyless_send_refused_unavailable_then_unreachable_is_network_unavailable(served):
+    served.core.scripted["agent:bob"] = SendError(SendErrorReason.NETWORK_UNAVAILABLE)
+    async with await served.connect("alice") as alice:
+        sending = asyncio.create_task(
+            alice.send(harness_client.MessageInput(to="agent:bob", text="x"), deadline=4.0)
+        )
+        await until(lambda: len(served.core.endpoints["alice"].calls) > 0)
+        await served.server.stop(None)
+        with pytest.raises(harness_client.SendError) as raised:
+            await sending
+    # Neither the refusal nor the attempts that found no server can have posted anything.
+    assert raised.value.reason is harness_client.SendErrorReason.NETWORK_UNAVAILABLE
+
+
 async def test_connect_fails_when_the_endpoint_service_never_serves(served):
     await served.server.set_not_serving()
     token = await served.register("alice")

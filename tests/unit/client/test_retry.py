@@ -18,7 +18,13 @@ from harness_client import (
     UnavailableReason,
     should_reconnect,
 )
-from harness_client._retry import SERVICE_CONFIG_JSON, Backoff, never_sent, send_may_retry
+from harness_client._retry import (
+    SERVICE_CONFIG_JSON,
+    Backoff,
+    had_no_effect,
+    never_sent,
+    send_may_retry,
+)
 
 REFUSED = TransportError(
     grpc.StatusCode.UNAVAILABLE,
@@ -113,3 +119,12 @@ def test_the_service_config_retries_only_idempotent_methods_on_unavailable():
     }
     assert method_config["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
     assert config["retryThrottling"] == {"maxTokens": 10, "tokenRatio": 0.1}
+
+
+def test_only_an_unavailable_answer_or_a_request_that_never_left_had_no_effect():
+    assert had_no_effect(SendError(SendErrorReason.NETWORK_UNAVAILABLE))
+    assert had_no_effect(UnavailableError(UnavailableReason.SHUTTING_DOWN, "stopping"))
+    assert had_no_effect(REFUSED)
+    assert not had_no_effect(SendError(SendErrorReason.OUTCOME_UNKNOWN))
+    assert not had_no_effect(SendError(SendErrorReason.DELIVERY_PENDING))
+    assert not had_no_effect(TransportError(grpc.StatusCode.UNAVAILABLE, "Socket closed"))

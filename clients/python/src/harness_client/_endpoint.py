@@ -58,7 +58,7 @@ from harness_client._channel import (
 from harness_client._connection import ConnectionListener, ConnectionState, _ConnectionStates
 from harness_client._errors import EndpointClosedError, TransportError, decode_status
 from harness_client._items import InboundDelivery
-from harness_client._retry import SEND_RETRY_FLOOR, Backoff, never_sent, send_may_retry
+from harness_client._retry import SEND_RETRY_FLOOR, Backoff, had_no_effect, send_may_retry
 from harness_client._stream import _StreamLoop
 
 logger = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ class Endpoint:
         _refuse_oversized(request.ByteSize())
         give_up_at = time.monotonic() + deadline
         backoff = Backoff()
-        may_have_arrived = False
+        may_have_posted = False
         while True:
             try:
                 response = await self._stub.Send(
@@ -284,7 +284,7 @@ class Endpoint:
             except grpc.aio.AioRpcError as error:
                 failure = decode_status(error)
                 _refuse_refused_unread(error, failure)
-                may_have_arrived = may_have_arrived or not never_sent(failure)
+                may_have_posted = may_have_posted or not had_no_effect(failure)
                 delay = backoff.next_delay()
                 left = give_up_at - time.monotonic() - delay
                 if send_may_retry(failure, keyed=idempotency_key is not None) and (
@@ -301,7 +301,7 @@ class Endpoint:
                     continue
                 if isinstance(failure, _TYPED_SEND_FAILURES):
                     raise failure from None
-                raise SendError(_lost_send_reason(may_have_arrived=may_have_arrived)) from failure
+                raise SendError(_lost_send_reason(may_have_posted=may_have_posted)) from failure
             try:
                 return wire.send_result_from_proto(response.result)
             except InvalidRequestError:
@@ -447,10 +447,11 @@ class Endpoint:
             raise TransportError(grpc.StatusCode.INTERNAL, "send state does not decode") from None
 
 
-def _lost_send_reason(*, may_have_arrived: bool) -> SendErrorReason:
+def _lost_send_reason(*, may_have_posted: bool) -> SendErrorReason:
     """Why a send without a typed answer failed: `outcome-unknown` when any attempt may have
-    reached the gateway, `network-unavailable` when none can have."""
-    if may_have_arrived:
+    posted, `network-unavailable` when none can have (each never left, or was refused
+    UNAVAILABLE)."""
+    if may_have_posted:
         return SendErrorReason.OUTCOME_UNKNOWN
     return SendErrorReason.NETWORK_UNAVAILABLE
 

@@ -151,6 +151,16 @@ def never_sent(error: HarnessError) -> bool:
             return False
 
 
+def had_no_effect(error: HarnessError) -> bool:
+    """True when the failed send cannot have posted anything: it never reached the gateway's
+    handler, or the gateway answered UNAVAILABLE, which it does only then (operations.md §3)."""
+    match error:
+        case SendError(status_code=StatusCode.UNAVAILABLE):
+            return True
+        case _:
+            return never_sent(error)
+
+
 class Backoff:
     """Jittered exponential delays: 0.2 s doubling to 1 s, each drawn from [d/2, d]."""
 
