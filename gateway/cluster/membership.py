@@ -93,6 +93,15 @@ SURPLUS_INTERVAL: Final = 5.0
 With the rule that a partition goes only to a replica seen serving and fresh for one TTL, one
 late beat does not make partitions travel back and forth."""
 
+FORGET_AFTER: Final = 3600.0
+"""Seconds without a beat (database time) after which a replica row that holds no partition is
+deleted (cluster.md §3.1): a Deployment's pod names change at every restart, and every view
+reads every row."""
+
+FORGET_INTERVAL: Final = 60.0
+"""Seconds between two deletions of rows of replicas gone for good (each replica runs it; it
+is idempotent and cheap)."""
+
 STATUS_RECENT: Final = 60.0
 """Seconds since its last beat within which `status()` still lists a replica that holds no
 partition (cluster.md §3.1: rows of replicas gone for good are not shown)."""
@@ -143,6 +152,10 @@ class MembershipSettings:
     """Seconds by which the own lease ends before the TTL."""
     surplus_interval: float = SURPLUS_INTERVAL
     """Seconds between two looks for surplus partitions."""
+    forget_after: float = FORGET_AFTER
+    """Seconds without a beat after which a replica row holding nothing is deleted."""
+    forget_interval: float = FORGET_INTERVAL
+    """Seconds between two such deletions."""
 
     def __post_init__(self) -> None:
         names = (
@@ -151,10 +164,16 @@ class MembershipSettings:
             "claim_interval",
             "safety_margin",
             "surplus_interval",
+            "forget_after",
+            "forget_interval",
         )
         for name in names:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        if self.forget_after <= self.lease_ttl:
+            raise ValueError(
+                "forget_after must be above lease_ttl: only dead replicas are forgotten"
+            )
         if self.beat_interval >= self.lease_ttl - self.safety_margin:
             raise ValueError(
                 "beat_interval must be below lease_ttl - safety_margin, or the lease ends "
@@ -261,6 +280,7 @@ class Membership:
         # Other replicas by id: (incarnation, when our views first showed it live and serving).
         self._serving_since: dict[str, tuple[int, float]] = {}
         self._surplus_looked: float | None = None
+        self._forgot: float | None = None
         self._view = view
         self._partitions = len(view.partitions)
         self._owned: dict[int, int] = {}
@@ -517,9 +537,18 @@ class Membership:
             self._wake.clear()
             try:
                 await self._pass()
+                await self._forget()
             except MembershipUnavailable as error:
                 logger.warning("cluster claim pass failed replica=%s: %s", self.replica_id, error)
             await self._wait(self._settings.claim_interval)
+
+    async def _forget(self) -> None:
+        """Delete rows of replicas gone for good, at most every `forget_interval`."""
+        now = self._clock.monotonic()
+        if self._forgot is not None and now - self._forgot < self._settings.forget_interval:
+            return
+        self._forgot = now
+        await self._table.forget_gone(self._settings.forget_after)
 
     async def _wait(self, seconds: float) -> None:
         """Sleep `seconds` on the clock, or less if `refresh_soon` or `serving` wakes us."""
@@ -734,6 +763,8 @@ class Membership:
 __all__ = [
     "BEAT_INTERVAL",
     "CLAIM_INTERVAL",
+    "FORGET_AFTER",
+    "FORGET_INTERVAL",
     "LEASE_TTL",
     "SAFETY_MARGIN",
     "STATUS_RECENT",

@@ -97,7 +97,8 @@ class MembershipTable(Protocol):
     """What cluster membership reads and writes (cluster.md §3.1, §3.2)."""
 
     async def join(self, replica_id: str, address: str) -> Joined:
-        """Start a fresh incarnation of `replica_id` (incarnation + 1, or 1 for a new id):
+        """Start a fresh incarnation of `replica_id` (larger than any incarnation before, of
+        any replica id, and never reused):
         not fenced, not serving, beating now, advertising `address`. The previous
         incarnation's writes stop committing once this commits.
 
@@ -144,6 +145,15 @@ class MembershipTable(Protocol):
         Raises:
             MembershipUnavailable: the database could not be asked, or COMMIT's answer was
                 lost (the claim may have committed: the next view says).
+        """
+        ...
+
+    async def forget_gone(self, silent_for: float) -> int:
+        """Delete the rows of replicas that have not beaten for `silent_for` seconds (database
+        time) and hold no partition; how many were deleted.
+
+        Raises:
+            MembershipUnavailable: the database could not be asked.
         """
         ...
 

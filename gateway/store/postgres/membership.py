@@ -99,6 +99,7 @@ VIEW_ROLE: Final = "view"
 """The view session's role (`harness-view:<replica>`): the routing view."""
 
 MEMBERSHIP_DDL: Final = (
+    "CREATE SEQUENCE IF NOT EXISTS replica_incarnations AS bigint",
     """CREATE TABLE IF NOT EXISTS replicas (
         replica_id text PRIMARY KEY,
         incarnation bigint NOT NULL,
@@ -123,14 +124,26 @@ MEMBERSHIP_DDL: Final = (
 JOIN: Final = (
     "INSERT INTO replicas AS r "
     "(replica_id, incarnation, address, beat, joined_at, serving, last_group, fenced) "
-    "VALUES (%s, 1, %s, now(), now(), false, 0, false) "
-    "ON CONFLICT (replica_id) DO UPDATE SET incarnation = r.incarnation + 1, "
+    "VALUES (%s, nextval('replica_incarnations'), %s, now(), now(), false, 0, false) "
+    "ON CONFLICT (replica_id) DO UPDATE SET incarnation = nextval('replica_incarnations'), "
     "address = excluded.address, beat = now(), joined_at = now(), serving = false, "
     "last_group = 0, fenced = false "
     "RETURNING incarnation, now()"
 )
 """A fresh incarnation per start; parameters (replica id, address). Waits for the previous
-incarnation's in-flight group (the row lock), whose later groups then match nothing."""
+incarnation's in-flight group (the row lock), whose later groups then match nothing.
+
+Incarnations come from one sequence: larger than any before and never reused, for any replica
+id. A row deleted by `FORGET_GONE` and joined again under the same id cannot meet an old
+incarnation of it (`incarnation + 1` on a re-created row would start at 1 again)."""
+
+FORGET_GONE: Final = (
+    "DELETE FROM replicas AS r WHERE now() - r.beat > %s * interval '1 second' "
+    "AND NOT EXISTS (SELECT 1 FROM partitions AS p WHERE p.holder = r.replica_id) "
+    "RETURNING r.replica_id"
+)
+"""Delete the rows of replicas that have not beaten for the given seconds and hold no
+partition (cluster.md §3.1: a Deployment's pod names change at every restart)."""
 
 BEAT: Final = (
     "UPDATE replicas SET beat = now() "
@@ -479,6 +492,18 @@ class PostgresMembershipTable(AsyncClosing):
             )
         return claimed
 
+    async def forget_gone(self, silent_for: float) -> int:
+        """See `MembershipTable.forget_gone`."""
+        async with self._claim.connected("forgetting replicas gone for good") as connection:
+            rows = await (await connection.execute(FORGET_GONE, (silent_for,))).fetchall()
+        if rows:
+            logger.info(
+                "cluster replica rows deleted count=%d replicas=%s",
+                len(rows),
+                ",".join(sorted(str(row[0]) for row in rows)),
+            )
+        return len(rows)
+
     async def release(self, partition: int, replica_id: str, incarnation: int) -> bool:
         """See `MembershipTable.release`."""
         sql, parameters = release_statement(partition, replica_id, incarnation)
@@ -559,6 +584,7 @@ def _ranges(partitions: Iterable[int]) -> str:
 __all__ = [
     "BEAT",
     "CLAIM_LOCK_TIMEOUT",
+    "FORGET_GONE",
     "GROUP_FENCE",
     "IDLE_IN_TRANSACTION_TIMEOUT",
     "JOIN",

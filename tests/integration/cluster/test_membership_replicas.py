@@ -228,7 +228,7 @@ async def test_restarting_a_replica_gives_a_new_incarnation_and_fences_out_the_o
     async with replica(dsn, "replica-a", serving=False) as (old, _):
         old_incarnation = old.incarnation
         async with replica(dsn, "replica-a", serving=False) as (new, _):
-            assert new.incarnation == old_incarnation + 1
+            assert new.incarnation > old_incarnation
             assert await group_fence_rows(dsn, old) == 0
             assert await group_fence_rows(dsn, new) == 1
 

@@ -68,7 +68,7 @@ async def test_rejoining_gives_a_new_incarnation_and_the_old_one_is_fenced_out(
         first = await table.join("r", "r:1")
         assert await fence_rows(dsn, "r", first.incarnation, 5) == 1
         second = await table.join("r", "r:2")
-        assert second.incarnation == first.incarnation + 1
+        assert second.incarnation > first.incarnation
         # The old incarnation's group, beat and ambiguous-COMMIT check all match nothing.
         assert await fence_rows(dsn, "r", first.incarnation, 6) == 0
         assert await table.beat("r", first.incarnation) is None
@@ -257,3 +257,31 @@ async def claim_waits_on_a_lock(server: PostgresServer, dsn: str) -> bool:
         dsn.rsplit("/", 1)[1],
     )
     return int(out.strip() or 0) > 0
+
+
+async def test_rows_of_silent_replicas_holding_nothing_are_deleted_and_their_ids_rejoin_higher(
+    postgres_server: PostgresServer,
+) -> None:
+    dsn = await membership_database(postgres_server, 2)
+    async with (
+        PostgresMembershipTable.for_dsn(dsn, replica_id="gone") as gone,
+        PostgresMembershipTable.for_dsn(dsn, replica_id="holding") as holding,
+        PostgresMembershipTable.for_dsn(dsn, replica_id="a") as a,
+    ):
+        i_gone = (await gone.join("gone", "gone:1")).incarnation
+        i_holding = (await holding.join("holding", "holding:1")).incarnation
+        assert await holding.claim("holding", i_holding, [0], LONG_TTL) == {0: 1}
+        ia = (await a.join("a", "a:1")).incarnation
+
+        async def both_silent() -> bool:
+            view = await a.read_view(SHORT_TTL)
+            return not view.replicas["gone"].live and not view.replicas["holding"].live
+
+        await eventually(both_silent)
+        await a.beat("a", ia)
+        assert await a.forget_gone(SHORT_TTL) == 1
+        assert set((await a.read_view(LONG_TTL)).replicas) == {"a", "holding"}
+        # The id comes back with an incarnation no earlier one of it had.
+        again = await gone.join("gone", "gone:2")
+        assert again.incarnation > max(i_gone, i_holding, ia)
+        assert await gone.beat("gone", i_gone) is None

@@ -45,6 +45,8 @@ class FakeTable:
         self.unavailable = False
         self.lose_claim_answer = False
         self.beats = 0
+        self.incarnations = 0
+        self.forgotten: list[float] = []
 
     def _now(self) -> datetime.datetime:
         return datetime.datetime.fromtimestamp(self.clock.time(), datetime.UTC)
@@ -61,8 +63,8 @@ class FakeTable:
 
     async def join(self, replica_id: str, address: str) -> Joined:
         self._check()
-        old = self.replicas.get(replica_id)
-        incarnation = 1 if old is None else int(str(old["incarnation"])) + 1
+        self.incarnations += 1
+        incarnation = self.incarnations
         self.replicas[replica_id] = {
             "incarnation": incarnation,
             "address": address,
@@ -134,6 +136,11 @@ class FakeTable:
             raise MembershipUnavailable("the claim's COMMIT answer was lost")
         return claimed
 
+    async def forget_gone(self, silent_for: float) -> int:
+        self._check()
+        self.forgotten.append(silent_for)
+        return 0
+
     async def release(self, partition: int, replica_id: str, incarnation: int) -> bool:
         self._check()
         if self.rows[partition][:2] != [replica_id, incarnation]:
@@ -194,6 +201,20 @@ def test_settings_refuse_a_beat_interval_the_lease_cannot_cover() -> None:
         MembershipSettings(beat_interval=5.0, lease_ttl=6.0, safety_margin=1.0)
     with pytest.raises(ValueError, match="lease_ttl"):
         MembershipSettings(lease_ttl=0)
+    with pytest.raises(ValueError, match="forget_after"):
+        MembershipSettings(forget_after=5.0)
+
+
+async def test_rows_of_replicas_gone_for_good_are_forgotten_once_a_minute() -> None:
+    clock, host = FakeClock(), Host()
+    table = FakeTable(clock)
+    membership = await start(table, clock, host)
+    try:
+        await step(clock, 150.0, by=1.0)
+        assert table.forgotten == [3600.0] * 3
+        assert host.lost == []
+    finally:
+        await membership.close()
 
 
 async def test_a_beating_replica_keeps_its_lease_and_claims_only_after_one_ttl() -> None:
