@@ -299,8 +299,8 @@ async def test_a_view_showing_a_held_partition_held_by_another_loses_the_lease()
         await membership.serving()
         await step(clock, SETTINGS.lease_ttl + 1.0)
         assert len(membership.owned()) == P
-        await table.join("b", "b:7443")
-        table.rows[3] = ["b", 1, 2]
+        b = await table.join("b", "b:7443")
+        table.rows[3] = ["b", b.incarnation, 2]
         await step(clock, 2.0)
         assert host.lost == [LeaseLoss.TAKEN]
         assert not membership.holds(3, 1)
