@@ -9,13 +9,15 @@ the write it concerns is the point of the tree:
     ├── StoreClosed             refused: the store is closing or closed; nothing was written
     ├── StoreFailed             refused or abandoned after a fatal store error; nothing written
     │   ├── StoreUnavailable    PostgreSQL could not take the write; nothing written, retry later
-    │   └── StoreLeaseLost      another daemon took this owner's lease; this one must stop
+    │   ├── StoreLeaseLost      another daemon took this owner's lease; this one must stop
+    │   └── StoreFenced         a cluster replica's incarnation was fenced; this one must stop
     ├── CommitAmbiguous         the group's COMMIT failed: the write may or may not be durable
     ├── ConstraintViolation     a write broke a uniqueness rule; its batch was not applied
     ├── StoreCorrupt            `PRAGMA quick_check` failed or the file is not a database
     ├── SchemaVersionMismatch   the file's version is not this build's; the file is untouched
     │   └── DatabaseSchemaMismatch  the same for a PostgreSQL store, with what to do about it
     ├── StoreLeaseHeld          another daemon holds this owner's lease; nothing was opened
+    ├── ClusterModeMismatch     the database is not in the mode asked for; nothing was changed
     └── StoreDsnInvalid         the PostgreSQL DSN is not a connection string (also a ValueError)
 
 A write unit's own exception (anything it raises itself) reaches its caller as it is,
@@ -213,6 +215,34 @@ class StoreLeaseLost(StoreFailed):
             f"the lease of store owner {owner!r} was taken (this daemon holds fence {fence}, "
             f"the lease has {now}): stopping writes"
         )
+
+
+class StoreFenced(StoreFailed):
+    """A cluster replica's group found its incarnation fenced or replaced (cluster.md §3.5):
+    nothing of the group committed, the writer is FAILED and `on_fatal` ends the replica
+    (its supervisor starts a new incarnation)."""
+
+    replica_id: str
+    incarnation: int
+
+    def __init__(self, replica_id: str, incarnation: int) -> None:
+        self.replica_id = replica_id
+        self.incarnation = incarnation
+        super().__init__(
+            f"cluster replica {replica_id!r} incarnation {incarnation} was fenced or replaced: "
+            "stopping writes"
+        )
+
+
+class ClusterModeMismatch(StoreError):
+    """The PostgreSQL database is not in the mode the caller asked for (cluster.md §12.1:
+    each mode refuses a database of the other), or not ready for it; nothing was changed.
+    The message says what to do."""
+
+    def __init__(self, store: str, reason: str) -> None:
+        self.store = store
+        self.reason = reason
+        super().__init__(f"PostgreSQL store {store}: {reason}")
 
 
 class StoreDsnInvalid(StoreError, ValueError):

@@ -17,6 +17,7 @@ from harness_contract.ids import RandomId
 
 from gateway.store.errors import ConstraintViolation, StoreClosed
 from gateway.store.records import (
+    NOT_A_CLUSTER,
     AcknowledgeItem,
     AgentSnapshot,
     BindSend,
@@ -55,6 +56,7 @@ from gateway.store.records import (
     PutToken,
     ReanchorRow,
     RecordRow,
+    ReleasePartitions,
     ReplaceInboxItem,
     ResetConversation,
     RevokeTokens,
@@ -442,5 +444,7 @@ def _apply(state: _State, write: Write) -> None:
                     inbox[seq] = replace(
                         row, state=InboxState.REPLACED, replacement_token=write.replacement_token
                     )
+        case ReleasePartitions():
+            raise ConstraintViolation(NOT_A_CLUSTER)
         case _:
             assert_never(write)

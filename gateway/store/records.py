@@ -15,7 +15,7 @@ import enum
 import functools
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -440,6 +440,22 @@ class ReplaceInboxItem:
     replacement_token: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleasePartitions:
+    """A cluster replica hands partitions over (cluster.md §3.2): a unit of its own, after
+    the partitions' last units in the same writer, that clears their holder where this
+    incarnation still holds them. Only a cluster's PostgreSQL store takes it; every other
+    store refuses it (`ConstraintViolation`)."""
+
+    partitions: tuple[int, ...]
+    replica_id: str
+    incarnation: int
+
+
+NOT_A_CLUSTER: Final = "releasing partitions is a cluster's write; this store is not a cluster's"
+"""Why a store outside a cluster refuses `ReleasePartitions` (a defect in its caller)."""
+
+
 Write: TypeAlias = (
     PutIdentity
     | PutToken
@@ -469,6 +485,7 @@ Write: TypeAlias = (
     | BindSend
     | SetSendOutcome
     | ReplaceInboxItem
+    | ReleasePartitions
 )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never
 
 from gateway.store import records
+from gateway.store.errors import ConstraintViolation
 from gateway.store.layout import (
     CERTIFICATION_TABLES,
     RECORD_COLUMNS,
@@ -522,6 +523,8 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
                     records.InboxState.UNREAD.value,
                 ),
             )
+        case records.ReleasePartitions():
+            raise ConstraintViolation(records.NOT_A_CLUSTER)
         case _:
             assert_never(write)
 

@@ -7,6 +7,10 @@ keyed by owner (`owner_meta`: the local instance id; `router_cursor`; `leases`).
 bodies (content-addressed) and API tokens (digest-keyed) are global. Schema-wide facts are
 in `harness_meta`: `schema_version` and `protocol_version`.
 
+A cluster (cluster.md §3.6) is one owner, `CLUSTER_OWNER`, with no lease: `harness_meta`
+adds `mode = cluster`, `partitions` and the seed key check, `replicas` and `partitions` are
+its membership, and the partition columns (NULL in network mode) feed its partial indexes.
+
 Callers may rely on:
 
 - `inspect(connection)` only reads (the catalog and `harness_meta`).
@@ -16,7 +20,11 @@ Callers may rely on:
 - `prepare(connection)` (at every open) creates the schema in an empty database, accepts
   this version, and refuses anything else with `DatabaseSchemaMismatch` without writing:
   an older version it can migrate (run `harness-gateway migrate`), a newer or unknown
-  version, another protocol, or tables without `harness_meta` (fail closed).
+  version, another protocol, or tables without `harness_meta` (fail closed). A cluster's
+  database is refused with `ClusterModeMismatch` (naming `--cluster`).
+- `setup_cluster(dsn, ...)` makes an empty database a cluster's (or returns the cluster it
+  already is) under the same lock; a network-mode database or an older version is refused
+  with `ClusterModeMismatch`, nothing written.
 """
 
 from __future__ import annotations
@@ -28,24 +36,32 @@ from dataclasses import dataclass
 from typing import Final
 
 import psycopg
+from harness_contract.ids import RandomId
 
-from gateway.store.errors import DatabaseSchemaMismatch
+from gateway.cluster.partitions import MAX_PARTITIONS
+from gateway.cluster.seeds import KEY_CHECK_META_KEY
+from gateway.store.errors import ClusterModeMismatch, DatabaseSchemaMismatch
+from gateway.store.layout import LOCAL_INSTANCE_KEY
 from gateway.store.postgres.connection import (
     CONNECT_TIMEOUT,
     Connection,
     ConnectSettings,
     advisory_key,
 )
+from gateway.store.postgres.membership import MEMBERSHIP_DDL, create_partitions
 from gateway.store.sqlite import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """This build's PostgreSQL schema version; bumped with every change to `DDL`, with a
 `Migration` from the version before.
 
 2: `sends.bound` and `sends.resumable`: a keyed send's bind writes what it bound into its
-row, so a reservation a restart cut is resumed (engine.md §9.1)."""
+row, so a reservation a restart cut is resumed (engine.md §9.1).
+3: cluster mode's tables and columns (cluster.md §3.6): `replicas`, `partitions`, the
+partition columns and their partial indexes, `harness_commit_order`, and the backstops
+against certifying or delivering twice. Network-mode rows keep NULL partition columns."""
 
 META_TABLE: Final = "harness_meta"
 """The table of schema-wide facts; its presence marks a harness-gateway database."""
@@ -53,11 +69,59 @@ META_TABLE: Final = "harness_meta"
 SCHEMA_VERSION_KEY: Final = "schema_version"
 PROTOCOL_VERSION_KEY: Final = "protocol_version"
 
+MODE_KEY: Final = "mode"
+"""The `harness_meta` key of the database's mode: `cluster`, or absent for network mode
+(every database before cluster mode, and every one a network daemon created)."""
+CLUSTER_MODE: Final = "cluster"
+PARTITIONS_KEY: Final = "partitions"
+"""The `harness_meta` key of a cluster's P (cluster.md §2), fixed at set-up."""
+CLUSTER_OWNER: Final = "cluster"
+"""The `owner` of every row a cluster keys by owner (identities, its local instance id in
+`owner_meta`): one cluster is one owner, so `UNIQUE (owner, agent_name)` makes agent names
+cluster-wide and every replica reads the same agents."""
+
 MIGRATE_LOCK: Final = advisory_key("harness-migrate")
 """Transaction-level advisory lock held while the schema is created or migrated."""
 
+_COMMIT_ORDER: Final = "CREATE SEQUENCE harness_commit_order"
+"""The cluster's commit order (cluster.md §5.2): `commit_seq` of a record or delivery a
+cluster's sequencer inserts, monotonic per conversation because one sequencer serialises a
+conversation's units. Network mode's writes still give their own per-agent numbers."""
+
+_IDENTITIES_CLUSTER: Final = (
+    # Names are cluster-wide in a cluster (one owner); this index says so even if an owner
+    # were ever mistaken, and is empty outside a cluster.
+    "CREATE UNIQUE INDEX identities_cluster_name ON identities (agent_name) "
+    "WHERE home_partition IS NOT NULL",
+    "CREATE INDEX identities_by_home ON identities (home_partition)",
+)
+_INTENTS_CLUSTER: Final = (
+    # The sequencer's poll (cluster.md §3.4): open intents bound away from their sequencer.
+    "CREATE INDEX post_intents_sequencing ON post_intents (seq_partition, conversation_id) "
+    "WHERE state = 'open' AND seq_partition IS NOT NULL",
+    # A waiting send, or a settled hint, finds an intent by PostId alone.
+    "CREATE INDEX post_intents_by_post ON post_intents (post_id)",
+)
+_DELIVERIES_CLUSTER: Final = (
+    # The home's poll (cluster.md §3.4): which agents have something to classify.
+    "CREATE INDEX pending_deliveries_by_home ON pending_deliveries (home_partition, agent_id) "
+    "WHERE state = 'pending' AND home_partition IS NOT NULL",
+    # Backstop against delivering one record twice to one agent (cluster.md §5.2).
+    "CREATE UNIQUE INDEX pending_deliveries_record ON pending_deliveries (agent_id, record_hash)",
+)
+_CONVERSATIONS_CLUSTER: Final = (
+    # A sequencer loads a conversation from every member's row (cluster.md §5.2).
+    "CREATE INDEX conversations_by_conversation ON conversations (conversation_id)"
+)
+_RECORDS_BACKSTOP: Final = (
+    # Backstop against certifying one post twice at one member (cluster.md §5.2).
+    "CREATE UNIQUE INDEX certified_records_post ON certified_records (agent_id, author, post_id)"
+)
+
 DDL: Final = (
     "CREATE TABLE harness_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    _COMMIT_ORDER,
+    *MEMBERSHIP_DDL,
     """CREATE TABLE leases (
         owner TEXT PRIMARY KEY,
         fence BIGINT NOT NULL,
@@ -81,8 +145,10 @@ DDL: Final = (
         signed_card BYTEA NOT NULL,
         seed BYTEA NOT NULL,
         created_at TEXT NOT NULL,
+        home_partition INTEGER,
         UNIQUE (owner, agent_name))""",
     "CREATE INDEX identities_by_owner ON identities (owner, registered)",
+    *_IDENTITIES_CLUSTER,
     """CREATE TABLE agent_tokens (
         token_digest TEXT PRIMARY KEY,
         agent_id TEXT NOT NULL REFERENCES identities (agent_id),
@@ -99,6 +165,7 @@ DDL: Final = (
         head TEXT,
         depth BIGINT NOT NULL,
         PRIMARY KEY (agent_id, conversation_id))""",
+    _CONVERSATIONS_CLUSTER,
     """CREATE TABLE post_intents (
         agent_id TEXT NOT NULL,
         post_id TEXT NOT NULL,
@@ -108,9 +175,12 @@ DDL: Final = (
         state TEXT NOT NULL,
         record_hash TEXT,
         bound_at DOUBLE PRECISION NOT NULL,
+        seq_partition INTEGER,
+        descriptor BYTEA,
         PRIMARY KEY (agent_id, post_id),
         UNIQUE (agent_id, bind_seq))""",
     "CREATE INDEX post_intents_open ON post_intents (agent_id, state)",
+    *_INTENTS_CLUSTER,
     """CREATE TABLE proposal_locks (
         agent_id TEXT NOT NULL,
         conversation_id TEXT NOT NULL,
@@ -142,9 +212,10 @@ DDL: Final = (
         author TEXT NOT NULL,
         post_id TEXT NOT NULL,
         record BYTEA NOT NULL,
-        commit_seq BIGINT NOT NULL,
+        commit_seq BIGINT NOT NULL DEFAULT nextval('harness_commit_order'),
         PRIMARY KEY (agent_id, record_hash),
         UNIQUE (agent_id, conversation_id, depth))""",
+    _RECORDS_BACKSTOP,
     """CREATE TABLE record_bodies (
         record_hash TEXT PRIMARY KEY,
         body BYTEA NOT NULL)""",
@@ -172,11 +243,13 @@ DDL: Final = (
         token TEXT NOT NULL,
         conversation_id TEXT NOT NULL,
         record_hash TEXT NOT NULL,
-        commit_seq BIGINT NOT NULL,
+        commit_seq BIGINT NOT NULL DEFAULT nextval('harness_commit_order'),
         projection BYTEA NOT NULL,
         state TEXT NOT NULL,
+        home_partition INTEGER,
         PRIMARY KEY (agent_id, token))""",
     "CREATE INDEX pending_deliveries_pending ON pending_deliveries (agent_id, state, commit_seq)",
+    *_DELIVERIES_CLUSTER,
     """CREATE TABLE inbox (
         agent_id TEXT NOT NULL,
         seq BIGINT NOT NULL,
@@ -234,7 +307,33 @@ def _sends_resumable() -> Migration:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (_sends_resumable(),)
+def _cluster_columns() -> Migration:
+    """2 → 3: cluster mode's tables, columns and indexes (cluster.md §3.6). Existing rows
+    are network mode's: their partition columns stay NULL, so no partial index holds them,
+    and their `commit_seq` values stay what their daemons gave."""
+    return Migration(
+        from_version=2,
+        statements=(
+            _COMMIT_ORDER,
+            *MEMBERSHIP_DDL,
+            "ALTER TABLE identities ADD COLUMN home_partition INTEGER",
+            *_IDENTITIES_CLUSTER,
+            _CONVERSATIONS_CLUSTER,
+            "ALTER TABLE post_intents ADD COLUMN seq_partition INTEGER",
+            "ALTER TABLE post_intents ADD COLUMN descriptor BYTEA",
+            *_INTENTS_CLUSTER,
+            "ALTER TABLE certified_records "
+            "ALTER COLUMN commit_seq SET DEFAULT nextval('harness_commit_order')",
+            _RECORDS_BACKSTOP,
+            "ALTER TABLE pending_deliveries "
+            "ALTER COLUMN commit_seq SET DEFAULT nextval('harness_commit_order')",
+            "ALTER TABLE pending_deliveries ADD COLUMN home_partition INTEGER",
+            *_DELIVERIES_CLUSTER,
+        ),
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (_sends_resumable(), _cluster_columns())
 """Every step this build can apply, one per version after the first (version 1)."""
 
 
@@ -281,7 +380,7 @@ def _chain_from(version: int) -> list[Migration] | None:
 STORE_TABLES: Final = frozenset(
     match.group(1)
     for statement in DDL
-    if (match := re.match(r"CREATE TABLE (\w+)", statement)) is not None
+    if (match := re.match(r"\s*CREATE TABLE (?:IF NOT EXISTS )?(\w+)", statement)) is not None
 )
 """The names of the store's tables; others in the database are not the store's concern."""
 
@@ -394,6 +493,12 @@ async def prepare(connection: Connection, store: str) -> None:
     rest (`DatabaseSchemaMismatch`, nothing written). `store` is the redacted DSN."""
     status = await inspect(connection)
     if status.state is SchemaState.CURRENT:
+        if (await _meta(connection)).get(MODE_KEY) == CLUSTER_MODE:
+            raise ClusterModeMismatch(
+                store,
+                "the database is a cluster's (harness_meta.mode = cluster); start the "
+                "gateway with --cluster, or give this daemon a database of its own",
+            )
         return
     if status.state is not SchemaState.EMPTY:
         raise refusal(status, store)
@@ -407,6 +512,152 @@ async def prepare(connection: Connection, store: str) -> None:
             logger.info("store schema created store=%s schema_version=%d", store, SCHEMA_VERSION)
         elif again.state is not SchemaState.CURRENT:
             raise refusal(again, store)
+
+
+async def _meta(connection: Connection) -> dict[str, str]:
+    cursor = await connection.execute("SELECT key, value FROM harness_meta")
+    return {str(key): str(value) for key, value in await cursor.fetchall()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterMeta:
+    """A cluster's schema-wide facts, as set up once (cluster.md §12.1)."""
+
+    partitions: int
+    """P, fixed at set-up; the caller's own P is ignored once a cluster exists."""
+    key_check: str
+    """The seed key's check value (`gateway.cluster.seeds`), for the caller to compare."""
+    local_instance_id: str
+    """The cluster's one durable local instance id (cluster.md §1)."""
+
+
+async def read_cluster_meta(connection: Connection, store: str) -> ClusterMeta:
+    """The cluster facts of a database of this version (read only).
+
+    Raises:
+        ClusterModeMismatch: the database is not set up as a cluster.
+    """
+    meta = await _meta(connection)
+    if meta.get(MODE_KEY) != CLUSTER_MODE:
+        raise ClusterModeMismatch(
+            store,
+            "the database is not set up for a cluster; run `harness-gateway migrate "
+            "--cluster` on an empty database first (moving a network-mode database into a "
+            "cluster is not built yet)",
+        )
+    cursor = await connection.execute(
+        "SELECT value FROM owner_meta WHERE owner = %s AND key = %s",
+        (CLUSTER_OWNER, LOCAL_INSTANCE_KEY),
+    )
+    local = await cursor.fetchone()
+    partitions = meta.get(PARTITIONS_KEY, "")
+    key_check = meta.get(KEY_CHECK_META_KEY)
+    if local is None or not partitions.isdigit() or key_check is None:
+        raise ClusterModeMismatch(
+            store,
+            "the cluster's set-up is incomplete (partitions, seed key check or local "
+            "instance id missing); this harness-gateway cannot repair it",
+        )
+    return ClusterMeta(
+        partitions=int(partitions), key_check=key_check, local_instance_id=str(local[0])
+    )
+
+
+async def _network_rows(connection: Connection) -> bool:
+    """Whether a network daemon has used the database: an identity or an owner's lease."""
+    cursor = await connection.execute(
+        "SELECT EXISTS (SELECT 1 FROM identities) OR EXISTS (SELECT 1 FROM leases)"
+    )
+    row = await cursor.fetchone()
+    return row is not None and bool(row[0])
+
+
+async def _setup_locked(
+    connection: Connection, store: str, *, partitions: int, key_check: str
+) -> ClusterMeta:
+    """Inside the caller's transaction: take the migrate lock, then set up or read."""
+    await connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+    status = await inspect(connection)
+    match status.state:
+        case SchemaState.EMPTY:
+            await _create(connection)
+            logger.info("store schema created store=%s schema_version=%d", store, SCHEMA_VERSION)
+        case SchemaState.CURRENT:
+            meta = await _meta(connection)
+            if meta.get(MODE_KEY) == CLUSTER_MODE:
+                return await read_cluster_meta(connection, store)
+            if await _network_rows(connection):
+                raise ClusterModeMismatch(
+                    store,
+                    "the database is a network-mode store (it holds identities or owner "
+                    "leases); moving a network-mode database into a cluster is not built yet",
+                )
+        case SchemaState.OLDER:
+            raise ClusterModeMismatch(
+                store,
+                f"the database has schema version {status.found_value}; run "
+                f"`harness-gateway migrate --store {store}` first (moving a network-mode "
+                "database into a cluster is not built yet)",
+            )
+        case SchemaState.REFUSED:
+            raise refusal(status, store)
+    local_instance_id = RandomId.ROUTER_INSTANCE.mint()
+    await connection.execute(
+        "INSERT INTO harness_meta (key, value) VALUES (%s, %s), (%s, %s), (%s, %s)",
+        (
+            MODE_KEY,
+            CLUSTER_MODE,
+            PARTITIONS_KEY,
+            str(partitions),
+            KEY_CHECK_META_KEY,
+            key_check,
+        ),
+    )
+    await connection.execute(
+        "INSERT INTO owner_meta (owner, key, value) VALUES (%s, %s, %s)",
+        (CLUSTER_OWNER, LOCAL_INSTANCE_KEY, local_instance_id),
+    )
+    await create_partitions(connection, partitions)
+    logger.warning("store set up for a cluster store=%s partitions=%d", store, partitions)
+    return ClusterMeta(
+        partitions=partitions, key_check=key_check, local_instance_id=local_instance_id
+    )
+
+
+async def setup_cluster(
+    dsn: str, *, partitions: int, key_check: str, connect_timeout: float = CONNECT_TIMEOUT
+) -> ClusterMeta:
+    """Set the database at `dsn` up for a cluster (cluster.md §12.1), or read the cluster it
+    already is: an empty database (or one of this version no network daemon has used) gets
+    the schema, `harness_meta.mode = cluster`, P, the seed key check, the partition rows and
+    the cluster's local instance id, in one transaction under `MIGRATE_LOCK`. A database
+    already set up is returned unchanged: the caller compares the key check, and P is the
+    stored one whatever `partitions` says. Idempotent.
+
+    Raises:
+        StoreDsnInvalid: `dsn` is not a connection string.
+        StoreUnavailable: the server cannot be reached.
+        ClusterModeMismatch: a network-mode database, or an older schema version; nothing
+            was changed.
+        DatabaseSchemaMismatch: a newer or unknown version, another protocol, or foreign
+            tables; nothing was changed.
+        ValueError: `partitions` is out of range.
+    """
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValueError(f"a cluster has 1 to {MAX_PARTITIONS} partitions, not {partitions}")
+    settings = ConnectSettings.parse(dsn, owner="migrate", connect_timeout=connect_timeout)
+    connection = await settings.connect("migrate")
+    try:
+        async with connection.transaction():
+            return await _setup_locked(
+                connection, settings.redacted, partitions=partitions, key_check=key_check
+            )
+    except psycopg.Error as error:
+        raise settings.unavailable(
+            f"setting up the cluster in {settings.redacted} failed", error
+        ) from None
+    finally:
+        await connection.close()
 
 
 async def migrate(dsn: str, *, connect_timeout: float = CONNECT_TIMEOUT) -> tuple[int | None, int]:

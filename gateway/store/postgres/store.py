@@ -15,6 +15,13 @@ reader connections. Callers may rely on:
   data: then the writer is FAILED and the daemon must stop.
 - `close()` refuses new calls, ends the reads, commits every accepted write, then releases
   the lease; idempotent.
+
+`store = await PostgresStore.open_cluster(dsn, replica_id=..., incarnation=..., partitions=P)`
+is a cluster replica's store (cluster.md §3.6): no lease (the replica's incarnation, joined
+before, fences every group instead: `StoreFenced` is fatal, and an ambiguous COMMIT is resolved
+from the replica row), the owner `CLUSTER_OWNER` shared by every replica, identities and
+deliveries stored with their home partitions and the cluster's reads (`cluster_reads.py`)
+besides every `Store` read.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import enum
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Final, TypeVar
 
 import psycopg
@@ -32,12 +39,18 @@ from harness_contract.ids import RandomId
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from gateway.closing import AsyncClosing
-from gateway.store.errors import StoreClosed, StoreError
+from gateway.store.errors import ClusterModeMismatch, StoreClosed, StoreError
 from gateway.store.observer import StoreObserver
-from gateway.store.postgres import schema, tables
+from gateway.store.postgres import cluster_reads, schema, tables
 from gateway.store.postgres.connection import CONNECT_TIMEOUT, Connection, ConnectSettings
 from gateway.store.postgres.lease import LEASE_RETRY_INTERVAL, Lease, LeaseState
-from gateway.store.postgres.writer import WRITER_ROLE, PostgresWriter
+from gateway.store.postgres.membership import PartitionCountMismatch
+from gateway.store.postgres.writer import (
+    WRITER_ROLE,
+    IncarnationFence,
+    LeaseFence,
+    PostgresWriter,
+)
 from gateway.store.records import (
     AgentSnapshot,
     ConversationRow,
@@ -45,6 +58,7 @@ from gateway.store.records import (
     IdentityRow,
     InboxRow,
     IntentRow,
+    IntentState,
     RecordRow,
     SendRow,
     Write,
@@ -104,20 +118,25 @@ class PostgresStore(AsyncClosing):
         self,
         *,
         settings: ConnectSettings,
-        lease: Lease,
+        lease: Lease | None,
         writer: PostgresWriter,
         pool: AsyncConnectionPool[Connection],
+        local_instance_id: str,
+        owner: str,
+        partitions: int | None = None,
     ) -> None:
-        """Wrap what `open` opened; use `PostgresStore.open` instead."""
+        """Wrap what `open` or `open_cluster` opened; use those instead."""
         self._settings = settings
         self._lease = lease
         self._writer = writer
         self._pool = pool
-        self._owner = settings.owner
+        self._owner = owner
         self._state = StoreState.OPEN
         self._closed = asyncio.Event()
-        self.local_instance_id: Final = lease.local_instance_id
+        self.local_instance_id: Final = local_instance_id
         """The owner's durable local instance id (engine.md §5.10): never changes."""
+        self.partitions: int | None = partitions
+        """A cluster's P (cluster.md §2); None in network mode."""
 
     @classmethod
     async def open(
@@ -178,7 +197,7 @@ class PostgresStore(AsyncClosing):
             writer = PostgresWriter.start(
                 connection,
                 connect=settings,
-                fence=lease.fence,
+                fence=LeaseFence(owner, lease.fence),
                 settings=writer_settings,
                 observer=observer,
                 on_fatal=on_fatal,
@@ -200,22 +219,131 @@ class PostgresStore(AsyncClosing):
             lease.fence,
             schema.SCHEMA_VERSION,
         )
-        return cls(settings=settings, lease=lease, writer=writer, pool=pool)
+        return cls(
+            settings=settings,
+            lease=lease,
+            writer=writer,
+            pool=pool,
+            local_instance_id=lease.local_instance_id,
+            owner=owner,
+        )
+
+    @classmethod
+    async def open_cluster(
+        cls,
+        dsn: str,
+        *,
+        replica_id: str,
+        incarnation: int,
+        partitions: int,
+        settings: CommitWriterSettings | None = None,
+        observer: StoreObserver | None = None,
+        on_fatal: FatalHandler | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> PostgresStore:
+        """A cluster replica's store (cluster.md §3.6): check the schema is current and the
+        database a cluster's of `partitions` partitions, then start the writer (fenced by
+        this replica's `incarnation`, which the caller joined before) and the readers. No
+        lease is taken and nothing is written at open.
+
+        Args:
+            dsn: as for `open`.
+            replica_id: this replica's id (the sessions' `application_name`, the fence).
+            incarnation: this start's incarnation (`MembershipTable.join`).
+            partitions: the cluster's P, as the caller read it at set-up.
+            settings: group commit settings.
+            observer: receives the writer's measurements (backend `postgresql`).
+            on_fatal: called once if the incarnation is fenced or the server reports
+                damaged data: the replica must exit (cluster.md §3.5).
+            connect_timeout: seconds one connection attempt may take.
+
+        Raises:
+            StoreDsnInvalid: `dsn` is not a connection string.
+            StoreUnavailable: the server cannot be reached; nothing was written.
+            ClusterModeMismatch: the database is empty, of an older version, or not a
+                cluster's; nothing was written.
+            DatabaseSchemaMismatch: a newer or unknown version, another protocol, foreign
+                tables.
+            PartitionCountMismatch: the cluster has another P.
+        """
+        connect = ConnectSettings.parse(dsn, owner=replica_id, connect_timeout=connect_timeout)
+        connection = await connect.connect(WRITER_ROLE)
+        try:
+            meta = await _cluster_meta(connection, connect.redacted)
+        except psycopg.Error as error:
+            raise connect.unavailable(
+                f"checking the schema of {connect.redacted} failed", error
+            ) from None
+        finally:
+            # The writer connects at its first group, with the writer session's settings.
+            await connection.close()
+        if meta.partitions != partitions:
+            raise PartitionCountMismatch(found=meta.partitions, wanted=partitions)
+        writer = PostgresWriter.start(
+            None,
+            connect=connect,
+            fence=IncarnationFence(replica_id, incarnation),
+            settings=settings,
+            observer=observer,
+            on_fatal=on_fatal,
+        )
+        try:
+            pool = await _open_pool(connect, READ_POOL_SIZE)
+        except BaseException:
+            await writer.close()
+            raise
+        logger.info(
+            "store opened backend=postgresql store=%s mode=cluster replica=%s incarnation=%d "
+            "partitions=%d schema_version=%d",
+            connect.redacted,
+            replica_id,
+            incarnation,
+            partitions,
+            schema.SCHEMA_VERSION,
+        )
+        return cls(
+            settings=connect,
+            lease=None,
+            writer=writer,
+            pool=pool,
+            local_instance_id=meta.local_instance_id,
+            owner=schema.CLUSTER_OWNER,
+            partitions=partitions,
+        )
+
+    @property
+    def cluster(self) -> bool:
+        """Whether this is a cluster replica's store (`open_cluster`)."""
+        return self.partitions is not None
 
     @property
     def owner(self) -> str:
-        """The owner this store's agents are kept under."""
+        """The owner this store's agents are kept under (`CLUSTER_OWNER` in a cluster)."""
         return self._owner
 
     @property
     def fence(self) -> int:
-        """This daemon's fencing token for the owner's lease."""
-        return self._lease.fence
+        """This daemon's fencing token for the owner's lease.
+
+        Raises:
+            StoreError: a cluster store, which holds no lease (its writer is fenced by the
+                replica's incarnation).
+        """
+        return self._held_lease().fence
 
     @property
     def lease_state(self) -> LeaseState:
-        """The lease's current state (RECONNECTING while its lock connection is down)."""
-        return self._lease.state
+        """The lease's current state (RECONNECTING while its lock connection is down).
+
+        Raises:
+            StoreError: a cluster store, which holds no lease.
+        """
+        return self._held_lease().state
+
+    def _held_lease(self) -> Lease:
+        if self._lease is None:
+            raise StoreError("a cluster replica's store holds no owner lease")
+        return self._lease
 
     @property
     def state(self) -> StoreState:
@@ -227,12 +355,13 @@ class PostgresStore(AsyncClosing):
         """The writer's state (FAILED after a lost lease or damaged data)."""
         return self._writer.state
 
-    async def apply(self, writes: Sequence[Write]) -> None:
+    async def apply(self, writes: Iterable[Write]) -> None:
         """Commit `writes` atomically as one unit of a group commit (see `PostgresWriter.submit`)."""
-        if not writes:
+        unit = tuple(writes)
+        if not unit:
             return
         self._check_open()
-        await self._writer.submit(tables.plan_unit(self._owner, writes))
+        await self._writer.submit(tables.plan_unit(self._owner, unit, self.partitions))
 
     async def identities(self) -> list[IdentityRow]:
         return await self._read(lambda c: tables.read_identities(c, self._owner))
@@ -295,6 +424,41 @@ class PostgresStore(AsyncClosing):
     async def send_row(self, agent_id: str, key: str) -> SendRow | None:
         return await self._read(lambda c: tables.read_send(c, agent_id, key))
 
+    # --- a cluster's reads (cluster.md §3.4, §5, §6) -----------------------------------
+
+    async def conversation_rows(self, conversation_id: str) -> dict[str, ConversationRow]:
+        """Every member's row of a conversation, by AgentId."""
+        return await self._read(lambda c: cluster_reads.read_conversation_rows(c, conversation_id))
+
+    async def open_intents_of(self, conversation_id: str) -> list[tuple[str, IntentRow, bytes]]:
+        """(author, row, MembershipDescriptor bytes) of each open intent of a conversation
+        bound away from its sequencer (`seq_partition` set), in bind order."""
+        return await self._read(lambda c: cluster_reads.read_open_intents_of(c, conversation_id))
+
+    async def open_conversations(self, partitions: Collection[int]) -> list[str]:
+        """Conversations with open intents sequenced in `partitions`."""
+        return await self._read(lambda c: cluster_reads.read_open_conversations(c, partitions))
+
+    async def agents_with_pending(self, partitions: Collection[int]) -> list[str]:
+        """Agents homed in `partitions` with pending deliveries."""
+        return await self._read(lambda c: cluster_reads.read_agents_with_pending(c, partitions))
+
+    async def intent_states(
+        self, post_ids: Collection[str]
+    ) -> list[tuple[str, str, IntentState, str | None]]:
+        """(author, PostId, state, RecordHash) of the intents of `post_ids`."""
+        return await self._read(lambda c: cluster_reads.read_intent_states(c, post_ids))
+
+    async def identities_in(self, partitions: Collection[int]) -> list[IdentityRow]:
+        """This owner's identities homed in `partitions`, seeds as stored."""
+        return await self._read(
+            lambda c: cluster_reads.read_identities_in(c, self._owner, partitions)
+        )
+
+    async def identity(self, agent_id: str) -> IdentityRow | None:
+        """One of this owner's identities, seed as stored (sealed in a cluster)."""
+        return await self._read(lambda c: cluster_reads.read_identity(c, self._owner, agent_id))
+
     async def close(self) -> None:
         """Close the readers, commit every accepted write, release the lease; idempotent."""
         if self._state is not StoreState.OPEN:
@@ -308,7 +472,8 @@ class PostgresStore(AsyncClosing):
                 # The writer flushes under the lease, so the lease goes last.
                 await self._writer.close()
             finally:
-                await self._lease.release()
+                if self._lease is not None:
+                    await self._lease.release()
                 self._state = StoreState.CLOSED
                 self._closed.set()
                 logger.info(
@@ -346,6 +511,29 @@ class PostgresStore(AsyncClosing):
                     f"a store read failed: {self._settings.describe(error)}"
                 ) from error
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+async def _cluster_meta(connection: Connection, store: str) -> schema.ClusterMeta:
+    """The cluster's facts, once the schema is found current (else `ClusterModeMismatch`,
+    or `DatabaseSchemaMismatch` for a database this build may not touch)."""
+    status = await schema.inspect(connection)
+    match status.state:
+        case schema.SchemaState.CURRENT:
+            return await schema.read_cluster_meta(connection, store)
+        case schema.SchemaState.EMPTY:
+            raise ClusterModeMismatch(
+                store,
+                "the database is empty; set it up for the cluster with "
+                "`harness-gateway migrate --cluster` first",
+            )
+        case schema.SchemaState.OLDER:
+            raise ClusterModeMismatch(
+                store,
+                f"the database has schema version {status.found_value}; run "
+                f"`harness-gateway migrate --store {store}` first",
+            )
+        case schema.SchemaState.REFUSED:
+            raise schema.refusal(status, store)
 
 
 def _retryable(error: psycopg.OperationalError) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeAlias, TypeVar, assert_never
 
+from gateway.cluster.partitions import home_partition
 from gateway.store import records
 from gateway.store.errors import ConstraintViolation
 from gateway.store.layout import (
@@ -84,7 +85,19 @@ class _Table(Generic[RowT]):
     """A table whose columns are a row type's fields, behind its key prefix (`agent_id`,
     or `owner` for identities); the PostgreSQL twin of `gateway.store.tables._Table`."""
 
-    __slots__ = ("_columns", "_enums", "_insert", "_row_type", "_values_of", "columns", "name")
+    __slots__ = (
+        "_columns",
+        "_conflict",
+        "_enums",
+        "_expressions",
+        "_inserts",
+        "_key",
+        "_prefix",
+        "_row_type",
+        "_values_of",
+        "columns",
+        "name",
+    )
 
     def __init__(
         self,
@@ -94,9 +107,11 @@ class _Table(Generic[RowT]):
         key: tuple[str, ...],
         prefix: str = "agent_id",
         conflict: Literal["fail", "replace", "ignore"] = "replace",
+        expressions: Mapping[str, str] | None = None,
     ) -> None:
         """`key` is the primary key (for `replace`); `conflict` is how `put` meets an
-        existing key: fail, update the row, or keep the stored one."""
+        existing key: fail, update the row, or keep the stored one. `expressions` stores a
+        column's value through an SQL expression of its one placeholder."""
         self.name: Final = name
         self._row_type: Final = row_type
         self._columns: Final = tuple(field.name for field in dataclasses.fields(row_type))
@@ -109,20 +124,34 @@ class _Table(Generic[RowT]):
             if isinstance(hint := hints[column], type) and issubclass(hint, enum.Enum)
         }
         self._values_of: Final = operator.attrgetter(*self._columns)
-        all_columns = (prefix, *self._columns)
-        marks = ", ".join(["%s"] * len(all_columns))
-        sql = f"INSERT INTO {name} ({', '.join(all_columns)}) VALUES ({marks})"  # noqa: S608 - fixed names
-        match conflict:
+        self._key: Final = key
+        self._prefix: Final = prefix
+        self._conflict: Final = conflict
+        self._expressions: Final = dict(expressions or {})
+        self._inserts: Final[dict[tuple[str, ...], str]] = {}
+
+    def _insert(self, extra: tuple[str, ...]) -> str:
+        """The INSERT of the row's columns and the `extra` ones (built once per set)."""
+        sql = self._inserts.get(extra)
+        if sql is not None:
+            return sql
+        all_columns = (self._prefix, *self._columns, *extra)
+        marks = ", ".join(self._expressions.get(column, "%s") for column in all_columns)
+        sql = f"INSERT INTO {self.name} ({', '.join(all_columns)}) VALUES ({marks})"  # noqa: S608 - fixed names
+        match self._conflict:
             case "fail":
                 pass
             case "ignore":
                 sql += " ON CONFLICT DO NOTHING"
             case "replace":
-                updates = ", ".join(f"{c} = excluded.{c}" for c in all_columns if c not in key)
-                sql += f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+                updates = ", ".join(
+                    f"{c} = excluded.{c}" for c in all_columns if c not in self._key
+                )
+                sql += f" ON CONFLICT ({', '.join(self._key)}) DO UPDATE SET {updates}"
             case _:
-                assert_never(conflict)
-        self._insert: Final = sql
+                assert_never(self._conflict)
+        self._inserts[extra] = sql
+        return sql
 
     def read(self, values: Sequence[Any]) -> RowT:
         """The row of one result in `columns` order."""
@@ -137,10 +166,16 @@ class _Table(Generic[RowT]):
         return f"SELECT {self.columns} FROM {self.name} {clause}"  # noqa: S608 - fixed names
 
     def put(
-        self, row: RowT, *, key: str, overrides: Mapping[str, object] | None = None
+        self,
+        row: RowT,
+        *,
+        key: str,
+        overrides: Mapping[str, object] | None = None,
+        extra: Mapping[str, object] | None = None,
     ) -> Statement:
         """The INSERT of `row` under `key` (its agent or owner); `overrides` stores other
-        values than the row's in the columns it names."""
+        values than the row's in the columns it names; `extra` stores columns the row type
+        does not have (a cluster's partition columns), also when an upsert updates."""
         values = self._values_of(row)
         if len(self._columns) == 1:
             values = (values,)
@@ -150,7 +185,9 @@ class _Table(Generic[RowT]):
         if overrides:
             for column, value in overrides.items():
                 stored[self._columns.index(column)] = value
-        return self._insert, (key, *stored)
+        if not extra:
+            return self._insert(()), (key, *stored)
+        return self._insert(tuple(extra)), (key, *stored, *extra.values())
 
 
 _IDENTITIES: Final = _Table(
@@ -165,14 +202,25 @@ _LOCKS: Final = _Table(
 )
 _STAGED: Final = _Table("staged_records", records.StagedRow, key=("agent_id", "record_hash"))
 _EVIDENCE: Final = _Table("evidence", records.EvidenceRow, key=(), conflict="ignore")
-_RECORDS: Final = _Table("certified_records", records.RecordRow, key=(), conflict="fail")
+_COMMIT_ORDER: Final = {"commit_seq": "COALESCE(%s::bigint, nextval('harness_commit_order'))"}
+"""A record's or delivery's `commit_seq`: the writer's number, or (None, in a cluster) the
+database's commit order at insert (cluster.md §5.2)."""
+_RECORDS: Final = _Table(
+    "certified_records", records.RecordRow, key=(), conflict="fail", expressions=_COMMIT_ORDER
+)
 _REANCHORS: Final = _Table(
     "reanchors",
     records.ReanchorRow,
     key=("agent_id", "conversation_id", "previous_anchor_hash", "instance_id"),
 )
 _OUTBOX: Final = _Table("outbox", records.OutboxRow, key=("agent_id", "row_id"))
-_DELIVERIES: Final = _Table("pending_deliveries", records.DeliveryRow, key=(), conflict="fail")
+_DELIVERIES: Final = _Table(
+    "pending_deliveries",
+    records.DeliveryRow,
+    key=(),
+    conflict="fail",
+    expressions=_COMMIT_ORDER,
+)
 _INBOX: Final = _Table("inbox", records.InboxRow, key=(), conflict="fail")
 _SENDS: Final = _Table("sends", records.SendRow, key=("agent_id", "key"))
 
@@ -206,17 +254,24 @@ _PRUNE_EVIDENCE: Final = """DELETE FROM evidence
 # --- writes ----------------------------------------------------------------------------
 
 
-def plan_unit(owner: str, writes: Sequence[records.Write]) -> UnitPlan:
+def plan_unit(
+    owner: str, writes: Sequence[records.Write], partitions: int | None = None
+) -> UnitPlan:
     """The statements of one atomic `Store.apply` call, in order.
+
+    `partitions` is a cluster's P (None in network mode): identities and pending deliveries
+    then store their agent's home partition (cluster.md §3.6), and `ReleasePartitions` is
+    allowed.
 
     Raises:
         ConstraintViolation: a text value holds a NUL character, which PostgreSQL's TEXT
-            cannot store (SQLite can): refused before anything is queued.
+            cannot store (SQLite can), or `ReleasePartitions` outside a cluster: refused
+            before anything is queued.
     """
     statements: list[Statement] = []
     bodies: list[tuple[str, bytes]] = []
     for write in writes:
-        _plan(owner, write, statements, bodies)
+        _plan(owner, write, statements, bodies, partitions)
     for _, parameters in statements:
         values = parameters.values() if isinstance(parameters, Mapping) else parameters
         if any(isinstance(value, str) and "\x00" in value for value in values):
@@ -224,12 +279,34 @@ def plan_unit(owner: str, writes: Sequence[records.Write]) -> UnitPlan:
     return UnitPlan(statements=tuple(statements), bodies=tuple(bodies))
 
 
+def _intent_columns(write: records.PutIntent) -> dict[str, object] | None:
+    """The cluster columns a `PutIntent` stores beside its row: the sequencing partition and
+    descriptor of an intent bound away from its sequencer (cluster.md §5.1); a descriptor is
+    dropped once the intent is no longer open (only open intents are read again)."""
+    open_ = write.state is records.IntentState.OPEN
+    if write.seq_partition is not None:
+        return {
+            "seq_partition": write.seq_partition,
+            "descriptor": write.descriptor if open_ else None,
+        }
+    return None if open_ else {"descriptor": None}
+
+
 def _plan(
-    owner: str, write: records.Write, out: list[Statement], bodies: list[tuple[str, bytes]]
+    owner: str,
+    write: records.Write,
+    out: list[Statement],
+    bodies: list[tuple[str, bytes]],
+    partitions: int | None,
 ) -> None:
     match write:
         case records.PutIdentity():
-            out.append(_IDENTITIES.put(write.row(), key=owner))
+            home = (
+                None
+                if partitions is None
+                else {"home_partition": home_partition(write.agent_id, partitions)}
+            )
+            out.append(_IDENTITIES.put(write.row(), key=owner, extra=home))
         case records.PutToken():
             out.append(
                 (
@@ -253,7 +330,7 @@ def _plan(
         case records.PutConversation():
             out.append(_CONVERSATIONS.put(write.row(), key=write.agent_id))
         case records.PutIntent():
-            out.append(_INTENTS.put(write.row(), key=write.agent_id))
+            out.append(_INTENTS.put(write.row(), key=write.agent_id, extra=_intent_columns(write)))
         case records.PutLock():
             out.append(_LOCKS.put(write.row(), key=write.agent_id))
         case records.PutStaged():
@@ -317,7 +394,12 @@ def _plan(
                 )
             )
         case records.PutDelivery():
-            out.append(_DELIVERIES.put(write.row(), key=write.agent_id))
+            home = (
+                None
+                if partitions is None
+                else {"home_partition": home_partition(write.agent_id, partitions)}
+            )
+            out.append(_DELIVERIES.put(write.row(), key=write.agent_id, extra=home))
         case records.SetDeliveryState():
             # Only pending deliveries are read again: a classified or consumed one keeps no
             # projection (the inbox item, or nothing, is what it became).
@@ -400,6 +482,17 @@ def _plan(
                     ),
                 )
             )
+        case records.ReleasePartitions():
+            if partitions is None:
+                raise ConstraintViolation(records.NOT_A_CLUSTER)
+            # Imported here: membership's statements are typed with this module's
+            # `Statement`, so a module-level import would be circular.
+            from gateway.store.postgres.membership import release_statement
+
+            out.extend(
+                release_statement(partition, write.replica_id, write.incarnation)
+                for partition in write.partitions
+            )
         case _:
             assert_never(write)
 
@@ -410,6 +503,10 @@ def _plan(
 async def _rows(connection: Connection, sql: str, parameters: Parameters) -> list[tuple[Any, ...]]:
     cursor = await connection.execute(sql, parameters)
     return await cursor.fetchall()
+
+
+rows_of: Final = _rows
+"""Every row of one statement (for the cluster's reads in `cluster_reads.py`)."""
 
 
 async def _one(connection: Connection, sql: str, parameters: Parameters) -> tuple[Any, ...] | None:

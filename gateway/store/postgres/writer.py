@@ -5,9 +5,14 @@ grouping window (`commit_delay`, `max_batch`), answers, FAILED state and close o
 the SQLite `CommitWriter`. A unit is a `UnitPlan` (the statements of one `Store.apply`).
 One group is one transaction, in two round trips when nothing fails:
 
-1. in one pipeline: `BEGIN`, the fence check (`FENCE_CHECK`), the group's record bodies,
-   then per unit `SAVEPOINT`, its statements, `RELEASE`; then one sync;
+1. in one pipeline: `BEGIN`, the fence (`WriterFence`), the group's record bodies, then per
+   unit `SAVEPOINT`, its statements, `RELEASE`; then one sync;
 2. `COMMIT`, once the fence was found to be ours.
+
+The fence is the group's first statement: a network daemon's `LeaseFence` reads its owner's
+lease (`FENCE_CHECK`, engine.md §8.7); a cluster replica's `IncarnationFence` numbers the group
+and stamps it on its replica row (`GROUP_FENCE`, cluster.md §3.1), which matches no row once
+the incarnation is fenced.
 
 A unit that fails on its own (a unique, foreign-key or data error: `ConstraintViolation`)
 is rolled back to its savepoint and only its caller fails; the units after it are sent
@@ -15,8 +20,9 @@ again in a new pipeline of the same transaction (one more round trip per failing
 
 Failures and what callers may rely on:
 
-- The fence is not ours (another daemon claimed the lease): the transaction is rolled back,
-  every unit fails `StoreLeaseLost`, the writer is FAILED and `on_fatal` is called.
+- The fence is not ours (another daemon claimed the lease; the replica's incarnation was
+  fenced): the transaction is rolled back, every unit fails `StoreLeaseLost` (`StoreFenced`),
+  the writer is FAILED and `on_fatal` is called.
 - The server cannot be reached, the connection is lost, or the server fails the whole
   transaction before COMMIT (deadlock, full disk): every unit not failed on its own gets
   `StoreUnavailable` (definitely not committed). The writer is *not* FAILED: the
@@ -27,9 +33,15 @@ Failures and what callers may rely on:
   restart loop. The engine maps the failures (§6: `persistence-failed`,
   `delivery-pending`).
 - COMMIT fails or its answer is lost: the units that had run get `CommitAmbiguous` (may
-  or may not be durable); not fatal here either, the callers decide.
-- Only errors that mean memory and the database may diverge call `on_fatal`: a lost lease,
-  and data corruption reported by the server (SQLSTATE XX001, XX002).
+  or may not be durable); not fatal here either, the callers decide. A cluster replica
+  resolves it instead (cluster.md §3.5): on a new connection it reads its row's `last_group`
+  `FOR UPDATE` (waiting, within `RESOLVE_LOCK_TIMEOUT`, for the lost group's transaction to
+  end; past it the old backend, whose pid was recorded at connect, is terminated and the
+  row read again). The group's number there: the units committed and are answered so; a
+  lower one: not committed (`StoreUnavailable`); the incarnation fenced: `StoreFenced`,
+  fatal. Only when that read fails too do the units get `CommitAmbiguous`.
+- Only errors that mean memory and the database may diverge call `on_fatal`: a lost lease or
+  a fenced incarnation, and data corruption reported by the server (SQLSTATE XX001, XX002).
 - Every round trip is bounded (`WRITE_TIMEOUT`); a stuck server counts as unreachable
   (or as an ambiguous COMMIT when the COMMIT was in flight).
 """
@@ -41,7 +53,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -51,6 +63,7 @@ from gateway.store.errors import (
     ConstraintViolation,
     StoreError,
     StoreFailed,
+    StoreFenced,
     StoreLeaseLost,
     StoreUnavailable,
 )
@@ -61,7 +74,18 @@ from gateway.store.postgres.connection import (
     is_connection_error,
     is_corruption,
 )
-from gateway.store.postgres.tables import FENCE_CHECK, INSERT_BODIES, UnitPlan, group_bodies
+from gateway.store.postgres.membership import (
+    WRITER_SESSION_SETTINGS,
+    group_fence,
+    read_last_group,
+)
+from gateway.store.postgres.tables import (
+    FENCE_CHECK,
+    INSERT_BODIES,
+    Statement,
+    UnitPlan,
+    group_bodies,
+)
 from gateway.store.writer import (
     CommitWriterSettings,
     FatalHandler,
@@ -83,7 +107,131 @@ is only noticed by TCP keepalives (about 25 s)."""
 WRITER_ROLE: Final = "writer"
 """The write connection's role: its `application_name` is `harness-writer:<owner>`."""
 
+RESOLVE_LOCK_TIMEOUT: Final = "2s"
+"""How long the ambiguous-COMMIT read waits for the lost group's row lock (a PostgreSQL
+interval) before it terminates the old backend and reads again (cluster.md §3.5).
+
+A lost COMMIT usually ends within milliseconds; a backend whose client vanished holds its lock
+until the server notices, which this bounds far below the lease TTL (6 s)."""
+
+RESOLVE_ATTEMPTS: Final = 3
+"""Reads of `last_group` after an ambiguous COMMIT, the old backend terminated between them;
+after the last the units stay `CommitAmbiguous`."""
+
 _SAVEPOINT: Final = "harness_unit"
+_LOCAL_LOCK_TIMEOUT: Final = "SELECT set_config('lock_timeout', %s, true)"
+_LOCK_NOT_AVAILABLE: Final = "55P03"
+
+
+class WriterFence(Protocol):
+    """The first statement of every group and what its answer must be (cluster.md §3.1 for
+    a replica, engine.md §8.7 for an owner's lease)."""
+
+    @property
+    def session_settings(self) -> Sequence[Statement]:
+        """Statements run on every new write connection."""
+        ...
+
+    def group_statement(self) -> Statement:
+        """The next group's first statement (numbering the group, if the fence does)."""
+        ...
+
+    def check(self, row: Sequence[object] | None) -> None:
+        """Raise the fatal `StoreFailed` (`StoreLeaseLost`, `StoreFenced`) unless `row`, the
+        first statement's answer, says the fence is ours."""
+        ...
+
+    def lost(self, cause: StoreFailed) -> StoreFailed:
+        """A fresh copy of a fatal `cause` of `check`, one per unit."""
+        ...
+
+    async def resolve(self, connection: Connection, stale_pid: int | None) -> bool | None:
+        """After a lost COMMIT, on a new connection: whether the last group committed (True),
+        did not (False), or None when this fence cannot tell. Raises `StoreFenced` when the
+        fence was lost meanwhile, `psycopg.Error` when the read fails."""
+        ...
+
+
+class LeaseFence:
+    """A network daemon's fence: the owner's lease still holds this daemon's token."""
+
+    def __init__(self, owner: str, fence: int) -> None:
+        self._owner = owner
+        self._fence = fence
+
+    @property
+    def session_settings(self) -> Sequence[Statement]:
+        return ()
+
+    def group_statement(self) -> Statement:
+        return FENCE_CHECK, (self._owner,)
+
+    def check(self, row: Sequence[object] | None) -> None:
+        found = None if row is None else int(str(row[0]))
+        if found != self._fence:
+            raise StoreLeaseLost(self._owner, fence=self._fence, found=found)
+
+    def lost(self, cause: StoreFailed) -> StoreFailed:
+        assert isinstance(cause, StoreLeaseLost)
+        return StoreLeaseLost(cause.owner, fence=cause.fence, found=cause.found)
+
+    async def resolve(self, connection: Connection, stale_pid: int | None) -> bool | None:
+        # Network groups leave no trace of their own: an ambiguous COMMIT stays ambiguous.
+        return None
+
+
+class IncarnationFence:
+    """A cluster replica's fence: its incarnation, current and not fenced (cluster.md §3.1).
+    Numbers its groups from 1 (`JOIN` leaves `last_group` 0)."""
+
+    def __init__(self, replica_id: str, incarnation: int) -> None:
+        self._replica_id = replica_id
+        self._incarnation = incarnation
+        self._group = 0
+
+    @property
+    def group(self) -> int:
+        """The number of the group most recently begun (0 before the first)."""
+        return self._group
+
+    @property
+    def session_settings(self) -> Sequence[Statement]:
+        return WRITER_SESSION_SETTINGS
+
+    def group_statement(self) -> Statement:
+        self._group += 1
+        return group_fence(self._replica_id, self._incarnation, self._group)
+
+    def check(self, row: Sequence[object] | None) -> None:
+        if row is None:
+            raise StoreFenced(self._replica_id, self._incarnation)
+
+    def lost(self, cause: StoreFailed) -> StoreFailed:
+        return StoreFenced(self._replica_id, self._incarnation)
+
+    async def resolve(self, connection: Connection, stale_pid: int | None) -> bool | None:
+        group = self._group
+        for attempt in range(1, RESOLVE_ATTEMPTS + 1):
+            try:
+                async with connection.transaction():
+                    await connection.execute(_LOCAL_LOCK_TIMEOUT, (RESOLVE_LOCK_TIMEOUT,))
+                    found = await read_last_group(connection, self._replica_id, self._incarnation)
+            except psycopg.Error as error:
+                if error.sqlstate != _LOCK_NOT_AVAILABLE or attempt == RESOLVE_ATTEMPTS:
+                    raise
+                # The lost group's backend still holds the row: its client is gone, so end it
+                # (its transaction commits or rolls back as far as it got) and read again.
+                if stale_pid is not None and stale_pid != connection.info.backend_pid:
+                    await connection.execute("SELECT pg_terminate_backend(%s)", (stale_pid,))
+                continue
+            if found is None:
+                raise StoreFenced(self._replica_id, self._incarnation)
+            if found == group:
+                return True
+            if found < group:
+                return False
+            return None  # a later group than ours: not ours to judge
+        return None  # pragma: no cover - the loop returns or raises
 
 
 class _GroupFailed(Exception):
@@ -96,7 +244,8 @@ class _GroupFailed(Exception):
 
 
 class PostgresWriter(GroupCommitter[UnitPlan]):
-    """Owns the write connection and commits planned units in groups, fenced by the lease.
+    """Owns the write connection and commits planned units in groups, each fenced by its
+    first statement (`WriterFence`).
 
     Obtain one with `PostgresWriter.start(...)`; an async context manager whose exit
     calls `close()`.
@@ -107,7 +256,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         connection: Connection | None,
         *,
         connect: ConnectSettings,
-        fence: int,
+        fence: WriterFence,
         settings: CommitWriterSettings,
         observer: StoreObserver,
         on_fatal: FatalHandler | None,
@@ -117,6 +266,9 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         self._connect = connect
         self._connection = connection
         self._fence = fence
+        self._backend_pid = None if connection is None else connection.info.backend_pid
+        """The write connection's server process, kept from its connect: after a lost
+        COMMIT it is the backend that may still hold the group's locks."""
 
     @classmethod
     def start(
@@ -124,13 +276,14 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         connection: Connection | None,
         *,
         connect: ConnectSettings,
-        fence: int,
+        fence: WriterFence,
         settings: CommitWriterSettings | None = None,
         observer: StoreObserver | None = None,
         on_fatal: FatalHandler | None = None,
     ) -> PostgresWriter:
-        """Start the commit loop on `connection` (opened with `connect.connect(WRITER_ROLE)`;
-        None connects at the first group). Writes are fenced by `fence`."""
+        """Start the commit loop on `connection` (opened with `connect.connect(WRITER_ROLE)`
+        and given `fence.session_settings`; None connects at the first group). Writes are
+        fenced by `fence`."""
         writer = cls(
             connection,
             connect=connect,
@@ -150,6 +303,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
             StoreFailed: the writer is FAILED (lease lost, corruption): not committed.
             StoreUnavailable: PostgreSQL could not take the group; not committed.
             StoreLeaseLost: the lease was taken; not committed (the writer is FAILED now).
+            StoreFenced: the replica's incarnation was fenced; not committed (FAILED now).
             CommitAmbiguous: the group's COMMIT failed; the unit may or may not be durable.
             ConstraintViolation: this unit broke a constraint; it alone was rolled back.
         """
@@ -173,8 +327,19 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         if connection is not None and not (connection.closed or connection.broken):
             return connection
         await self._drop_connection()
-        self._connection = await self._connect.connect(WRITER_ROLE)
-        return self._connection
+        connection = await self._connect.connect(WRITER_ROLE)
+        try:
+            for sql, parameters in self._fence.session_settings:
+                await connection.execute(sql, parameters)
+        except (psycopg.Error, OSError) as error:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await connection.close()
+            raise self._connect.unavailable(
+                "preparing the write connection failed", error
+            ) from None
+        self._connection = connection
+        self._backend_pid = connection.info.backend_pid
+        return connection
 
     async def _run_group(self, units: Sequence[UnitPlan]) -> GroupReport:
         started = time.perf_counter()
@@ -185,7 +350,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 settled = await self._run_units(connection, units)
-        except StoreLeaseLost as lost:
+        except (StoreLeaseLost, StoreFenced) as lost:
             await self._abandon(connection)
             return self._not_committed(units, [None] * len(units), lost, started, fatal=lost)
         except _GroupFailed as failed:
@@ -196,11 +361,36 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         except TimeoutError as error:
             await self._drop_connection()
             return self._not_committed(units, [None] * len(units), error, started, fatal=None)
+        stale_pid = self._backend_pid
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 await connection.execute("COMMIT")
         except (psycopg.Error, OSError, TimeoutError) as error:
             await self._abandon(connection)
+            resolved = await self._resolve(stale_pid, error)
+            if isinstance(resolved, StoreFenced):
+                return self._not_committed(units, settled, resolved, started, fatal=resolved)
+            if resolved is True:
+                logger.warning(
+                    "store group commit answer lost; the group committed units=%d", len(units)
+                )
+                return GroupReport(
+                    outcomes=settled,
+                    seconds=time.perf_counter() - started,
+                    committed=True,
+                    fatal=None,
+                )
+            if resolved is False:
+                return self._not_committed(
+                    units,
+                    [o if isinstance(o, UnitRaised) else None for o in settled],
+                    StoreUnavailable(
+                        "the group's COMMIT was lost and the group did not commit; "
+                        f"not committed: {self._connect.describe(error)}"
+                    ),
+                    started,
+                    fatal=error if is_corruption(error) else None,
+                )
             logger.error(
                 "store group commit failed; the group is in doubt units=%d cause=%s",
                 len(units),
@@ -218,6 +408,27 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         return GroupReport(
             outcomes=settled, seconds=time.perf_counter() - started, committed=True, fatal=None
         )
+
+    async def _resolve(
+        self, stale_pid: int | None, error: BaseException
+    ) -> bool | StoreFenced | None:
+        """After a lost COMMIT: whether the group committed, as the fence can tell on a new
+        connection (`WriterFence.resolve`); None when it cannot, `StoreFenced` when the
+        incarnation was fenced meanwhile."""
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                connection = await self._connected()
+                return await self._fence.resolve(connection, stale_pid)
+        except StoreFenced as fenced:
+            return fenced
+        except (StoreError, psycopg.Error, OSError, TimeoutError) as failure:
+            await self._drop_connection()
+            logger.warning(
+                "store group commit could not be resolved cause=%s after=%s",
+                self._connect.describe(failure),
+                self._connect.describe(error),
+            )
+            return None
 
     async def _run_units(
         self, connection: Connection, units: Sequence[UnitPlan]
@@ -237,7 +448,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
                 async with connection.pipeline():
                     if first:
                         await connection.execute("BEGIN")
-                        await fence.execute(FENCE_CHECK, (self._connect.owner,))
+                        await fence.execute(*self._fence.group_statement())
                         if hashes:
                             await head.execute(INSERT_BODIES, (hashes, bodies))
                     for plan in units[start:]:
@@ -290,14 +501,11 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         error: psycopg.Error | None,
         settled: list[UnitOutcome | None],
     ) -> None:
-        """Raise unless the lease's fence, read first in the transaction, is ours."""
+        """Raise unless the fence, the transaction's first statement, is ours."""
         if fence.pgresult is None:
             # BEGIN or the check itself did not run: nothing of the group did.
             raise _GroupFailed(error or StoreError("the fence check returned nothing"), settled)
-        row = await fence.fetchone()
-        found = None if row is None else int(str(row[0]))
-        if found != self._fence:
-            raise StoreLeaseLost(self._connect.owner, fence=self._fence, found=found)
+        self._fence.check(await fence.fetchone())
 
     async def _abandon(self, connection: Connection) -> None:
         """End the failed transaction; a connection that cannot is dropped."""
@@ -321,7 +529,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         fatal: BaseException | None,
     ) -> GroupReport:
         """Every unit that did not fail on its own fails with the group's definite failure."""
-        if not isinstance(cause, StoreLeaseLost):
+        if not isinstance(cause, StoreLeaseLost | StoreFenced):
             logger.warning(
                 "store group not committed units=%d cause=%s",
                 len(units),
@@ -341,8 +549,8 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         )
 
     def _definite_failure(self, cause: BaseException) -> StoreError:
-        if isinstance(cause, StoreLeaseLost):
-            return StoreLeaseLost(cause.owner, fence=cause.fence, found=cause.found)
+        if isinstance(cause, StoreLeaseLost | StoreFenced):
+            return self._fence.lost(cause)
         if isinstance(cause, StoreUnavailable):
             failure: StoreError = StoreUnavailable(str(cause))
         elif is_corruption(cause):

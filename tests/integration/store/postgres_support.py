@@ -72,6 +72,36 @@ def database_sql(server: PostgresServer, dsn: str, statement: str) -> str:
     return server.sql(statement, database=dsn.rsplit("/", 1)[1])
 
 
+UNDO_VERSION_3 = (
+    "DROP TABLE replicas",
+    "DROP TABLE partitions",
+    "DROP INDEX identities_cluster_name",
+    "DROP INDEX identities_by_home",
+    "ALTER TABLE identities DROP COLUMN home_partition",
+    "DROP INDEX conversations_by_conversation",
+    "DROP INDEX post_intents_sequencing",
+    "DROP INDEX post_intents_by_post",
+    "ALTER TABLE post_intents DROP COLUMN seq_partition",
+    "ALTER TABLE post_intents DROP COLUMN descriptor",
+    "DROP INDEX certified_records_post",
+    "ALTER TABLE certified_records ALTER COLUMN commit_seq DROP DEFAULT",
+    "DROP INDEX pending_deliveries_by_home",
+    "DROP INDEX pending_deliveries_record",
+    "ALTER TABLE pending_deliveries ALTER COLUMN commit_seq DROP DEFAULT",
+    "ALTER TABLE pending_deliveries DROP COLUMN home_partition",
+    "DROP SEQUENCE harness_commit_order",
+    "UPDATE harness_meta SET value = '2' WHERE key = 'schema_version'",
+)
+"""Turns a database of schema version 3 back into version 2 (engine.md §8.5), as a
+network-mode database written before cluster mode is."""
+
+
+def as_version_2(server: PostgresServer, dsn: str) -> None:
+    """Rewrite the database of `dsn` (schema version 3) as version 2 wrote it."""
+    for statement in UNDO_VERSION_3:
+        database_sql(server, dsn, statement)
+
+
 @dataclass(eq=False)
 class _Link:
     """One proxied connection: both ends' writers, and whether it is the store's writer."""

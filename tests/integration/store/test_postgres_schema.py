@@ -31,7 +31,12 @@ from gateway.store.postgres import (
 from gateway.store.postgres import schema as pg_schema
 from gateway.store.records import BindSend, PutSend, SendRow
 from gateway.store.sqlite_store import SqliteStore
-from tests.integration.store.postgres_support import database_sql, identity, opened
+from tests.integration.store.postgres_support import (
+    as_version_2,
+    database_sql,
+    identity,
+    opened,
+)
 from tests.integration.store.support import as_version_1
 from tests.servers import PostgresServer
 
@@ -148,6 +153,7 @@ async def test_a_version_1_database_is_migrated_to_2_and_its_send_rows_stay_not_
             ]
         )
     # Version 1's `sends` (engine.md §8.5): no `bound`, no `resumable`.
+    as_version_2(postgres_server, dsn)
     for statement in (
         "ALTER TABLE sends DROP COLUMN bound",
         "ALTER TABLE sends DROP COLUMN resumable",
@@ -157,7 +163,7 @@ async def test_a_version_1_database_is_migrated_to_2_and_its_send_rows_stay_not_
     with pytest.raises(DatabaseSchemaMismatch):
         await PostgresStore.open(dsn, owner="daemon-a")
 
-    assert await migrate(dsn) == (1, 2)
+    assert await migrate(dsn) == (1, SCHEMA_VERSION)
 
     async with opened(dsn) as store:
         # A row version 1 reserved recorded no binding: it can never be resumed (§9.1).
