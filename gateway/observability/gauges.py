@@ -1,10 +1,15 @@
-"""The gauges that are read, not counted: backlog, streams, pending intents, open collectives.
+"""The gauges that are read, not counted: backlog, streams, pending intents, open collectives;
+and the event loop's lag.
 
 Counters move when something happens; these gauges describe a state, so a `GaugeLoop` reads
 a `GaugeReading` from its `GaugeSource` every `GAUGE_INTERVAL` seconds and publishes it. A
 reading is keyed by the closed label enums (`Listener`,
 `PostKind`, `CollectiveOp`), never by free strings, and always holds every label value, so a
 value that dropped to zero is published as zero rather than left at its last level.
+
+`LoopLagMonitor` measures how late the event loop wakes from a `LOOP_LAG_INTERVAL` sleep
+(`harness_cluster_loop_lag_seconds`): a cluster replica's lease is kept by beats on that loop,
+so lag is what puts the lease at risk (cluster.md §3.1).
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ GAUGE_INTERVAL: Final = 5.0
 
 Often enough for a 15-second scrape to see a fresh value; rarely enough that summing the
 store's unread rows costs nothing noticeable."""
+
+
+LOOP_LAG_INTERVAL: Final = 0.5
+"""Seconds the lag monitor sleeps between two measurements.
+
+A third of the 1.5 s beat interval, so a stall that delays a beat shows in the histogram; two
+wake-ups a second cost nothing measurable."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,3 +121,35 @@ class GaugeLoop:
                 # A failed read leaves the gauges at their last values; the next one retries.
                 logger.exception("gauge refresh failed")
             await asyncio.sleep(self._interval)
+
+
+class LoopLagMonitor:
+    """Observes how late each `interval` sleep wakes, on the loop it was started on, until
+    closed; it owns its one task."""
+
+    def __init__(self, metrics: Metrics, *, interval: float = LOOP_LAG_INTERVAL) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval}")
+        self._metrics = metrics
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start measuring; idempotent."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._measure(), name="loop lag")
+
+    async def close(self) -> None:
+        """Cancel the task and wait for it; idempotent, and safe before `start`."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _measure(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + self._interval
+            await asyncio.sleep(self._interval)
+            # A wake-up is never early on the loop's own clock; clamp rounding to 0.
+            self._metrics.observe_loop_lag(max(0.0, loop.time() - asked))

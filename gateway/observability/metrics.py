@@ -76,6 +76,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from gateway.cluster.membership import LeaseLoss
 from gateway.endpoint.api import AuthFailure
 from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
@@ -165,6 +166,25 @@ FIREWALL_BUCKETS: Final[tuple[float, ...]] = (
     INF,
 )
 """Seconds of one middleware check: rule checks are fast; a model-backed middleware is not."""
+
+LOOP_LAG_BUCKETS: Final[tuple[float, ...]] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    INF,
+)
+"""Seconds an event-loop wake-up came late (`harness_cluster_loop_lag_seconds`): from a busy
+loop's millisecond to the seconds that put a replica's 6 s lease at risk (cluster.md §3.1
+keeps the TTL at least 4× the worst lag)."""
 
 SERIES_BUDGET: Final = 3000
 """Most series one process may export (operations.md §2.1); a unit test renders and counts."""
@@ -293,6 +313,47 @@ class StoreBackend(enum.StrEnum):
     POSTGRESQL = "postgresql"
     """PostgreSQL (`--store postgresql://...`), shared by several daemons."""
 
+
+class ForwardMethod(enum.StrEnum):
+    """`method` of `harness_cluster_forwards_total`: the agent API's methods a cluster replica
+    forwards to the agent's home (cluster.md §4.1), by their short gRPC names."""
+
+    SEND = "Send"
+    """`HarnessEndpointService/Send`."""
+    MESSAGES = "Messages"
+    """`HarnessEndpointService/Messages`: the stream's whole life."""
+    ACKNOWLEDGE = "Acknowledge"
+    """`HarnessEndpointService/Acknowledge`."""
+    READ_SEND = "ReadSend"
+    """`HarnessEndpointService/ReadSend`."""
+    PARSE_MESSAGE_TEXT = "ParseMessageText"
+    """`HarnessEndpointService/ParseMessageText`."""
+    UNKNOWN = "unknown"
+    """Any other method: a scanner or a newer forwarder cannot grow the label set."""
+
+
+class ForwardOutcome(enum.StrEnum):
+    """`outcome` of `harness_cluster_forwards_total` besides the gRPC status code names the
+    home answered (`GRPC_CODES`, `ok` standing for OK)."""
+
+    OK = "ok"
+    """The home answered OK."""
+    NOT_OWNER = "not-owner"
+    """The home refused NOT_OWNER (nothing happened there); the forwarder tried again."""
+    UNREACHABLE = "unreachable"
+    """The home could not be reached within the connect timeout: UNAVAILABLE, nothing sent."""
+    CUT = "cut"
+    """The connection to the home was cut after the request left (a `Send` answers
+    outcome-unknown)."""
+    OTHER = "other"
+    """An outcome outside this vocabulary: a defect of the forwarder, warned once."""
+
+
+FORWARD_OUTCOMES: Final[tuple[str, ...]] = (
+    *(outcome.value for outcome in ForwardOutcome),
+    *(code.name for code in StatusCode if code is not StatusCode.OK),
+)
+"""Every `outcome` of `harness_cluster_forwards_total`, each series created at 0."""
 
 FirewallKind = MiddlewareKind
 """`kind` of the firewall metrics: the middleware kinds (firewall.md §4)."""
@@ -572,6 +633,7 @@ class Metrics:
             "Calls refused before any handler ran, by reason (a body that does not decode).",
             reason=RejectedRequestReason,
         )
+        self._define_cluster(families)
 
     # --- definitions ---
 
@@ -790,6 +852,63 @@ class Metrics:
             result=FirewallReload,
         )
 
+    def _define_cluster(self, families: _Families) -> None:
+        # Defined in every mode, so a dashboard shared by clusters and single daemons has no
+        # gaps; outside a cluster they stay at 0.
+        registry = families.registry
+        self._partitions_owned = Gauge(
+            "harness_cluster_partitions_owned",
+            "Partitions this cluster replica holds.",
+            registry=registry,
+        )
+        self._partitions_unowned = Gauge(
+            "harness_cluster_partitions_unowned",
+            "Partitions without a live holder in this replica's last view.",
+            registry=registry,
+        )
+        self._partition_unowned_seconds = Gauge(
+            "harness_cluster_partition_unowned_seconds",
+            "How long, as this replica's views show, some partition has been without a live "
+            "holder; 0 when every partition has one.",
+            registry=registry,
+        )
+        forwards = Counter(
+            "harness_cluster_forwards_total",
+            "Calls forwarded to the agent's home replica, by method and outcome.",
+            ("method", "outcome"),
+            registry=registry,
+        )
+        self._forwards = _children(forwards, _values(ForwardMethod), FORWARD_OUTCOMES)
+        self._handoffs = Counter(
+            "harness_cluster_handoffs_total",
+            "Partitions this replica released to another (a hand-over).",
+            registry=registry,
+        )
+        self._hints_dropped = Counter(
+            "harness_cluster_hints_dropped_total",
+            "Hints to other replicas dropped because a target's queue was full (their poll "
+            "finds the rows).",
+            registry=registry,
+        )
+        self._claims = Counter(
+            "harness_cluster_claims_total",
+            "Partitions this replica claimed.",
+            registry=registry,
+        )
+        leases_lost = Counter(
+            "harness_cluster_leases_lost_total",
+            "Leases this replica lost, by reason (each ends the incarnation).",
+            ("reason",),
+            registry=registry,
+        )
+        self._leases_lost = {loss: leases_lost.labels(loss.value) for loss in LeaseLoss}
+        self._loop_lag = Histogram(
+            "harness_cluster_loop_lag_seconds",
+            "How late the event loop woke from a short sleep.",
+            buckets=LOOP_LAG_BUCKETS,
+            registry=registry,
+        )
+
     # --- exposition ---
 
     def render(self) -> str:
@@ -954,6 +1073,51 @@ class Metrics:
         `gateway/rpc/decoding.py`, counted by the metrics interceptor)."""
         _pick(self._rejected_requests, "harness_rejected_requests_total", reason).inc()
 
+    # --- a cluster replica (cluster.md §10) ---
+
+    def set_partitions_owned(self, n: int) -> None:
+        """This replica holds `n` partitions."""
+        self._partitions_owned.set(n)
+
+    def set_partitions_unowned(self, n: int) -> None:
+        """`n` partitions have no live holder in this replica's last view."""
+        self._partitions_unowned.set(n)
+
+    def set_partition_unowned_seconds(self, seconds: float) -> None:
+        """Some partition has had no live holder for `seconds` (0: every one has)."""
+        self._partition_unowned_seconds.set(seconds)
+
+    def count_forward(self, method: ForwardMethod, outcome: str) -> None:
+        """A call of `method` forwarded to its home ended as `outcome`: a `ForwardOutcome`
+        value or a gRPC status code name other than OK (ValueError for anything else)."""
+        _pick(self._forwards, "harness_cluster_forwards_total", method, outcome).inc()
+
+    def count_handoffs(self, n: int = 1) -> None:
+        """This replica released `n` partitions to another."""
+        self._handoffs.inc(n)
+
+    def count_hints_dropped(self, n: int = 1) -> None:
+        """`n` hints were dropped (a target's queue was full)."""
+        self._hints_dropped.inc(n)
+
+    def count_claims(self, n: int = 1) -> None:
+        """This replica claimed `n` partitions."""
+        self._claims.inc(n)
+
+    def count_lease_lost(self, reason: LeaseLoss) -> None:
+        """This replica's lease ended for `reason` (`LeaseLoss`)."""
+        try:
+            child = self._leases_lost[LeaseLoss(reason)]
+        except ValueError:
+            raise ValueError(
+                f"harness_cluster_leases_lost_total: {reason!r} is not a closed label value"
+            ) from None
+        child.inc()
+
+    def observe_loop_lag(self, seconds: float) -> None:
+        """The event loop woke `seconds` later than asked."""
+        self._loop_lag.observe(seconds)
+
 
 class StoreMetrics:
     """A `StoreObserver` (gateway/store/observer.py) feeding the `harness_store_*` family.
@@ -992,10 +1156,12 @@ __all__ = [
     "CERT_BUCKETS",
     "DAEMON_GRPC_SERVICES",
     "FIREWALL_BUCKETS",
+    "FORWARD_OUTCOMES",
     "GRPC_BUCKETS",
     "GRPC_CODES",
     "GRPC_PRECREATED_CODES",
     "GRPC_SERVICE_METHODS",
+    "LOOP_LAG_BUCKETS",
     "SERIES_BUDGET",
     "STORE_BUCKETS",
     "UNKNOWN_LABEL",
@@ -1003,6 +1169,8 @@ __all__ = [
     "FirewallKind",
     "FirewallReload",
     "FirewallVerdict",
+    "ForwardMethod",
+    "ForwardOutcome",
     "GrpcMethodMetrics",
     "GrpcType",
     "Listener",

@@ -30,6 +30,7 @@ from harness_contract.kinds import (
 from harness_contract.values import CollectiveOp
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.cluster.membership import LeaseLoss
 from gateway.endpoint.api import AuthFailure
 from gateway.endpoint.idempotency import KeyResolution
 from gateway.endpoint.inbox import AckResult, StreamEndReason, StreamOpen
@@ -39,10 +40,12 @@ from gateway.observability.metrics import (
     CERT_BUCKETS,
     DAEMON_GRPC_SERVICES,
     FIREWALL_BUCKETS,
+    FORWARD_OUTCOMES,
     GRPC_BUCKETS,
     GRPC_CODES,
     GRPC_PRECREATED_CODES,
     GRPC_SERVICE_METHODS,
+    LOOP_LAG_BUCKETS,
     SERIES_BUDGET,
     STORE_BUCKETS,
     UNKNOWN_LABEL,
@@ -50,6 +53,7 @@ from gateway.observability.metrics import (
     FirewallKind,
     FirewallReload,
     FirewallVerdict,
+    ForwardMethod,
     GrpcType,
     Listener,
     Metrics,
@@ -62,6 +66,17 @@ from gateway.observability.metrics import (
 from gateway.store.observer import StoreObserver
 
 Closed = type[enum.StrEnum]
+
+ForwardOutcomeLabel = enum.StrEnum(  # type: ignore[misc]
+    "ForwardOutcomeLabel",
+    [(value.replace("-", "_").upper(), value) for value in FORWARD_OUTCOMES],
+)
+"""`outcome` of `harness_cluster_forwards_total`: `ForwardOutcome` and the non-OK gRPC codes."""
+
+LeaseLossLabel = enum.StrEnum(  # type: ignore[misc]
+    "LeaseLossLabel", [(loss.name, loss.value) for loss in LeaseLoss]
+)
+"""`reason` of `harness_cluster_leases_lost_total`: the `LeaseLoss` values."""
 
 HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_certification_seconds": ("histogram", {"op": PostOp, "kind": PostKind}),
@@ -107,6 +122,18 @@ HARNESS_METRICS: dict[str, tuple[str, dict[str, Closed]]] = {
     "harness_firewall_reloads_total": ("counter", {"result": FirewallReload}),
     "harness_auth_failures_total": ("counter", {"reason": AuthFailure}),
     "harness_rejected_requests_total": ("counter", {"reason": RejectedRequestReason}),
+    "harness_cluster_partitions_owned": ("gauge", {}),
+    "harness_cluster_partitions_unowned": ("gauge", {}),
+    "harness_cluster_partition_unowned_seconds": ("gauge", {}),
+    "harness_cluster_forwards_total": (
+        "counter",
+        {"method": ForwardMethod, "outcome": ForwardOutcomeLabel},
+    ),
+    "harness_cluster_handoffs_total": ("counter", {}),
+    "harness_cluster_hints_dropped_total": ("counter", {}),
+    "harness_cluster_claims_total": ("counter", {}),
+    "harness_cluster_leases_lost_total": ("counter", {"reason": LeaseLossLabel}),
+    "harness_cluster_loop_lag_seconds": ("histogram", {}),
 }
 """operations.md §2.3, restated: every harness_* metric (except build info), its type, and
 its labels with their closed values (plus `harness_rejected_requests_total`, documented in
@@ -279,6 +306,10 @@ def test_the_buckets_are_those_of_operations_md():
         *(0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
         math.inf,
     ]
+    assert list(LOOP_LAG_BUCKETS) == [
+        *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        math.inf,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -290,6 +321,7 @@ def test_the_buckets_are_those_of_operations_md():
         ("harness_store_write_wait_seconds", STORE_BUCKETS),
         ("harness_store_commit_batch_size", BATCH_BUCKETS),
         ("harness_firewall_check_seconds", FIREWALL_BUCKETS),
+        ("harness_cluster_loop_lag_seconds", LOOP_LAG_BUCKETS),
     ],
 )
 def test_each_histogram_exports_its_bucket_list(
@@ -342,6 +374,9 @@ BAD_CALLS: list[tuple[str, Callable[[Metrics], object]]] = [
     ("an unknown verdict", lambda m: m.observe_firewall_check("external", "send", "ok", 0.1)),  # type: ignore[arg-type]
     ("a non-string value", lambda m: m.count_router_event(3)),  # type: ignore[arg-type]
     ("an unknown grpc type", lambda m: m.grpc_method("duplex", "x.Y", "Z")),
+    ("an unknown forward method", lambda m: m.count_forward("Register", "ok")),  # type: ignore[arg-type]
+    ("OK is counted as ok", lambda m: m.count_forward(ForwardMethod.SEND, "OK")),
+    ("an unknown lease loss", lambda m: m.count_lease_lost("stolen")),  # type: ignore[arg-type]
     ("an unknown status code", lambda m: m.grpc_method("unary", "", "").handled("TEAPOT")),
 ]
 
@@ -391,6 +426,15 @@ def test_the_helpers_count_into_their_own_series(metrics: Metrics):
     )
     metrics.count_firewall_refusal(FirewallKind.RATE_LIMIT, FirewallRefusal.RATE_LIMITED)
     metrics.count_firewall_reload(FirewallReload.INVALID)
+    metrics.set_partitions_owned(12)
+    metrics.set_partitions_unowned(3)
+    metrics.set_partition_unowned_seconds(7.5)
+    metrics.count_forward(ForwardMethod.READ_SEND, "DEADLINE_EXCEEDED")
+    metrics.count_handoffs(4)
+    metrics.count_hints_dropped(2)
+    metrics.count_claims(5)
+    metrics.count_lease_lost(LeaseLoss.FENCED)
+    metrics.observe_loop_lag(0.02)
     get = metrics.registry.get_sample_value
     assert get("harness_certification_seconds_count", {"op": "close", "kind": "group"}) == 1
     assert get("harness_sends_total", {"op": "all_gather", "outcome": "outcome-unknown"}) == 1
@@ -432,6 +476,20 @@ def test_the_helpers_count_into_their_own_series(metrics: Metrics):
         == 1
     )
     assert get("harness_firewall_reloads_total", {"result": "invalid"}) == 1
+    assert get("harness_cluster_partitions_owned", {}) == 12
+    assert get("harness_cluster_partitions_unowned", {}) == 3
+    assert get("harness_cluster_partition_unowned_seconds", {}) == 7.5
+    assert (
+        get(
+            "harness_cluster_forwards_total", {"method": "ReadSend", "outcome": "DEADLINE_EXCEEDED"}
+        )
+        == 1
+    )
+    assert get("harness_cluster_handoffs_total", {}) == 4
+    assert get("harness_cluster_hints_dropped_total", {}) == 2
+    assert get("harness_cluster_claims_total", {}) == 5
+    assert get("harness_cluster_leases_lost_total", {"reason": "fenced"}) == 1
+    assert get("harness_cluster_loop_lag_seconds_count", {}) == 1
 
 
 def test_store_metrics_feeds_the_store_family_of_its_backend(metrics: Metrics):
