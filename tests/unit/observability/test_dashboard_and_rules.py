@@ -72,6 +72,17 @@ ROWS = {
         "harness_store_write_wait_seconds_bucket",
     },
     "Firewall": {"harness_firewall_checks_total", "harness_firewall_refusals_total"},
+    "Cluster": {
+        "harness_cluster_partitions_owned",
+        "harness_cluster_partitions_unowned",
+        "harness_cluster_partition_unowned_seconds",
+        "harness_cluster_forwards_total",
+        "harness_cluster_leases_lost_total",
+        "harness_cluster_claims_total",
+        "harness_cluster_handoffs_total",
+        "harness_cluster_hints_dropped_total",
+        "harness_cluster_loop_lag_seconds_bucket",
+    },
 }
 """operations.md §9's rows, in order, each with the metrics its listed panels need."""
 
@@ -86,9 +97,11 @@ ALERTS = {
     "HarnessStoreCommitSlow": ("10m", "warning"),
     "HarnessGrpcServerErrors": ("10m", "warning"),
     "HarnessConversationsSetAside": ("0m", "warning"),
+    "HarnessPartitionsUnowned": ("0m", "critical"),
 }
 """operations.md §2.5: each alert's `for` and severity, and the set-aside alert of local
-order (engine.md §5.10: "reported once (agent status, metric)")."""
+order (engine.md §5.10: "reported once (agent status, metric)") and the cluster's unowned
+partitions (cluster.md §10)."""
 
 
 def registry_exposition() -> str:
@@ -365,6 +378,24 @@ def test_the_alert_expressions_are_those_of_operations_md():
     assert by_name["HarnessStoreCommitSlow"].endswith("> 0.25")
     assert 'grpc_code=~"INTERNAL|UNKNOWN|DATA_LOSS"' in by_name["HarnessGrpcServerErrors"]
     assert by_name["HarnessGrpcServerErrors"].endswith("> 0.01")
+    assert by_name["HarnessPartitionsUnowned"] == (
+        "max(harness_cluster_partition_unowned_seconds) > 30"
+    )
+
+
+def test_the_cluster_row_plots_partitions_per_replica_and_loop_lag_p99_by_replica():
+    cluster = [panel for panel in panels() if "harness_cluster" in str(panel["targets"])]
+    by_title = {panel["title"]: panel_queries(panel) for panel in cluster}
+    [owned] = by_title["Partitions owned by replica"]
+    assert owned.metrics == {"harness_cluster_partitions_owned"}
+    grouped = {use.label for use in owned.label_uses if use.how == "groups by"}
+    assert grouped == {"instance"}
+    lag = {
+        (q, by)
+        for query in by_title["Event-loop lag p99 by replica"]
+        for q, by, _ in quantiles(query.expr)
+    }
+    assert lag == {(0.99, frozenset({"le", "instance"}))}
 
 
 def promtool() -> str:
