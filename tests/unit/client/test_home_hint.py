@@ -1,8 +1,18 @@
-"""The seam for following a cluster replica's `harness-home` hint (`_channel.py`)."""
+"""Following a cluster replica's `harness-home` hint: `_channel.home_hint` and `HomeRoute`."""
 
 from __future__ import annotations
 
-from harness_client._channel import home_hint
+import asyncio
+
+import grpc
+from harness_client import (
+    SendError,
+    SendErrorReason,
+    TransportError,
+    UnavailableError,
+    UnavailableReason,
+)
+from harness_client._channel import HomeRoute, home_hint, home_options
 
 
 def test_the_home_hint_is_read_from_initial_metadata_as_host_and_port():
@@ -15,3 +25,83 @@ def test_the_home_hint_is_read_from_initial_metadata_as_host_and_port():
     assert home_hint(None) is None
     for malformed in ("replica-2", ":7770", "replica-2:http", "replica-2:0", "replica-2:70000"):
         assert home_hint((("harness-home", malformed),)) is None
+
+
+def home_of(route: HomeRoute) -> str | None:
+    """The route's home now (a call, so mypy keeps no earlier assert's narrowing)."""
+    return route.home_address
+
+
+def hint(address: str) -> tuple[tuple[str, str], ...]:
+    return (("harness-home", address),)
+
+
+class Dialled:
+    """Channels the route dialled, never used: creating a gRPC channel opens no socket."""
+
+    def __init__(self) -> None:
+        self.addresses: list[str] = []
+        self.channels: list[grpc.aio.Channel] = []
+
+    def __call__(self, address: str) -> grpc.aio.Channel:
+        self.addresses.append(address)
+        channel = grpc.aio.insecure_channel(address)
+        self.channels.append(channel)
+        return channel
+
+
+async def test_the_route_follows_a_hint_and_goes_back_to_the_target_when_the_home_is_lost():
+    dialled = Dialled()
+    route = HomeRoute(grpc.aio.insecure_channel("service:7770"), dialled)
+    target = route.via()
+    target.observe(hint("replica-2:7770"))
+    home = route.via()
+    assert home is not target
+    assert home_of(route) == "replica-2:7770"
+    home.observe(())  # the home answering its own agent names nobody: stay
+    home.observe(hint("replica-2:7770"))
+    assert route.via() is home
+    home.failed(SendError(SendErrorReason.UNKNOWN_AGENT))  # an answer, not a lost home
+    assert route.via() is home
+    home.failed(TransportError(grpc.StatusCode.UNAVAILABLE, "Connection refused"))
+    assert route.via() is target
+    assert home_of(route) is None
+    assert dialled.addresses == ["replica-2:7770"]
+    await route.close()
+
+
+async def test_a_failure_of_a_home_no_longer_followed_changes_nothing():
+    route = HomeRoute(grpc.aio.insecure_channel("service:7770"), Dialled())
+    route.via().observe(hint("replica-2:7770"))
+    old = route.via()
+    old.observe(hint("replica-3:7770"))  # the agent moved on
+    new = route.via()
+    old.failed(UnavailableError(UnavailableReason.SHUTTING_DOWN, "stopping"))
+    assert route.via() is new
+    assert home_of(route) == "replica-3:7770"
+    await route.close()
+
+
+async def test_a_route_that_dials_nothing_ignores_hints_and_close_closes_every_channel():
+    plain = HomeRoute(grpc.aio.insecure_channel("gateway:7770"), None)
+    plain.via().observe(hint("replica-2:7770"))
+    assert home_of(plain) is None
+    await plain.close()
+
+    dialled = Dialled()
+    route = HomeRoute(grpc.aio.insecure_channel("service:7770"), dialled)
+    route.via().observe(hint("replica-2:7770"))
+    route.via().observe(hint("replica-3:7770"))  # replica-2's channel now waits out its grace
+    await asyncio.wait_for(route.close(), 5.0)  # at once, not after the grace
+    for channel in dialled.channels:
+        assert channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
+
+
+def test_a_home_is_dialled_without_the_options_that_name_the_configured_target():
+    assert home_options(
+        [
+            ("grpc.ssl_target_name_override", "service.example"),
+            ("grpc.default_authority", "service.example"),
+            ("grpc.keepalive_time_ms", 1000),
+        ]
+    ) == [("grpc.keepalive_time_ms", 1000)]

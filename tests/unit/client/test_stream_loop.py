@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -8,6 +8,7 @@ import pytest
 from harness_client import (
     ConnectionState,
     DirectMessage,
+    HarnessError,
     InboundDelivery,
     ListenError,
     ListenErrorReason,
@@ -97,10 +98,31 @@ def decode(response: endpoint_pb2.MessagesResponse) -> InboundDelivery:
     )
 
 
-def make_loop(calls: list[FakeCall], takeovers: list[bool], **options: Any) -> _StreamLoop:
+class SeenRoute:
+    """The route every call of a test takes: what the calls reported to it."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[tuple[str, str | bytes], ...]] = []
+        self.failures: list[str] = []
+
+    def observe(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
+        self.answers.append(tuple(metadata or ()))
+
+    def failed(self, failure: HarnessError) -> None:
+        self.failures.append(str(failure.reason))
+
+
+def make_loop(
+    calls: list[FakeCall],
+    takeovers: list[bool],
+    route: SeenRoute | None = None,
+    **options: Any,
+) -> _StreamLoop:
+    taken = route or SeenRoute()
+
     def open_call(takeover: bool) -> Any:
         takeovers.append(takeover)
-        return calls.pop(0)
+        return calls.pop(0), taken
 
     loop = _StreamLoop(
         open_call=open_call, decode=decode, takeover=False, is_closed=lambda: False, **options
@@ -222,3 +244,17 @@ async def test_leaving_the_iterator_cancels_the_open_call_at_once():
     assert (await anext(deliveries)).token == "t1"
     await deliveries.aclose()
     assert call.cancelled
+
+
+async def test_each_call_reports_its_headers_and_its_failure_to_the_route_it_took():
+    route = SeenRoute()
+    calls = [
+        FakeCall(opened=True, tokens=["t1"], error=unavailable()),
+        FakeCall(opened=True, tokens=["t2"], error=unavailable()),
+    ]
+    deliveries = make_loop(calls, [], route).deliveries()
+    assert (await anext(deliveries)).token == "t1"
+    assert (await anext(deliveries)).token == "t2"
+    assert route.answers == [(STREAM_OPEN_METADATA,), (STREAM_OPEN_METADATA,)]
+    assert route.failures == ["unavailable"]
+    await deliveries.aclose()

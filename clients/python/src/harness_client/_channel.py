@@ -1,4 +1,5 @@
-"""Channels: keepalive and retry options, targets, the bearer token, readiness and health.
+"""Channels: keepalive and retry options, targets, the bearer token, readiness and health,
+and the route to the agent's home replica (`HomeRoute`).
 
 A channel that cannot connect fails `ConnectError` `transport-failed` naming the address and
 the cause (`cannot reach 127.0.0.1:7770: connection refused`), read from gRPC's text of the
@@ -8,21 +9,29 @@ failure (`reach_cause`); the CLI and the TypeScript client word the same causes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness_contract._gen.harness.v1 import endpoint_pb2_grpc
 from harness_contract.errors import (
     ConnectError,
     ConnectErrorReason,
+    HarnessError,
+    UnavailableError,
     incompatible_detail,
     not_ready_detail,
     unreachable_detail,
 )
 
+from harness_client._errors import TransportError
 from harness_client._retry import SERVICE_CONFIG_JSON
+
+logger = logging.getLogger(__name__)
 
 KEEPALIVE_TIME: Final = 30.0
 """Seconds between client keepalive pings, even on an idle `Messages` stream.
@@ -49,8 +58,18 @@ MANAGEMENT_SERVICE: Final = "harness.v1.ManagementService"
 """The health name (and service) of the operator API."""
 
 HOME_METADATA_KEY: Final = "harness-home"
-"""The response initial metadata by which a cluster replica names the agent's home replica
-(`host:port`, its `--advertise-address`; cluster.md §4, the seam below)."""
+"""The response initial metadata by which a cluster replica that forwarded a call names the
+agent's home replica (`host:port`, its `--advertise-address`; cluster.md §4)."""
+HOME_CHANNEL_GRACE: Final = 60.0
+"""Seconds calls already on a home channel the endpoint stopped using (the agent moved, or a
+newer answer named another home) may go on before it closes: a send's default deadline, so
+one in flight is answered rather than cut (a cut keyless send would be `outcome-unknown`)."""
+HOME_LOST_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Transport codes of a call to the home after which the endpoint goes back to the configured
+target: the home stopped, moved away or cannot be reached in time."""
+_TARGET_ONLY_OPTIONS: Final = frozenset({"grpc.ssl_target_name_override", "grpc.default_authority"})
+"""Channel arguments that name the configured target; a home is dialled under its own name
+(the advertised address is in the replica's certificate)."""
 
 DIAGNOSE_TIMEOUT: Final = 1.0
 """Seconds for the one health call that reads why a connection failed (gRPC reports the
@@ -110,17 +129,9 @@ def open_channel(
     return grpc.aio.secure_channel(target, credentials, options=channel_options(options))
 
 
-def home_hint(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+def home_hint(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     """The home replica a response's initial metadata names (`harness-home: host:port`), or
-    None when it names none or something that is not `host:port`.
-
-    The seam for following it (issue 25; not wired yet, since only a cluster sends it and no
-    test here may stand one up): an `Endpoint` would keep the configured channel beside one
-    to the hinted home, make its next calls on the home's, and close it and go back to the
-    configured target on any UNAVAILABLE from it (the sends' and the stream's own retries
-    then go to the configured target, whose replica forwards). The channel to the home is
-    opened with the configured channel's credentials and options (`open_channel`); the
-    address is in the replica's certificate (`--advertise-address`)."""
+    None when it names none or something that is not `host:port`."""
     for key, value in metadata or ():
         if key != HOME_METADATA_KEY or not isinstance(value, str):
             continue
@@ -128,6 +139,116 @@ def home_hint(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
         if host and port.isdigit() and 0 < int(port) < 65536:
             return f"{host}:{port}"
     return None
+
+
+def home_options(options: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The caller's extra channel arguments for a channel to a home: those that name the
+    configured target (`grpc.ssl_target_name_override`, `grpc.default_authority`) dropped."""
+    return [(name, value) for name, value in options if name not in _TARGET_ONLY_OPTIONS]
+
+
+class Via:
+    """A channel an endpoint's calls go through, with its stub: the configured target's
+    (`address` None) or the agent's home replica's. A call reports what it saw to it."""
+
+    def __init__(self, route: HomeRoute, channel: grpc.aio.Channel, address: str | None) -> None:
+        self._route = route
+        self.channel = channel
+        self.address = address
+        self.stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
+
+    def observe(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
+        """A call through here was answered with this initial metadata (a home hint, maybe)."""
+        self._route.observe(self, metadata)
+
+    def failed(self, failure: HarnessError) -> None:
+        """A call through here failed with `failure`."""
+        self._route.failed(self, failure)
+
+
+class HomeRoute:
+    """Where an endpoint's calls go (cluster.md §4): the configured target (a Service in front
+    of cluster replicas, or one gateway) until an answer names the agent's home replica in
+    `harness-home`; then that home, dialled directly, so calls skip the forwarding hop; and the
+    configured target again after an UNAVAILABLE or a deadline from the home, until an answer
+    names a home again. A gateway that sends no hint (any gateway outside a cluster, and a
+    home answering its own agent) leaves calls where they go. The TypeScript client's
+    `HomeTransport` does the same.
+
+    One home channel is in use at a time; one the endpoint stopped using is closed after
+    `HOME_CHANNEL_GRACE` (at once when the route closes) by a task the route owns."""
+
+    def __init__(
+        self, configured: grpc.aio.Channel, dial: Callable[[str], grpc.aio.Channel] | None
+    ) -> None:
+        self._configured = Via(self, configured, None)
+        self._dial = dial
+        self._home: Via | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()
+
+    @property
+    def home_address(self) -> str | None:
+        """The home replica calls go to, while an answer's hint is followed."""
+        return None if self._home is None else self._home.address
+
+    def via(self) -> Via:
+        """The channel the next call goes through."""
+        return self._home or self._configured
+
+    def observe(self, via: Via, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
+        """Follow the hint an answer carries, if any (and if this route dials homes)."""
+        hint = home_hint(metadata)
+        if hint is None or self._dial is None or self._closed.is_set():
+            return
+        if self._home is not None and self._home.address == hint:
+            return
+        self._retire(self._home)
+        self._home = Via(self, self._dial(hint), hint)
+        logger.debug("following the home replica address=%s", hint)
+
+    def failed(self, via: Via, failure: HarnessError) -> None:
+        """Back to the configured target when a call to the home shows the home gone."""
+        if via is not self._home or not _home_lost(failure):
+            return
+        self._home = None
+        self._retire(via)
+        logger.debug("home replica lost address=%s reason=%s", via.address, failure.reason)
+
+    def _retire(self, via: Via | None) -> None:
+        if via is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._close_later(via.channel))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _close_later(self, channel: grpc.aio.Channel) -> None:
+        # No new call goes to this channel; the ones on it get the grace to be answered.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), HOME_CHANNEL_GRACE)
+        await channel.close()
+
+    async def close(self) -> None:
+        """Close every channel, the configured target's last; idempotent."""
+        self._closed.set()
+        home, self._home = self._home, None
+        if home is not None:
+            await home.channel.close()
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+        await self._configured.channel.close()
+
+
+def _home_lost(failure: HarnessError) -> bool:
+    """True when a call to the home failed so that the home may be gone: it is stopping or not
+    ready (UNAVAILABLE from the gateway), or cannot be reached or answer in time."""
+    match failure:
+        case UnavailableError():
+            return True
+        case TransportError(code=code):
+            return code in HOME_LOST_CODES
+        case _:
+            return False
 
 
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:

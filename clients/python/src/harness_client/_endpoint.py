@@ -9,11 +9,11 @@ import re
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 import grpc
 from harness_contract import wire
-from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
+from harness_contract._gen.harness.v1 import endpoint_pb2
 from harness_contract.content import REQUEST_MAX_BYTES, oversized_detail
 from harness_contract.errors import (
     AuthenticationError,
@@ -48,7 +48,10 @@ from harness_client._acks import _AckBatcher
 from harness_client._channel import (
     DEFAULT_CONNECT_TIMEOUT,
     ENDPOINT_SERVICE,
+    HomeRoute,
+    Via,
     bearer_metadata,
+    home_options,
     open_channel,
     parse_target,
     reach_cause,
@@ -59,7 +62,7 @@ from harness_client._connection import ConnectionListener, ConnectionState, _Con
 from harness_client._errors import EndpointClosedError, TransportError, decode_status
 from harness_client._items import InboundDelivery
 from harness_client._retry import SEND_RETRY_FLOOR, Backoff, had_no_effect, send_may_retry
-from harness_client._stream import _StreamLoop
+from harness_client._stream import MessagesCall, _StreamLoop
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,9 @@ ACKNOWLEDGE_MAX_TOKENS: Final = 1_000
 _OVERSIZED: Final = re.compile(r"larger than max \((\d+) vs\. \d+\)")
 """gRPC's text of a request over the receiving side's limit: `Received message larger than
 max (2000015 vs. 1048576)`; the first number is the request's size in bytes."""
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 _TYPED_SEND_FAILURES: Final = (
     SendError,
@@ -122,17 +128,26 @@ async def connect(
         options: extra channel arguments.
     """
     channel = open_channel(target, credentials=credentials, options=options)
-    address = parse_target(target)[0]
+    address, tls = parse_target(target)
+    if credentials is None and tls:
+        credentials = grpc.ssl_channel_credentials()
+
+    def dial(home: str) -> grpc.aio.Channel:
+        # A cluster replica's hint: the same TLS and options, under the home's own name.
+        return open_channel(home, credentials=credentials, options=home_options(options))
+
     deadline = time.monotonic() + connect_timeout
+    endpoint: Endpoint | None = None
     try:
         await wait_ready(channel, connect_timeout, address)
         await wait_serving(
             channel, ENDPOINT_SERVICE, max(0.0, deadline - time.monotonic()), address
         )
-        endpoint = Endpoint(channel, token)
+        endpoint = Endpoint(channel, token, dial=dial)
         await endpoint._check_token(max(0.0, deadline - time.monotonic()), address)
     except BaseException:
-        await channel.close()
+        # The endpoint's close also closes a home channel its check may have opened.
+        await (channel.close() if endpoint is None else endpoint.close())
         raise
     return endpoint
 
@@ -178,12 +193,21 @@ def connect_failure(
 
 
 class Endpoint:
-    """One agent's HarnessEndpoint; an async context manager (`close()` on exit)."""
+    """One agent's HarnessEndpoint; an async context manager (`close()` on exit).
 
-    def __init__(self, channel: grpc.aio.Channel, token: str) -> None:
-        self._channel = channel
+    Its calls go through `HomeRoute`: the configured target, or the agent's home replica
+    once a cluster replica named it (`harness-home`), back to the target when the home is
+    lost (`_channel.py`)."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        token: str,
+        *,
+        dial: Callable[[str], grpc.aio.Channel] | None = None,
+    ) -> None:
+        self._route = HomeRoute(channel, dial)
         self._metadata = bearer_metadata(token)
-        self._stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
         self._acks = _AckBatcher(self._acknowledge_batch)
         self._state = EndpointState.OPEN
         self._connection = _ConnectionStates()
@@ -223,19 +247,36 @@ class Endpoint:
         self._state = EndpointState.CLOSED
         self._connection.report(ConnectionState.CLOSED)
         await self._acks.close()
-        await self._channel.close()
+        await self._route.close()
 
     def _check_open(self) -> None:
         if self._state is EndpointState.CLOSED:
             raise EndpointClosedError()
 
+    async def _unary(
+        self, start: Callable[[Via], grpc.aio.UnaryUnaryCall[_Request, _Response]]
+    ) -> _Response:
+        """One unary call through the route: its answer's home hint followed, its failure
+        reported to the route (then raised as gRPC raised it)."""
+        via = self._route.via()
+        call = start(via)
+        try:
+            response = await call
+        except grpc.aio.AioRpcError as error:
+            via.failed(decode_status(error))
+            raise
+        via.observe(await call.initial_metadata())
+        return response
+
     async def _check_token(self, seconds: float, address: str) -> None:
         """One authenticated call with no effect: a refused token fails the connect."""
         try:
-            await self._stub.ParseMessageText(
-                endpoint_pb2.ParseMessageTextRequest(to="agent:connect-check", text=""),
-                metadata=self._metadata,
-                timeout=seconds,
+            await self._unary(
+                lambda via: via.stub.ParseMessageText(
+                    endpoint_pb2.ParseMessageTextRequest(to="agent:connect-check", text=""),
+                    metadata=self._metadata,
+                    timeout=seconds,
+                )
             )
         except grpc.aio.AioRpcError as error:
             raise connect_failure(decode_status(error), address) from decode_status(error)
@@ -276,10 +317,12 @@ class Endpoint:
         may_have_posted = False
         while True:
             try:
-                response = await self._stub.Send(
-                    request,
-                    metadata=self._metadata,
-                    timeout=max(0.0, give_up_at - time.monotonic()),
+                response = await self._unary(
+                    lambda via: via.stub.Send(
+                        request,
+                        metadata=self._metadata,
+                        timeout=max(0.0, give_up_at - time.monotonic()),
+                    )
                 )
             except grpc.aio.AioRpcError as error:
                 failure = decode_status(error)
@@ -335,16 +378,16 @@ class Endpoint:
         )
         return loop.deliveries()
 
-    def _open_messages(
-        self, takeover: bool
-    ) -> grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse]:
+    def _open_messages(self, takeover: bool) -> tuple[MessagesCall, Via]:
+        via = self._route.via()
         # wait_for_ready: while the gateway is away the call waits for the channel to
         # connect instead of failing at once, so the stream opens as soon as it can.
-        return self._stub.Messages(
+        call = via.stub.Messages(
             endpoint_pb2.MessagesRequest(takeover=takeover),
             metadata=self._metadata,
             wait_for_ready=True,
         )
+        return call, via
 
     def _delivery(self, response: endpoint_pb2.MessagesResponse) -> InboundDelivery:
         try:
@@ -372,11 +415,7 @@ class Endpoint:
         for start in range(0, len(tokens), ACKNOWLEDGE_MAX_TOKENS):
             chunk = tokens[start : start + ACKNOWLEDGE_MAX_TOKENS]
             try:
-                response = await self._stub.Acknowledge(
-                    endpoint_pb2.AcknowledgeRequest(delivery_tokens=chunk),
-                    metadata=self._metadata,
-                    timeout=deadline,
-                )
+                response = await self._acknowledge_call(chunk, deadline)
             except grpc.aio.AioRpcError as error:
                 raise decode_status(error) from None
             if len(response.results) != len(chunk):
@@ -391,6 +430,14 @@ class Endpoint:
                     grpc.StatusCode.INTERNAL, "acknowledge results do not decode"
                 ) from None
         return results
+
+    async def _acknowledge_call(
+        self, tokens: Sequence[str], deadline: float
+    ) -> endpoint_pb2.AcknowledgeResponse:
+        request = endpoint_pb2.AcknowledgeRequest(delivery_tokens=tokens)
+        return await self._unary(
+            lambda via: via.stub.Acknowledge(request, metadata=self._metadata, timeout=deadline)
+        )
 
     async def _acknowledge_batch(
         self, tokens: Sequence[str]
@@ -414,8 +461,10 @@ class Endpoint:
         request = endpoint_pb2.ParseMessageTextRequest(to=to, text=text)
         _refuse_oversized(request.ByteSize())
         try:
-            response = await self._stub.ParseMessageText(
-                request, metadata=self._metadata, timeout=deadline
+            response = await self._unary(
+                lambda via: via.stub.ParseMessageText(
+                    request, metadata=self._metadata, timeout=deadline
+                )
             )
         except grpc.aio.AioRpcError as error:
             failure = decode_status(error)
@@ -434,10 +483,12 @@ class Endpoint:
         """The state of an idempotency key: absent, pending, indeterminate or returned."""
         self._check_open()
         try:
-            response = await self._stub.ReadSend(
-                endpoint_pb2.ReadSendRequest(idempotency_key=idempotency_key),
-                metadata=self._metadata,
-                timeout=deadline,
+            response = await self._unary(
+                lambda via: via.stub.ReadSend(
+                    endpoint_pb2.ReadSendRequest(idempotency_key=idempotency_key),
+                    metadata=self._metadata,
+                    timeout=deadline,
+                )
             )
         except grpc.aio.AioRpcError as error:
             raise decode_status(error) from None

@@ -15,12 +15,12 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Final
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from typing import Final, Protocol, TypeAlias
 
 import grpc
 from harness_contract._gen.harness.v1 import endpoint_pb2
-from harness_contract.errors import ListenError, ListenErrorReason
+from harness_contract.errors import HarnessError, ListenError, ListenErrorReason
 
 from harness_client._connection import ConnectionState
 from harness_client._errors import EndpointClosedError, decode_status
@@ -38,10 +38,24 @@ of them, so this bound is far above what a replay can reach."""
 STREAM_OPEN_METADATA: Final = ("harness-stream", "open")
 """The initial metadata by which the gateway says the stream holds the agent's slot."""
 
-OpenCall = Callable[
-    [bool], "grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse]"
-]
-"""Opens one `Messages` call; the argument is `takeover`."""
+MessagesCall: TypeAlias = (
+    "grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse]"
+)
+"""One `Messages` call."""
+
+
+class CallRoute(Protocol):
+    """What a call reports to the channel it went through (`_channel.Via`)."""
+
+    def observe(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
+        """The call was answered with this initial metadata."""
+
+    def failed(self, failure: HarnessError) -> None:
+        """The call failed with `failure`."""
+
+
+OpenCall = Callable[[bool], tuple[MessagesCall, CallRoute]]
+"""Opens one `Messages` call, and says which route it took; the argument is `takeover`."""
 
 
 class _ReplayFilter:
@@ -107,10 +121,11 @@ class _StreamLoop:
         while True:
             if self._is_closed():
                 raise EndpointClosedError()
-            call = self._open_call(self._takeover or self._held_stream)
+            call, route = self._open_call(self._takeover or self._held_stream)
             opened = False
             try:
                 metadata = await self._headers(call, last_stream)
+                route.observe(metadata)
                 if STREAM_OPEN_METADATA in tuple(metadata or ()):
                     opened = self._opened()
                 async for response in call:
@@ -123,6 +138,7 @@ class _StreamLoop:
                         yield delivery
             except grpc.aio.AioRpcError as error:
                 failure = decode_status(error)
+                route.failed(failure)
                 if self._is_closed():
                     raise EndpointClosedError() from None
                 if not should_reconnect(failure):
@@ -137,11 +153,7 @@ class _StreamLoop:
             self._check_bound(last_stream)
             await self._sleep(self._backoff.next_delay())
 
-    async def _headers(
-        self,
-        call: grpc.aio.UnaryStreamCall[endpoint_pb2.MessagesRequest, endpoint_pb2.MessagesResponse],
-        last_stream: float,
-    ) -> grpc.aio.Metadata | None:
+    async def _headers(self, call: MessagesCall, last_stream: float) -> grpc.aio.Metadata | None:
         """The call's initial metadata; it waits for the channel to connect, bounded only by
         the caller's `give_up_after`."""
         if self._give_up_after is None:
