@@ -184,6 +184,8 @@ class HomeRoute:
         self._configured = Via(self, configured, None)
         self._dial = dial
         self._home: Via | None = None
+        # One task per home left in the last `HOME_CHANNEL_GRACE` seconds: a home changes
+        # once per hand-over, so this holds a few at most.
         self._retiring: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
 
