@@ -60,6 +60,18 @@ app.kubernetes.io/managed-by: {{ .context.Release.Service }}
 {{- if eq .Values.mode "network" }}true{{ end }}
 {{- end }}
 
+{{/* Cluster mode: interchangeable replicas of one gateway on one PostgreSQL
+(docs/design/cluster.md §11). */}}
+{{- define "harness-gateway.cluster" -}}
+{{- if eq .Values.mode "cluster" }}true{{ end }}
+{{- end }}
+
+{{/* Processes that share the peer token: network mode's, and a cluster's replicas, which
+present and accept it when they forward calls to each other. */}}
+{{- define "harness-gateway.peers" -}}
+{{- if or (include "harness-gateway.network" .) (include "harness-gateway.cluster" .) }}true{{ end }}
+{{- end }}
+
 {{/* The Secret the chart generates for the tokens that no existingSecret names. */}}
 {{- define "harness-gateway.tokensSecret" -}}
 {{- printf "%s-tokens" (include "harness-gateway.fullname" .) }}
@@ -176,10 +188,14 @@ value below the first three would cut the daemon's shutdown short, so it fails. 
 {{- define "harness-gateway.terminationGrace" -}}
 {{- $s := .Values.shutdown }}
 {{- $needed := add $s.preStopSeconds $s.delaySeconds $s.graceSeconds }}
+{{- if include "harness-gateway.cluster" . }}
+{{- /* A leaving replica hands its partitions over before its streams end (cluster.md §9.3). */}}
+{{- $needed = add $needed .Values.cluster.handoverSeconds }}
+{{- end }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add $needed $s.marginSeconds }}
 {{- else if lt (int .Values.terminationGracePeriodSeconds) (int (add $needed 1)) }}
-{{- fail (printf "terminationGracePeriodSeconds %v is shorter than shutdown.preStopSeconds + delaySeconds + graceSeconds + 1 (%v): the kubelet would kill the daemon mid-shutdown" .Values.terminationGracePeriodSeconds (add $needed 1)) }}
+{{- fail (printf "terminationGracePeriodSeconds %v is shorter than shutdown.preStopSeconds + delaySeconds + graceSeconds%s + 1 (%v): the kubelet would kill the daemon mid-shutdown" .Values.terminationGracePeriodSeconds (ternary " + cluster.handoverSeconds" "" (not (empty (include "harness-gateway.cluster" .)))) (add $needed 1)) }}
 {{- else }}
 {{- .Values.terminationGracePeriodSeconds }}
 {{- end }}
@@ -310,9 +326,10 @@ Router process; each daemon joins the cluster itself. */}}
 {{- if and (include "harness-gateway.network" .) (eq (include "harness-gateway.routerBackend" .) "standalone") }}true{{ end }}
 {{- end }}
 
-{{/* Network mode whose stores and cards live in an existing PostgreSQL (network.postgresql). */}}
+{{/* Network mode whose stores and cards live in an existing PostgreSQL (network.postgresql),
+or cluster mode, whose replicas all open it (checkValues requires it there). */}}
 {{- define "harness-gateway.postgresql" -}}
-{{- if and (include "harness-gateway.network" .) (dig "postgresql" "enabled" false .Values.network) }}true{{ end }}
+{{- if and (include "harness-gateway.peers" .) (dig "postgresql" "enabled" false .Values.network) }}true{{ end }}
 {{- end }}
 
 {{/* What values.schema.json cannot say, checked once per render (the StatefulSet includes
@@ -324,11 +341,14 @@ it): each half configuration fails here, naming the value, rather than crash-loo
 {{- $registryReplicas := dig "registry" "replicas" 1 $network }}
 {{- if not (include "harness-gateway.network" .) }}
 {{- if eq (include "harness-gateway.routerBackend" .) "nats" }}
-{{- fail "network.router.backend: nats needs mode: network (embedded mode keeps its Router in-process)" }}
+{{- fail (printf "network.router.backend: nats needs mode: network (%s mode has no Router to replace)" .Values.mode) }}
 {{- end }}
-{{- if $postgresqlEnabled }}
-{{- fail "network.postgresql.enabled needs mode: network" }}
+{{- if and $postgresqlEnabled (not (include "harness-gateway.cluster" .)) }}
+{{- fail "network.postgresql.enabled needs mode: network (or mode: cluster)" }}
 {{- end }}
+{{- end }}
+{{- if include "harness-gateway.cluster" . }}
+{{- include "harness-gateway.checkClusterValues" . }}
 {{- end }}
 {{- if include "harness-gateway.natsRouter" . }}
 {{- if not $natsServers }}
@@ -352,7 +372,7 @@ it): each half configuration fails here, naming the value, rather than crash-loo
 {{- if and (gt (int $registryReplicas) 1) (not (include "harness-gateway.postgresql" .)) }}
 {{- fail (printf "network.registry.replicas %v needs network.postgresql.enabled: without PostgreSQL each replica would hold its own cards and signing key" $registryReplicas) }}
 {{- end }}
-{{- if and (not (include "harness-gateway.persistent" .)) (not (include "harness-gateway.postgresql" .)) }}
+{{- if and (not (include "harness-gateway.persistent" .)) (not (include "harness-gateway.postgresql" .)) (not (include "harness-gateway.cluster" .)) }}
 {{- fail "persistence.enabled: false needs network.postgresql.enabled: a SQLite store on an emptyDir loses every agent's history at the first restart" }}
 {{- end }}
 {{- end }}
@@ -472,8 +492,63 @@ its Secret (never in the URL, which the pod spec shows), the TLS mode and CA. */
 {{- end }}
 {{- end }}
 
+{{/* The values of the Registry's signing key: network.registry.signingKey, or in cluster mode
+cluster.registryKey (the replicas are the Registry). */}}
+{{- define "harness-gateway.registryKeyValues" -}}
+{{- if include "harness-gateway.cluster" . }}
+{{- toYaml .Values.cluster.registryKey }}
+{{- else }}
+{{- toYaml .Values.network.registry.signingKey }}
+{{- end }}
+{{- end }}
+
 {{/* The Secret of the Registry's signing key: existingSecret, else the one the chart
 generates (registry-key.yaml). */}}
 {{- define "harness-gateway.registryKeySecret" -}}
-{{- default (printf "%s-registry-key" (include "harness-gateway.fullname" .)) .Values.network.registry.signingKey.existingSecret }}
+{{- $key := include "harness-gateway.registryKeyValues" . | fromYaml }}
+{{- default (printf "%s-registry-key" (include "harness-gateway.fullname" .)) $key.existingSecret }}
+{{- end }}
+
+{{/* What values.schema.json cannot say about mode: cluster (checkValues includes it). */}}
+{{- define "harness-gateway.checkClusterValues" -}}
+{{- $pg := .Values.network.postgresql }}
+{{- if not (and $pg.enabled $pg.url) }}
+{{- fail "mode: cluster needs an existing PostgreSQL: set network.postgresql.enabled: true and network.postgresql.url (postgresql://USER@HOST:PORT/DATABASE); every replica opens that one database (docs/design/cluster.md §1)" }}
+{{- end }}
+{{- if not .Values.cluster.seedKey.existingSecret }}
+{{- fail "mode: cluster needs cluster.seedKey.existingSecret: a Secret you create holding the cluster's 32-byte seed key (unpadded base64url, docs/deploy.md). The chart never generates it: the migration Job reads it before the release exists, and losing it loses every agent's signing seed" }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+{{- fail "mode: cluster does not take tls.enabled yet: replicas forward to each other's pod IP, which no certificate of the chart names (docs/deploy.md, Cluster mode)" }}
+{{- end }}
+{{- if eq (include "harness-gateway.routerBackend" .) "nats" }}
+{{- fail "network.router.backend: nats needs mode: network; a cluster joins no Router (docs/design/cluster.md §12.3)" }}
+{{- end }}
+{{- $hpa := .Values.cluster.autoscaling }}
+{{- if and $hpa.enabled (gt (int $hpa.minReplicas) (int $hpa.maxReplicas)) }}
+{{- fail (printf "cluster.autoscaling.minReplicas %v is above maxReplicas %v" $hpa.minReplicas $hpa.maxReplicas) }}
+{{- end }}
+{{- end }}
+
+{{/* The cluster's key files, each from its own Secret, in one volume at /etc/harness/keys:
+seed-key, and registry-key for the replicas (the migration Job needs only the seed key).
+Mode 0440 with the pod's fsGroup, as the tokens. (dict "context" $ "registry" true) */}}
+{{- define "harness-gateway.clusterKeysVolume" -}}
+{{- $cluster := .context.Values.cluster -}}
+- name: keys
+  projected:
+    defaultMode: 0440
+    sources:
+      - secret:
+          name: {{ $cluster.seedKey.existingSecret }}
+          items:
+            - key: {{ $cluster.seedKey.key }}
+              path: seed-key
+      {{- if .registry }}
+      - secret:
+          name: {{ include "harness-gateway.registryKeySecret" .context }}
+          items:
+            - key: {{ $cluster.registryKey.key }}
+              path: registry-key
+      {{- end }}
 {{- end }}

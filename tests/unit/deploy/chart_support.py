@@ -57,6 +57,7 @@ EXPECTED_CI: Final = (
     "network-nats-postgresql",
     "network-nats-tls",
     "network-postgresql",
+    "cluster",
 )
 """The ci value files the chart's conventions promise (more may appear)."""
 

@@ -340,7 +340,7 @@ def test_the_migration_job_is_rendered_exactly_when_postgresql_and_the_toggle_ar
 ) -> None:
     postgresql = _network(files)["postgresql"]
     wanted = (
-        chart_values(files)["mode"] == "network"
+        chart_values(files)["mode"] in ("network", "cluster")
         and postgresql["enabled"]
         and postgresql["migration"]["enabled"]
     )
@@ -611,6 +611,7 @@ OLDER_CHART_VALUES: Final = (
     "network.router.backend=null",
     "network.nats=null",
     "network.postgresql=null",
+    "cluster=null",
 )
 """The values this chart added: `helm upgrade --reuse-values` from a release of the chart
 before them reuses that chart's values, where none of these keys exists."""

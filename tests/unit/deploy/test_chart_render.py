@@ -171,7 +171,7 @@ def test_the_chart_files_are_byte_copies_of_the_deploy_files() -> None:
     ("assignment", "named"),
     [
         ("gateway.logLevl=debug", "logLevl"),
-        ("mode=cluster", "mode"),
+        ("mode=federation", "mode"),
         ("persistence.sise=1Gi", "sise"),
     ],
 )

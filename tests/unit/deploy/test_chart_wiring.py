@@ -96,18 +96,36 @@ def test_every_service_reaches_a_named_port_of_every_pod_it_selects(
     assert problems == []
 
 
+def _gateway_workload(objects: list[Manifest]) -> Manifest:
+    """The gateways' workload: the StatefulSet, or in cluster mode the Deployment."""
+    found = [
+        obj for obj in of_kind(objects, "StatefulSet", "Deployment") if name_of(obj) == FULLNAME
+    ]
+    assert len(found) == 1, [ref(obj) for obj in found]
+    return found[0]
+
+
 @pytest.mark.parametrize("files", every_render())
 def test_the_gateway_services_are_named_as_the_conventions_say(files: tuple[Path, ...]) -> None:
+    """A cluster's replicas have no stable names to publish: its agents use the one
+    Service and the replicas forward to each other's pod IP (docs/design/cluster.md §11)."""
     objects = render(files)
+    cluster = chart_values(files)["mode"] == "cluster"
+    names = [FULLNAME, f"{FULLNAME}-metrics"] + ([] if cluster else [f"{FULLNAME}-headless"])
     ports = {
         name: {port["name"] for port in one(objects, "Service", name)["spec"]["ports"]}
-        for name in (FULLNAME, f"{FULLNAME}-metrics", f"{FULLNAME}-headless")
+        for name in names
     }
     assert ports[FULLNAME] == {"grpc", "health"}
     assert ports[f"{FULLNAME}-metrics"] == {"metrics"}
+    gateway = _gateway_workload(objects)
+    if cluster:
+        assert gateway["kind"] == "Deployment"
+        assert find(objects, "Service", f"{FULLNAME}-headless") is None
+        return
     assert one(objects, "Service", f"{FULLNAME}-headless")["spec"].get("clusterIP") == "None"
-    statefulset = one(objects, "StatefulSet", FULLNAME)
-    assert statefulset["spec"]["serviceName"] == f"{FULLNAME}-headless"
+    assert gateway["kind"] == "StatefulSet"
+    assert gateway["spec"]["serviceName"] == f"{FULLNAME}-headless"
 
 
 @pytest.mark.parametrize("files", every_render())
@@ -261,7 +279,8 @@ def test_the_chart_generates_exactly_the_tokens_no_existing_secret_provides(
     files: tuple[Path, ...],
 ) -> None:
     values = chart_values(files)
-    wanted = {"adminToken"} | ({"peerToken"} if values["mode"] == "network" else set())
+    peers = values["mode"] in ("network", "cluster")
+    wanted = {"adminToken"} | ({"peerToken"} if peers else set())
     generated = {
         values["auth"][token]["key"]
         for token in wanted
@@ -374,7 +393,7 @@ def test_the_helm_test_pod_runs_harness_status_against_the_gateway_service(
     assert url.hostname.split(".")[0] == name_of(service)
     (grpc,) = [port["port"] for port in service["spec"]["ports"] if port["name"] == "grpc"]
     assert url.port == grpc
-    gateway = one(objects, "StatefulSet", FULLNAME)
+    gateway = _gateway_workload(objects)
     assert url.scheme == ("grpcs" if _serves_tls(gateway, objects) else "grpc")
     assert (arguments.tls_ca is not None) == (url.scheme == "grpcs")
     source = secret_file_source(pod, container, arguments.admin_token_file)
