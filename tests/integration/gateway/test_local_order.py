@@ -164,7 +164,10 @@ async def test_a_corrupted_stored_row_sets_one_conversation_aside_and_the_rest_i
         async with await harness_client.connect(gw.address, token=tokens["alice"]) as alice:
             await asyncio.wait_for(alice.send(MessageInput(to="agent:carol", text="three")), BOUND)
             try:
-                await asyncio.wait_for(alice.send(MessageInput(to="agent:bob", text="x")), BOUND)
+                # A short deadline: the client sends a refused (UNAVAILABLE) send again until it.
+                await asyncio.wait_for(
+                    alice.send(MessageInput(to="agent:bob", text="x"), deadline=3.0), BOUND
+                )
             except harness_client.SendError as error:
                 assert error.reason == "certification-unavailable"
             else:
