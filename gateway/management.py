@@ -9,14 +9,18 @@ the directory's `HostedAgents` table.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from harness_contract.addresses import agent_address, canonicalize, group_address
 from harness_contract.errors import SendError
 from harness_contract.kinds import PostKind
+from harness_contract.management import ClusterReplica, ClusterStatus
 from harness_contract.values import CollectiveOp
 
 from gateway import __version__
 from gateway.agents import HostedAgents
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.cluster.membership import MembershipStatus
 from gateway.endpoint.api import (
     AgentStatus,
     ConversationRecord,
@@ -47,12 +51,16 @@ class ManagementQueries:
         network: Network,
         mode: Mode,
         clock: Clock = SYSTEM_CLOCK,
+        cluster: Callable[[], MembershipStatus | None] | None = None,
     ) -> None:
+        """`cluster` answers a cluster replica's membership status (None outside a cluster,
+        or while there is none); `status()` then carries it."""
         self._hosted = hosted
         self._store = store
         self._network = network
         self._mode = mode
         self._clock = clock
+        self._cluster = cluster
 
     async def agent_status(self, name: str) -> AgentStatus:
         """What an operator sees about one agent; raises `ManagementError` `not-found`."""
@@ -172,12 +180,15 @@ class ManagementQueries:
         return records
 
     def status(self) -> GatewayStatus:
-        """Version, mode, hosted agents and Router state."""
+        """Version, mode, hosted agents and Router state; for a cluster replica also its
+        cluster as its membership's last view saw it (cluster.md §10)."""
+        membership = self._cluster() if self._cluster is not None else None
         return GatewayStatus(
             version=__version__,
             mode=self._mode.value,
             hosted_agents=self._hosted.count,
             router_state=self._network.state.value,
+            cluster=None if membership is None else cluster_status(membership),
         )
 
     async def read_gauges(self) -> GaugeReading:
@@ -213,3 +224,30 @@ class ManagementQueries:
             post_intents_pending=pending,
             collectives_open=open_ops,
         )
+
+
+def cluster_status(status: MembershipStatus) -> ClusterStatus:
+    """The management API's form of a membership status (`harness status`)."""
+    return ClusterStatus(
+        replica_id=status.replica_id,
+        incarnation=status.incarnation,
+        state=status.state.value,
+        lease_remaining_seconds=status.lease_remaining,
+        claiming=status.claiming,
+        partitions=status.partitions,
+        owned_partitions=status.owned,
+        unowned_partitions=status.unowned,
+        replicas=tuple(
+            ClusterReplica(
+                replica_id=replica.replica_id,
+                incarnation=replica.incarnation,
+                address=replica.address,
+                serving=replica.serving,
+                live=replica.live,
+                fenced=replica.fenced,
+                beat_age_seconds=max(0.0, replica.beat_age),
+                partitions=replica.partitions,
+            )
+            for replica in status.replicas
+        ),
+    )

@@ -4,11 +4,12 @@ on a `MemoryStore`, a `MemoryRegistry` and the in-process Router: no socket, no 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from gateway.agents import AgentDirectory, HostedAgents, Hosting
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.cluster.membership import MembershipStatus
 from gateway.endpoint.inbox import NULL_INBOX_OBSERVER
 from gateway.endpoint.runtime import SendObserver, SendTimeouts
 from gateway.engine.network import Network, NetworkObserver
@@ -36,7 +37,10 @@ class Directory:
 
 @contextlib.asynccontextmanager
 async def directory(
-    store: MemoryStore | None = None, *, clock: Clock = SYSTEM_CLOCK
+    store: MemoryStore | None = None,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    cluster: Callable[[], MembershipStatus | None] | None = None,
 ) -> AsyncIterator[Directory]:
     """A directory with no agent yet; every runtime, the network and the Router are closed
     on exit."""
@@ -74,7 +78,12 @@ async def directory(
         admin_token=ADMIN_TOKEN,
     )
     management = ManagementQueries(
-        hosted=hosted, store=store, network=network, mode=Mode.EMBEDDED, clock=clock
+        hosted=hosted,
+        store=store,
+        network=network,
+        mode=Mode.CLUSTER if cluster is not None else Mode.EMBEDDED,
+        clock=clock,
+        cluster=cluster,
     )
     built = Directory(hosted=hosted, agents=agents, management=management, store=store)
     try:

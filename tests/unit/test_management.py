@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 from harness_contract.kinds import PostKind
+from harness_contract.management import ClusterReplica, ClusterStatus
 from harness_contract.values import CollectiveOp
 
+from gateway.cluster.membership import MembershipState, MembershipStatus, ReplicaStatus
 from gateway.endpoint.api import ManagementError, ManagementErrorReason
 from gateway.observability.metrics import (
     Listener,
@@ -87,3 +89,90 @@ async def test_a_gauge_reading_holds_every_label_value_and_the_backlog_by_listen
         assert reading.collectives_open == dict.fromkeys(CollectiveOp, 0)
         assert (reading.agents_hosted, reading.streams_active) == (1, 0)
         assert built.management.status().hosted_agents == 1
+
+
+def membership_status() -> MembershipStatus:
+    return MembershipStatus(
+        replica_id="r1",
+        incarnation=7,
+        state=MembershipState.SERVING,
+        lease_remaining=4.25,
+        claiming=True,
+        claim_passes=12,
+        partitions=16,
+        owned=9,
+        offered=1,
+        unowned=2,
+        replicas=(
+            ReplicaStatus(
+                replica_id="r1",
+                incarnation=7,
+                address="10.0.0.1:7770",
+                serving=True,
+                fenced=False,
+                live=True,
+                beat_age=0.5,
+                partitions=9,
+            ),
+            ReplicaStatus(
+                replica_id="r2",
+                incarnation=3,
+                address="10.0.0.2:7770",
+                serving=False,
+                fenced=True,
+                live=False,
+                beat_age=12.0,
+                partitions=5,
+            ),
+        ),
+    )
+
+
+async def test_the_status_outside_a_cluster_carries_no_cluster():
+    async with directory() as built:
+        status = built.management.status()
+    assert status.mode == "embedded"
+    assert status.cluster is None
+
+
+async def test_a_cluster_replicas_status_carries_itself_its_lease_the_partitions_and_every_replica():
+    async with directory(cluster=membership_status) as built:
+        status = built.management.status()
+    assert status.mode == "cluster"
+    assert status.cluster == ClusterStatus(
+        replica_id="r1",
+        incarnation=7,
+        state="serving",
+        lease_remaining_seconds=4.25,
+        claiming=True,
+        partitions=16,
+        owned_partitions=9,
+        unowned_partitions=2,
+        replicas=(
+            ClusterReplica(
+                replica_id="r1",
+                incarnation=7,
+                address="10.0.0.1:7770",
+                serving=True,
+                live=True,
+                fenced=False,
+                beat_age_seconds=0.5,
+                partitions=9,
+            ),
+            ClusterReplica(
+                replica_id="r2",
+                incarnation=3,
+                address="10.0.0.2:7770",
+                serving=False,
+                live=False,
+                fenced=True,
+                beat_age_seconds=12.0,
+                partitions=5,
+            ),
+        ),
+    )
+
+
+async def test_a_cluster_replica_without_a_membership_yet_reports_no_cluster():
+    async with directory(cluster=lambda: None) as built:
+        assert built.management.status().cluster is None

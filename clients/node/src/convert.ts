@@ -49,6 +49,7 @@ import type {
   AnswerContent,
   AnswerValue,
   CheckedGuidance,
+  ClusterStatus,
   CollectiveMemberOutcome,
   CollectiveOp,
   CollectiveOperation,
@@ -244,6 +245,18 @@ export const ROUTER_ATTACHMENT = new EnumBridge<
   Exclude<managementPb.RouterAttachment, 0>,
   GatewayStatus["routerState"]
 >("RouterAttachment", { [RA.RECOVERING]: "recovering", [RA.ACTIVE]: "active", [RA.DETACHED]: "detached" });
+
+const RS = managementPb.ReplicaState;
+export const REPLICA_STATE = new EnumBridge<Exclude<managementPb.ReplicaState, 0>, ClusterStatus["state"]>(
+  "ReplicaState",
+  {
+    [RS.JOINED]: "joined",
+    [RS.SERVING]: "serving",
+    [RS.WITHDRAWN]: "withdrawn",
+    [RS.LOST]: "lost",
+    [RS.CLOSED]: "closed",
+  },
+);
 
 function required<T>(value: T | undefined, where: string): T {
   if (value === undefined) {
@@ -850,10 +863,35 @@ export function agentStatusFromProto(status: managementPb.AgentStatus | undefine
 }
 
 export function gatewayStatusFromProto(status: managementPb.GetGatewayStatusResponse): GatewayStatus {
-  return {
+  const base = {
     version: status.version,
     mode: GATEWAY_MODE.fromProto(status.mode),
     hostedAgents: status.hostedAgents,
     routerState: ROUTER_ATTACHMENT.fromProto(status.routerState),
+  };
+  return status.cluster === undefined ? base : { ...base, cluster: clusterStatusFromProto(status.cluster) };
+}
+
+/** A cluster replica's view of its cluster. */
+export function clusterStatusFromProto(status: managementPb.ClusterStatus): ClusterStatus {
+  return {
+    replicaId: status.replicaId,
+    incarnation: status.incarnation,
+    state: REPLICA_STATE.fromProto(status.state),
+    leaseRemainingSeconds: status.leaseRemainingSeconds,
+    claiming: status.claiming,
+    partitions: status.partitions,
+    ownedPartitions: status.ownedPartitions,
+    unownedPartitions: status.unownedPartitions,
+    replicas: status.replicas.map((replica) => ({
+      replicaId: replica.replicaId,
+      incarnation: replica.incarnation,
+      address: replica.address,
+      serving: replica.serving,
+      live: replica.live,
+      fenced: replica.fenced,
+      beatAgeSeconds: replica.beatAgeSeconds,
+      partitions: replica.partitions,
+    })),
   };
 }

@@ -252,10 +252,46 @@ export interface AgentPage {
   readonly nextPageToken: string;
 }
 
-/** The daemon's version, mode, hosted agents and Router state. */
+/** The daemon's version, mode, hosted agents and Router state; a cluster replica adds its
+ * view of the cluster. */
 export interface GatewayStatus {
   readonly version: string;
   readonly mode: "embedded" | "joined" | "cluster" | "router" | "registry";
   readonly hostedAgents: number;
   readonly routerState: "recovering" | "active" | "detached";
+  /** Set only by a cluster replica. */
+  readonly cluster?: ClusterStatus;
+}
+
+/** A cluster replica's view of its cluster (`harness status`). */
+export interface ClusterStatus {
+  /** The answering replica. */
+  readonly replicaId: string;
+  readonly incarnation: bigint;
+  readonly state: "joined" | "serving" | "withdrawn" | "lost" | "closed";
+  /** Until the answering replica's own lease ends unless a beat renews it (≤ 0: ended). */
+  readonly leaseRemainingSeconds: number;
+  /** Serving with fresh beats for one TTL: it may claim partitions. */
+  readonly claiming: boolean;
+  /** P, fixed at set-up. */
+  readonly partitions: number;
+  readonly ownedPartitions: number;
+  readonly unownedPartitions: number;
+  /** By id, those that beat within the last minute or hold a partition. */
+  readonly replicas: readonly ClusterReplica[];
+}
+
+/** One replica of a cluster, as the answering replica's last view saw it. */
+export interface ClusterReplica {
+  readonly replicaId: string;
+  readonly incarnation: bigint;
+  /** The `HOST:PORT` other replicas and clients dial. */
+  readonly address: string;
+  readonly serving: boolean;
+  /** Beat within the lease TTL, in database time. */
+  readonly live: boolean;
+  /** Its incarnation was fenced by a claimer. */
+  readonly fenced: boolean;
+  readonly beatAgeSeconds: number;
+  readonly partitions: number;
 }

@@ -16,6 +16,7 @@ import {
   SEND_ERROR_REASON,
   answerContentFromProto,
   answerContentToProto,
+  gatewayStatusFromProto,
   itemFromProto,
   jsonToValue,
   localGuidanceFromProto,
@@ -28,6 +29,8 @@ import { SEND_ERROR_REASONS, SendError } from "../src/errors.js";
 import * as errorsPb from "../src/gen/harness/v1/errors_pb.js";
 import { ReadSendResponseSchema } from "../src/gen/harness/v1/endpoint_pb.js";
 import { LocalGuidanceSchema } from "../src/gen/harness/v1/guidance_pb.js";
+import * as managementPb from "../src/gen/harness/v1/management_pb.js";
+import { GetGatewayStatusResponseSchema } from "../src/gen/harness/v1/management_pb.js";
 import { AnswerContentSchema, InboundItemSchema, SendInputSchema } from "../src/gen/harness/v1/types_pb.js";
 import type { JsonValue, SendInput } from "../src/values.js";
 
@@ -311,5 +314,77 @@ describe("enum tables", () => {
   test("the two spellings with an underscore keep it", () => {
     assert.equal(COLLECTIVE_OP.fromProto(2), "all_gather");
     assert.equal(MESSAGE_TEXT_OPERATION.fromProto(errorsPb.MessageTextOperation.ALL_GATHER), "all_gather");
+  });
+});
+
+describe("gateway status", () => {
+  const base = {
+    version: "1.2.3",
+    mode: managementPb.GatewayMode.CLUSTER,
+    hostedAgents: 4,
+    routerState: managementPb.RouterAttachment.ACTIVE,
+  };
+
+  test("a status without a cluster has no cluster field", () => {
+    const status = gatewayStatusFromProto(create(GetGatewayStatusResponseSchema, base));
+    assert.deepEqual(status, { version: "1.2.3", mode: "cluster", hostedAgents: 4, routerState: "active" });
+    assert.ok(!("cluster" in status));
+  });
+
+  test("a cluster replica's status carries the replica, its lease, the partitions and every replica", () => {
+    const message = create(GetGatewayStatusResponseSchema, {
+      ...base,
+      cluster: {
+        replicaId: "r1",
+        incarnation: 7n,
+        state: managementPb.ReplicaState.SERVING,
+        leaseRemainingSeconds: 4.5,
+        claiming: true,
+        partitions: 16,
+        ownedPartitions: 9,
+        unownedPartitions: 2,
+        replicas: [
+          {
+            replicaId: "r2",
+            incarnation: 3n,
+            address: "10.0.0.2:7770",
+            serving: false,
+            live: false,
+            fenced: true,
+            beatAgeSeconds: 12.5,
+            partitions: 5,
+          },
+        ],
+      },
+    });
+    const bytes = toBinary(GetGatewayStatusResponseSchema, message);
+    const status = gatewayStatusFromProto(fromBinary(GetGatewayStatusResponseSchema, bytes));
+    assert.deepEqual(status.cluster, {
+      replicaId: "r1",
+      incarnation: 7n,
+      state: "serving",
+      leaseRemainingSeconds: 4.5,
+      claiming: true,
+      partitions: 16,
+      ownedPartitions: 9,
+      unownedPartitions: 2,
+      replicas: [
+        {
+          replicaId: "r2",
+          incarnation: 3n,
+          address: "10.0.0.2:7770",
+          serving: false,
+          live: false,
+          fenced: true,
+          beatAgeSeconds: 12.5,
+          partitions: 5,
+        },
+      ],
+    });
+  });
+
+  test("a replica state the client does not know is refused", () => {
+    const message = create(GetGatewayStatusResponseSchema, { ...base, cluster: { replicaId: "r1", state: 0 } });
+    assert.throws(() => gatewayStatusFromProto(message), DecodeFailed);
   });
 });

@@ -130,10 +130,56 @@ class ConversationRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterReplica:
+    """One replica of a cluster, as the answering replica's last view saw it."""
+
+    replica_id: str
+    incarnation: int
+    address: str
+    """The `HOST:PORT` other replicas and clients dial."""
+    serving: bool
+    """Counted for assignment."""
+    live: bool
+    """Beat within the lease TTL, in database time."""
+    fenced: bool
+    """Its incarnation was fenced by a claimer."""
+    beat_age_seconds: float
+    """Seconds since its last beat, in database time."""
+    partitions: int
+    """Partitions it holds."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterStatus:
+    """A cluster replica's view of its cluster (`harness status`, cluster.md §10)."""
+
+    replica_id: str
+    """The answering replica."""
+    incarnation: int
+    state: str
+    """`joined`, `serving`, `withdrawn`, `lost` or `closed`."""
+    lease_remaining_seconds: float
+    """Until the answering replica's own lease ends unless a beat renews it (≤ 0: ended)."""
+    claiming: bool
+    """Serving with fresh beats for one TTL: it may claim partitions."""
+    partitions: int
+    """P, fixed at set-up."""
+    owned_partitions: int
+    """Held by the answering replica."""
+    unowned_partitions: int
+    """Without a live holder."""
+    replicas: tuple[ClusterReplica, ...]
+    """By id, those that beat within the last minute or hold a partition."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayStatus:
-    """The daemon's version, mode, hosted agents and Router state (`harness status`)."""
+    """The daemon's version, mode, hosted agents and Router state (`harness status`); a
+    cluster replica adds its view of the cluster."""
 
     version: str
     mode: str
     hosted_agents: int
     router_state: str
+    cluster: ClusterStatus | None = None
+    """Set only by a cluster replica."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import grpc
 from harness_client import (
@@ -14,6 +15,8 @@ from harness_client import (
     AuthenticationError,
     AuthenticationErrorReason,
     CheckedGuidance,
+    ClusterReplica,
+    ClusterStatus,
     CollectiveGuidance,
     CollectiveOp,
     CollectiveRequestItem,
@@ -26,6 +29,7 @@ from harness_client import (
     ExpectationInstruction,
     FirewallRefusal,
     FirewallSendError,
+    GatewayStatus,
     GroupMessage,
     GuidanceSubject,
     HarnessError,
@@ -75,6 +79,7 @@ from harness_client._cli.text import (
     describe_send_input,
     describe_send_result,
     describe_send_state,
+    describe_status,
 )
 from harness_client._endpoint import connect_failure
 
@@ -475,3 +480,113 @@ def test_a_send_input_and_a_send_state_read_as_text():
         "  outcome: send failed: agent:nobody is not registered (reason=unknown-agent)"
     )
     assert describe_send_state(SendAbsent()) == ["absent"]
+
+
+EMBEDDED_STATUS = GatewayStatus(
+    version="1.2.3", mode="embedded", hosted_agents=2, router_state="active"
+)
+
+CLUSTER_STATUS = GatewayStatus(
+    version="1.2.3",
+    mode="cluster",
+    hosted_agents=9,
+    router_state="active",
+    cluster=ClusterStatus(
+        replica_id="r1",
+        incarnation=7,
+        state="serving",
+        lease_remaining_seconds=4.25,
+        claiming=True,
+        partitions=16,
+        owned_partitions=9,
+        unowned_partitions=2,
+        replicas=(
+            ClusterReplica(
+                replica_id="r1",
+                incarnation=7,
+                address="10.0.0.1:7770",
+                serving=True,
+                live=True,
+                fenced=False,
+                beat_age_seconds=0.5,
+                partitions=9,
+            ),
+            ClusterReplica(
+                replica_id="r2",
+                incarnation=3,
+                address="10.0.0.2:7770",
+                serving=False,
+                live=False,
+                fenced=True,
+                beat_age_seconds=12.04,
+                partitions=5,
+            ),
+        ),
+    ),
+)
+
+
+def test_the_status_of_a_daemon_outside_a_cluster_is_four_lines():
+    assert describe_status(EMBEDDED_STATUS) == [
+        "version: 1.2.3",
+        "mode: embedded",
+        "hosted agents: 2",
+        "router: active",
+    ]
+    assert "cluster" not in to_json(EMBEDDED_STATUS)
+
+
+def test_a_cluster_replicas_status_shows_its_lease_the_partitions_and_each_replica():
+    assert describe_status(CLUSTER_STATUS)[4:] == [
+        "replica: r1 (incarnation 7)",
+        "lease: serving, 4.2s left, claiming",
+        "partitions: 16 (9 held here, 2 unowned)",
+        "replicas: 2",
+        "  r1 10.0.0.1:7770 incarnation 7: serving, live, beat 0.5s ago, 9 partitions",
+        "  r2 10.0.0.2:7770 incarnation 3: not serving, dead, fenced, beat 12.0s ago, 5 partitions",
+    ]
+
+
+def test_a_lease_that_ran_out_reads_as_ended():
+    assert CLUSTER_STATUS.cluster is not None
+    lost = replace(
+        CLUSTER_STATUS,
+        cluster=replace(
+            CLUSTER_STATUS.cluster, state="lost", lease_remaining_seconds=-0.3, claiming=False
+        ),
+    )
+    assert "lease: lost, ended" in describe_status(lost)
+
+
+def test_a_cluster_replicas_status_prints_as_json_with_its_cluster():
+    printed = to_json(CLUSTER_STATUS)
+    assert isinstance(printed, dict)
+    cluster = printed["cluster"]
+    assert isinstance(cluster, dict)
+    assert {key: cluster[key] for key in ("replicaId", "state", "unownedPartitions")} == {
+        "replicaId": "r1",
+        "state": "serving",
+        "unownedPartitions": 2,
+    }
+    assert cluster["replicas"] == [
+        {
+            "replicaId": "r1",
+            "incarnation": 7,
+            "address": "10.0.0.1:7770",
+            "serving": True,
+            "live": True,
+            "fenced": False,
+            "beatAgeSeconds": 0.5,
+            "partitions": 9,
+        },
+        {
+            "replicaId": "r2",
+            "incarnation": 3,
+            "address": "10.0.0.2:7770",
+            "serving": False,
+            "live": False,
+            "fenced": True,
+            "beatAgeSeconds": 12.04,
+            "partitions": 5,
+        },
+    ]

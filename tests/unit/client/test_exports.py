@@ -38,6 +38,8 @@ PUBLIC_NAMES = {
     "FailureDelivery",
     "FirewallRefusal",
     "GatewayStatus",
+    "ClusterReplica",
+    "ClusterStatus",
     "GroupMessage",
     "GuidanceSubject",
     "InboundDelivery",

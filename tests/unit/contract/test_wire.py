@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from harness_contract.errors import (
 )
 from harness_contract.guidance import Expectation
 from harness_contract.jsonvalue import JsonValue, normalize_json
+from harness_contract.management import ClusterReplica, ClusterStatus
 from harness_contract.values import (
     CollectiveOp,
     FailureDelivery,
@@ -235,6 +237,34 @@ def test_management_values_round_trip():
         version="0.1.0", mode="embedded", hosted_agents=2, router_state="active"
     )
     assert wire.gateway_status_from_proto(wire.gateway_status_to_proto(gateway)) == gateway
+    clustered = replace(
+        gateway,
+        mode="cluster",
+        cluster=ClusterStatus(
+            replica_id="r1",
+            incarnation=2**40,
+            state="withdrawn",
+            lease_remaining_seconds=-0.5,
+            claiming=False,
+            partitions=1024,
+            owned_partitions=0,
+            unowned_partitions=3,
+            replicas=(
+                ClusterReplica(
+                    replica_id="r2",
+                    incarnation=5,
+                    address="10.0.0.2:7770",
+                    serving=True,
+                    live=True,
+                    fenced=False,
+                    beat_age_seconds=0.25,
+                    partitions=1021,
+                ),
+            ),
+        ),
+    )
+    assert wire.gateway_status_from_proto(wire.gateway_status_to_proto(clustered)) == clustered
+    assert not wire.gateway_status_to_proto(gateway).HasField("cluster")
 
 
 def test_failure_delivery_unset_is_result():
@@ -370,6 +400,14 @@ def test_bad_content_is_send_error_content_invalid(part):
         (wire.send_failure_from_proto, errors_pb2.SendFailure()),
         (wire.send_state_from_proto, endpoint_pb2.ReadSendResponse()),
         (wire.gateway_status_from_proto, management_pb2.GetGatewayStatusResponse()),
+        (
+            wire.gateway_status_from_proto,
+            management_pb2.GetGatewayStatusResponse(
+                mode=management_pb2.GATEWAY_MODE_CLUSTER,
+                router_state=management_pb2.ROUTER_ATTACHMENT_ACTIVE,
+                cluster=management_pb2.ClusterStatus(replica_id="r1"),
+            ),
+        ),
         (wire.failure_delivery_from_proto, 7),
     ],
 )

@@ -70,6 +70,8 @@ from harness_contract.guidance import (
 from harness_contract.jsonvalue import JsonValue
 from harness_contract.management import (
     AgentStatus,
+    ClusterReplica,
+    ClusterStatus,
     ConversationRecord,
     ConversationSummary,
     GatewayStatus,
@@ -165,6 +167,8 @@ __all__ = [
     "AuthenticationErrorReason",
     "CheckedGuidance",
     "ClientReason",
+    "ClusterReplica",
+    "ClusterStatus",
     "CollectiveError",
     "CollectiveErrorKind",
     "CollectiveFailure",

@@ -40,6 +40,7 @@ from harness_contract.codec.items import (
 from harness_contract.codec.printing import (
     Printable,
     agent_status_to_json,
+    cluster_status_to_json,
     conversation_record_to_json,
     conversation_summary_to_json,
     delivery_to_json,
@@ -67,6 +68,7 @@ __all__ = [
     "answer_content_to_json",
     "checked_guidance_from_json",
     "checked_guidance_to_json",
+    "cluster_status_to_json",
     "conversation_record_to_json",
     "conversation_summary_to_json",
     "delivery_to_json",

@@ -17,6 +17,7 @@ from harness_contract.guidance import CheckedGuidance, CollectiveGuidance, Local
 from harness_contract.jsonvalue import JsonValue
 from harness_contract.management import (
     AgentStatus,
+    ClusterStatus,
     ConversationRecord,
     ConversationSummary,
     GatewayStatus,
@@ -129,12 +130,44 @@ def conversation_record_to_json(record: ConversationRecord) -> dict[str, JsonVal
 
 
 def gateway_status_to_json(status: GatewayStatus) -> dict[str, JsonValue]:
-    """`{version, mode, hostedAgents, routerState}`."""
-    return {
+    """`{version, mode, hostedAgents, routerState}`, plus `cluster` for a cluster replica."""
+    printed: dict[str, JsonValue] = {
         "version": status.version,
         "mode": status.mode,
         "hostedAgents": status.hosted_agents,
         "routerState": status.router_state,
+    }
+    if status.cluster is not None:
+        printed["cluster"] = cluster_status_to_json(status.cluster)
+    return printed
+
+
+def cluster_status_to_json(status: ClusterStatus) -> dict[str, JsonValue]:
+    """`{replicaId, incarnation, state, leaseRemainingSeconds, claiming, partitions,
+    ownedPartitions, unownedPartitions, replicas: [{replicaId, incarnation, address, serving,
+    live, fenced, beatAgeSeconds, partitions}]}`."""
+    return {
+        "replicaId": status.replica_id,
+        "incarnation": status.incarnation,
+        "state": status.state,
+        "leaseRemainingSeconds": status.lease_remaining_seconds,
+        "claiming": status.claiming,
+        "partitions": status.partitions,
+        "ownedPartitions": status.owned_partitions,
+        "unownedPartitions": status.unowned_partitions,
+        "replicas": [
+            {
+                "replicaId": replica.replica_id,
+                "incarnation": replica.incarnation,
+                "address": replica.address,
+                "serving": replica.serving,
+                "live": replica.live,
+                "fenced": replica.fenced,
+                "beatAgeSeconds": replica.beat_age_seconds,
+                "partitions": replica.partitions,
+            }
+            for replica in status.replicas
+        ],
     }
 
 

@@ -95,6 +95,8 @@ from harness_contract.wire.jsonvalue import (
 from harness_contract.wire.management import (
     agent_status_from_proto,
     agent_status_to_proto,
+    cluster_status_from_proto,
+    cluster_status_to_proto,
     conversation_from_proto,
     conversation_record_from_proto,
     conversation_record_to_proto,
@@ -149,6 +151,8 @@ __all__ = [
     "authentication_error_to_proto",
     "checked_guidance_from_proto",
     "checked_guidance_to_proto",
+    "cluster_status_from_proto",
+    "cluster_status_to_proto",
     "collective_error_from_proto",
     "collective_error_to_proto",
     "collective_operation_from_proto",

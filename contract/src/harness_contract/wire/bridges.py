@@ -153,3 +153,8 @@ MODES: Final = _words(
 ROUTER_STATES: Final = _words(
     ("recovering", "active", "detached"), management_pb2.RouterAttachment, "ROUTER_ATTACHMENT_"
 )
+REPLICA_STATES: Final = _words(
+    ("joined", "serving", "withdrawn", "lost", "closed"),
+    management_pb2.ReplicaState,
+    "REPLICA_STATE_",
+)

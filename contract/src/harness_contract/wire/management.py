@@ -5,13 +5,20 @@ from __future__ import annotations
 from harness_contract._gen.harness.v1 import management_pb2
 from harness_contract.management import (
     AgentStatus,
+    ClusterReplica,
+    ClusterStatus,
     ConversationRecord,
     ConversationSummary,
     GatewayStatus,
     RegisteredAgent,
     SetAsideConversation,
 )
-from harness_contract.wire.bridges import CONVERSATION_KINDS, MODES, ROUTER_STATES
+from harness_contract.wire.bridges import (
+    CONVERSATION_KINDS,
+    MODES,
+    REPLICA_STATES,
+    ROUTER_STATES,
+)
 from harness_contract.wire.jsonvalue import content_from_proto, content_to_proto
 
 
@@ -118,13 +125,17 @@ def conversation_record_from_proto(record: management_pb2.ConversationRecord) ->
 
 
 def gateway_status_to_proto(status: GatewayStatus) -> management_pb2.GetGatewayStatusResponse:
-    """Version, mode, hosted agents and Router state (unknown names are UNSPECIFIED)."""
-    return management_pb2.GetGatewayStatusResponse(
+    """Version, mode, hosted agents and Router state (unknown names are UNSPECIFIED), and a
+    cluster replica's view of its cluster."""
+    message = management_pb2.GetGatewayStatusResponse(
         version=status.version,
         mode=MODES.to_proto_or_unspecified(status.mode),
         hosted_agents=status.hosted_agents,
         router_state=ROUTER_STATES.to_proto_or_unspecified(status.router_state),
     )
+    if status.cluster is not None:
+        message.cluster.CopyFrom(cluster_status_to_proto(status.cluster))
+    return message
 
 
 def gateway_status_from_proto(status: management_pb2.GetGatewayStatusResponse) -> GatewayStatus:
@@ -134,4 +145,59 @@ def gateway_status_from_proto(status: management_pb2.GetGatewayStatusResponse) -
         mode=MODES.from_proto(status.mode, "mode"),
         hosted_agents=status.hosted_agents,
         router_state=ROUTER_STATES.from_proto(status.router_state, "router_state"),
+        cluster=cluster_status_from_proto(status.cluster) if status.HasField("cluster") else None,
+    )
+
+
+def cluster_status_to_proto(status: ClusterStatus) -> management_pb2.ClusterStatus:
+    """A cluster replica's view of its cluster (an unknown state is UNSPECIFIED)."""
+    return management_pb2.ClusterStatus(
+        replica_id=status.replica_id,
+        incarnation=status.incarnation,
+        state=REPLICA_STATES.to_proto_or_unspecified(status.state),
+        lease_remaining_seconds=status.lease_remaining_seconds,
+        claiming=status.claiming,
+        partitions=status.partitions,
+        owned_partitions=status.owned_partitions,
+        unowned_partitions=status.unowned_partitions,
+        replicas=[
+            management_pb2.ClusterReplica(
+                replica_id=replica.replica_id,
+                incarnation=replica.incarnation,
+                address=replica.address,
+                serving=replica.serving,
+                live=replica.live,
+                fenced=replica.fenced,
+                beat_age_seconds=replica.beat_age_seconds,
+                partitions=replica.partitions,
+            )
+            for replica in status.replicas
+        ],
+    )
+
+
+def cluster_status_from_proto(status: management_pb2.ClusterStatus) -> ClusterStatus:
+    """A cluster replica's view of its cluster."""
+    return ClusterStatus(
+        replica_id=status.replica_id,
+        incarnation=status.incarnation,
+        state=REPLICA_STATES.from_proto(status.state, "cluster.state"),
+        lease_remaining_seconds=status.lease_remaining_seconds,
+        claiming=status.claiming,
+        partitions=status.partitions,
+        owned_partitions=status.owned_partitions,
+        unowned_partitions=status.unowned_partitions,
+        replicas=tuple(
+            ClusterReplica(
+                replica_id=replica.replica_id,
+                incarnation=replica.incarnation,
+                address=replica.address,
+                serving=replica.serving,
+                live=replica.live,
+                fenced=replica.fenced,
+                beat_age_seconds=replica.beat_age_seconds,
+                partitions=replica.partitions,
+            )
+            for replica in status.replicas
+        ),
     )

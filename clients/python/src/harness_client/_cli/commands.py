@@ -65,6 +65,7 @@ from harness_client._cli.text import (
     describe_send_input,
     describe_send_result,
     describe_send_state,
+    describe_status,
 )
 from harness_client._endpoint import ACKNOWLEDGE_TIMEOUT, READ_TIMEOUT, SEND_TIMEOUT
 from harness_client._management import MANAGEMENT_TIMEOUT
@@ -167,10 +168,8 @@ async def status(ctx: Context) -> int:
     if ctx.out.json:
         ctx.out.value(to_json(status))
     else:
-        ctx.out.line(f"version: {status.version}")
-        ctx.out.line(f"mode: {status.mode}")
-        ctx.out.line(f"hosted agents: {status.hosted_agents}")
-        ctx.out.line(f"router: {status.router_state}")
+        for line in describe_status(status):
+            ctx.out.line(line)
     return EXIT_OK
 
 

@@ -188,7 +188,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
 
     subcommands.add_parser(
-        "status", help="version, mode, hosted agents, Router state", run=commands.status
+        "status",
+        help="version, mode, hosted agents, Router state; a cluster replica adds the cluster",
+        run=commands.status,
     )
 
     agents = subcommands.add_parser("agents", help="register, list, show and manage agents")

@@ -17,6 +17,8 @@ from harness_client import (
     Answered,
     AskOperation,
     CheckedGuidance,
+    ClusterReplica,
+    ClusterStatus,
     CollectiveGuidance,
     CollectiveRequestItem,
     CollectiveResultItem,
@@ -27,6 +29,7 @@ from harness_client import (
     Declined,
     DirectMessage,
     ExpectationInstruction,
+    GatewayStatus,
     GroupMessage,
     InboundDelivery,
     InboundItem,
@@ -253,6 +256,52 @@ def describe_agent(agent: AgentStatus) -> list[str]:
         lines.append("set aside: none")
     lines.extend(f"set aside: {item.conversation_id} ({item.reason})" for item in agent.set_aside)
     return lines
+
+
+def describe_status(status: GatewayStatus) -> list[str]:
+    """The daemon's version, mode, agents and Router as `key: value` lines; a cluster
+    replica adds itself, its lease, the partitions and one indented line per replica."""
+    lines = [
+        f"version: {status.version}",
+        f"mode: {status.mode}",
+        f"hosted agents: {status.hosted_agents}",
+        f"router: {status.router_state}",
+    ]
+    if status.cluster is not None:
+        lines.extend(_cluster_lines(status.cluster))
+    return lines
+
+
+def _cluster_lines(cluster: ClusterStatus) -> list[str]:
+    if cluster.lease_remaining_seconds > 0:
+        lease = f"{cluster.state}, {cluster.lease_remaining_seconds:.1f}s left"
+    else:
+        lease = f"{cluster.state}, ended"
+    if cluster.claiming:
+        lease += ", claiming"
+    return [
+        f"replica: {cluster.replica_id} (incarnation {cluster.incarnation})",
+        f"lease: {lease}",
+        f"partitions: {cluster.partitions} ({cluster.owned_partitions} held here, "
+        f"{cluster.unowned_partitions} unowned)",
+        f"replicas: {len(cluster.replicas)}",
+        *(f"  {_replica_line(replica)}" for replica in cluster.replicas),
+    ]
+
+
+def _replica_line(replica: ClusterReplica) -> str:
+    """`<id> <address> incarnation N: serving, live, beat 0.4s ago, 12 partitions`."""
+    states = [
+        "serving" if replica.serving else "not serving",
+        "live" if replica.live else "dead",
+    ]
+    if replica.fenced:
+        states.append("fenced")
+    return (
+        f"{replica.replica_id} {replica.address} incarnation {replica.incarnation}: "
+        f"{', '.join(states)}, beat {replica.beat_age_seconds:.1f}s ago, "
+        f"{replica.partitions} partitions"
+    )
 
 
 def describe_record(record: ConversationRecord) -> str:

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file harness/v1/management.proto.
  */
 export const file_harness_v1_management: GenFile = /*@__PURE__*/
-  fileDesc("ChtoYXJuZXNzL3YxL21hbmFnZW1lbnQucHJvdG8SCmhhcm5lc3MudjEiJAoUUmVnaXN0ZXJBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJJChVSZWdpc3RlckFnZW50UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRINCgV0b2tlbhgDIAEoCSL4AQoLQWdlbnRTdGF0dXMSDAoEbmFtZRgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhAKCGFnZW50X2lkGAMgASgJEhIKCnB1YmxpY19rZXkYBCABKAkSEQoJaXNzdWVkX2F0GAUgASgJEg4KBmhvc3RlZBgGIAEoCBIXCg9zdHJlYW1fYXR0YWNoZWQYByABKAgSDwoHYmFja2xvZxgIIAEoBBIiChpvbGRlc3RfdW5hY2tlZF9hZ2Vfc2Vjb25kcxgJIAEoARIzCglzZXRfYXNpZGUYCiADKAsyIC5oYXJuZXNzLnYxLlNldEFzaWRlQ29udmVyc2F0aW9uIj8KFFNldEFzaWRlQ29udmVyc2F0aW9uEhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiJQoVR2V0QWdlbnRTdGF0dXNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQAoWR2V0QWdlbnRTdGF0dXNSZXNwb25zZRImCgVhZ2VudBgBIAEoCzIXLmhhcm5lc3MudjEuQWdlbnRTdGF0dXMiWgoRTGlzdEFnZW50c1JlcXVlc3QSEwoGcHJlZml4GAEgASgJSACIAQESEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAlCCQoHX3ByZWZpeCJWChJMaXN0QWdlbnRzUmVzcG9uc2USJwoGYWdlbnRzGAEgAygLMhcuaGFybmVzcy52MS5BZ2VudFN0YXR1cxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkipgEKE0NvbnZlcnNhdGlvblN1bW1hcnkSDwoHYWRkcmVzcxgBIAEoCRIqCgRraW5kGAIgASgOMhwuaGFybmVzcy52MS5Db252ZXJzYXRpb25LaW5kEg8KB21lbWJlcnMYAyADKAkSHQoQaGVhZF9yZWNvcmRfaGFzaBgEIAEoCUgAiAEBEg0KBWRlcHRoGAUgASgEQhMKEV9oZWFkX3JlY29yZF9oYXNoInEKGlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0EhIKCmFnZW50X25hbWUYASABKAkSGgoNYWZ0ZXJfYWRkcmVzcxgCIAEoCUgAiAEBEhEKCXBhZ2Vfc2l6ZRgDIAEoBUIQCg5fYWZ0ZXJfYWRkcmVzcyJnChtTZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2USNgoNY29udmVyc2F0aW9ucxgBIAMoCzIfLmhhcm5lc3MudjEuQ29udmVyc2F0aW9uU3VtbWFyeRIQCghoYXNfbW9yZRgCIAEoCCKZAQoSQ29udmVyc2F0aW9uUmVjb3JkEhMKC3JlY29yZF9oYXNoGAEgASgJEg8KB3Bvc3RfaWQYAiABKAkSDgoGYXV0aG9yGAMgASgJEg0KBWRlcHRoGAQgASgEEiQKB2NvbnRlbnQYBSABKAsyEy5oYXJuZXNzLnYxLkNvbnRlbnQSGAoQY2VydGlmaWVkX3JlY29yZBgGIAEoDCKHAQoXUmVhZENvbnZlcnNhdGlvblJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEh4KEWFmdGVyX3JlY29yZF9oYXNoGAMgASgJSACIAQESEQoJcGFnZV9zaXplGAQgASgFQhQKEl9hZnRlcl9yZWNvcmRfaGFzaCJdChhSZWFkQ29udmVyc2F0aW9uUmVzcG9uc2USLwoHcmVjb3JkcxgBIAMoCzIeLmhhcm5lc3MudjEuQ29udmVyc2F0aW9uUmVjb3JkEhAKCGhhc19tb3JlGAIgASgIIicKF1JvdGF0ZUFnZW50VG9rZW5SZXF1ZXN0EgwKBG5hbWUYASABKAkiKQoYUm90YXRlQWdlbnRUb2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJIicKF1Jldm9rZUFnZW50VG9rZW5SZXF1ZXN0EgwKBG5hbWUYASABKAkiGgoYUmV2b2tlQWdlbnRUb2tlblJlc3BvbnNlIhkKF0dldEdhdGV3YXlTdGF0dXNSZXF1ZXN0Ip0BChhHZXRHYXRld2F5U3RhdHVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIlCgRtb2RlGAIgASgOMhcuaGFybmVzcy52MS5HYXRld2F5TW9kZRIVCg1ob3N0ZWRfYWdlbnRzGAMgASgNEjIKDHJvdXRlcl9zdGF0ZRgEIAEoDjIcLmhhcm5lc3MudjEuUm91dGVyQXR0YWNobWVudCpwChBDb252ZXJzYXRpb25LaW5kEiEKHUNPTlZFUlNBVElPTl9LSU5EX1VOU1BFQ0lGSUVEEAASHAoYQ09OVkVSU0FUSU9OX0tJTkRfRElSRUNUEAESGwoXQ09OVkVSU0FUSU9OX0tJTkRfR1JPVVAQAiqtAQoLR2F0ZXdheU1vZGUSHAoYR0FURVdBWV9NT0RFX1VOU1BFQ0lGSUVEEAASGQoVR0FURVdBWV9NT0RFX0VNQkVEREVEEAESFwoTR0FURVdBWV9NT0RFX0pPSU5FRBACEhgKFEdBVEVXQVlfTU9ERV9DTFVTVEVSEAMSFwoTR0FURVdBWV9NT0RFX1JPVVRFUhAEEhkKFUdBVEVXQVlfTU9ERV9SRUdJU1RSWRAFKpUBChBSb3V0ZXJBdHRhY2htZW50EiEKHVJPVVRFUl9BVFRBQ0hNRU5UX1VOU1BFQ0lGSUVEEAASIAocUk9VVEVSX0FUVEFDSE1FTlRfUkVDT1ZFUklORxABEhwKGFJPVVRFUl9BVFRBQ0hNRU5UX0FDVElWRRACEh4KGlJPVVRFUl9BVFRBQ0hNRU5UX0RFVEFDSEVEEAMy8wUKEU1hbmFnZW1lbnRTZXJ2aWNlElQKDVJlZ2lzdGVyQWdlbnQSIC5oYXJuZXNzLnYxLlJlZ2lzdGVyQWdlbnRSZXF1ZXN0GiEuaGFybmVzcy52MS5SZWdpc3RlckFnZW50UmVzcG9uc2USVwoOR2V0QWdlbnRTdGF0dXMSIS5oYXJuZXNzLnYxLkdldEFnZW50U3RhdHVzUmVxdWVzdBoiLmhhcm5lc3MudjEuR2V0QWdlbnRTdGF0dXNSZXNwb25zZRJLCgpMaXN0QWdlbnRzEh0uaGFybmVzcy52MS5MaXN0QWdlbnRzUmVxdWVzdBoeLmhhcm5lc3MudjEuTGlzdEFnZW50c1Jlc3BvbnNlEmYKE1NlYXJjaENvbnZlcnNhdGlvbnMSJi5oYXJuZXNzLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0GicuaGFybmVzcy52MS5TZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2USXQoQUmVhZENvbnZlcnNhdGlvbhIjLmhhcm5lc3MudjEuUmVhZENvbnZlcnNhdGlvblJlcXVlc3QaJC5oYXJuZXNzLnYxLlJlYWRDb252ZXJzYXRpb25SZXNwb25zZRJdChBSb3RhdGVBZ2VudFRva2VuEiMuaGFybmVzcy52MS5Sb3RhdGVBZ2VudFRva2VuUmVxdWVzdBokLmhhcm5lc3MudjEuUm90YXRlQWdlbnRUb2tlblJlc3BvbnNlEl0KEFJldm9rZUFnZW50VG9rZW4SIy5oYXJuZXNzLnYxLlJldm9rZUFnZW50VG9rZW5SZXF1ZXN0GiQuaGFybmVzcy52MS5SZXZva2VBZ2VudFRva2VuUmVzcG9uc2USXQoQR2V0R2F0ZXdheVN0YXR1cxIjLmhhcm5lc3MudjEuR2V0R2F0ZXdheVN0YXR1c1JlcXVlc3QaJC5oYXJuZXNzLnYxLkdldEdhdGV3YXlTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_harness_v1_types]);
+  fileDesc("ChtoYXJuZXNzL3YxL21hbmFnZW1lbnQucHJvdG8SCmhhcm5lc3MudjEiJAoUUmVnaXN0ZXJBZ2VudFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJJChVSZWdpc3RlckFnZW50UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRINCgV0b2tlbhgDIAEoCSL4AQoLQWdlbnRTdGF0dXMSDAoEbmFtZRgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEhAKCGFnZW50X2lkGAMgASgJEhIKCnB1YmxpY19rZXkYBCABKAkSEQoJaXNzdWVkX2F0GAUgASgJEg4KBmhvc3RlZBgGIAEoCBIXCg9zdHJlYW1fYXR0YWNoZWQYByABKAgSDwoHYmFja2xvZxgIIAEoBBIiChpvbGRlc3RfdW5hY2tlZF9hZ2Vfc2Vjb25kcxgJIAEoARIzCglzZXRfYXNpZGUYCiADKAsyIC5oYXJuZXNzLnYxLlNldEFzaWRlQ29udmVyc2F0aW9uIj8KFFNldEFzaWRlQ29udmVyc2F0aW9uEhcKD2NvbnZlcnNhdGlvbl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiJQoVR2V0QWdlbnRTdGF0dXNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQAoWR2V0QWdlbnRTdGF0dXNSZXNwb25zZRImCgVhZ2VudBgBIAEoCzIXLmhhcm5lc3MudjEuQWdlbnRTdGF0dXMiWgoRTGlzdEFnZW50c1JlcXVlc3QSEwoGcHJlZml4GAEgASgJSACIAQESEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAlCCQoHX3ByZWZpeCJWChJMaXN0QWdlbnRzUmVzcG9uc2USJwoGYWdlbnRzGAEgAygLMhcuaGFybmVzcy52MS5BZ2VudFN0YXR1cxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkipgEKE0NvbnZlcnNhdGlvblN1bW1hcnkSDwoHYWRkcmVzcxgBIAEoCRIqCgRraW5kGAIgASgOMhwuaGFybmVzcy52MS5Db252ZXJzYXRpb25LaW5kEg8KB21lbWJlcnMYAyADKAkSHQoQaGVhZF9yZWNvcmRfaGFzaBgEIAEoCUgAiAEBEg0KBWRlcHRoGAUgASgEQhMKEV9oZWFkX3JlY29yZF9oYXNoInEKGlNlYXJjaENvbnZlcnNhdGlvbnNSZXF1ZXN0EhIKCmFnZW50X25hbWUYASABKAkSGgoNYWZ0ZXJfYWRkcmVzcxgCIAEoCUgAiAEBEhEKCXBhZ2Vfc2l6ZRgDIAEoBUIQCg5fYWZ0ZXJfYWRkcmVzcyJnChtTZWFyY2hDb252ZXJzYXRpb25zUmVzcG9uc2USNgoNY29udmVyc2F0aW9ucxgBIAMoCzIfLmhhcm5lc3MudjEuQ29udmVyc2F0aW9uU3VtbWFyeRIQCghoYXNfbW9yZRgCIAEoCCKZAQoSQ29udmVyc2F0aW9uUmVjb3JkEhMKC3JlY29yZF9oYXNoGAEgASgJEg8KB3Bvc3RfaWQYAiABKAkSDgoGYXV0aG9yGAMgASgJEg0KBWRlcHRoGAQgASgEEiQKB2NvbnRlbnQYBSABKAsyEy5oYXJuZXNzLnYxLkNvbnRlbnQSGAoQY2VydGlmaWVkX3JlY29yZBgGIAEoDCKHAQoXUmVhZENvbnZlcnNhdGlvblJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEh4KEWFmdGVyX3JlY29yZF9oYXNoGAMgASgJSACIAQESEQoJcGFnZV9zaXplGAQgASgFQhQKEl9hZnRlcl9yZWNvcmRfaGFzaCJdChhSZWFkQ29udmVyc2F0aW9uUmVzcG9uc2USLwoHcmVjb3JkcxgBIAMoCzIeLmhhcm5lc3MudjEuQ29udmVyc2F0aW9uUmVjb3JkEhAKCGhhc19tb3JlGAIgASgIIicKF1JvdGF0ZUFnZW50VG9rZW5SZXF1ZXN0EgwKBG5hbWUYASABKAkiKQoYUm90YXRlQWdlbnRUb2tlblJlc3BvbnNlEg0KBXRva2VuGAEgASgJIicKF1Jldm9rZUFnZW50VG9rZW5SZXF1ZXN0EgwKBG5hbWUYASABKAkiGgoYUmV2b2tlQWdlbnRUb2tlblJlc3BvbnNlIhkKF0dldEdhdGV3YXlTdGF0dXNSZXF1ZXN0IskBChhHZXRHYXRld2F5U3RhdHVzUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRIlCgRtb2RlGAIgASgOMhcuaGFybmVzcy52MS5HYXRld2F5TW9kZRIVCg1ob3N0ZWRfYWdlbnRzGAMgASgNEjIKDHJvdXRlcl9zdGF0ZRgEIAEoDjIcLmhhcm5lc3MudjEuUm91dGVyQXR0YWNobWVudBIqCgdjbHVzdGVyGAUgASgLMhkuaGFybmVzcy52MS5DbHVzdGVyU3RhdHVzIowCCg1DbHVzdGVyU3RhdHVzEhIKCnJlcGxpY2FfaWQYASABKAkSEwoLaW5jYXJuYXRpb24YAiABKAQSJwoFc3RhdGUYAyABKA4yGC5oYXJuZXNzLnYxLlJlcGxpY2FTdGF0ZRIfChdsZWFzZV9yZW1haW5pbmdfc2Vjb25kcxgEIAEoARIQCghjbGFpbWluZxgFIAEoCBISCgpwYXJ0aXRpb25zGAYgASgNEhgKEG93bmVkX3BhcnRpdGlvbnMYByABKA0SGgoSdW5vd25lZF9wYXJ0aXRpb25zGAggASgNEiwKCHJlcGxpY2FzGAkgAygLMhouaGFybmVzcy52MS5DbHVzdGVyUmVwbGljYSKnAQoOQ2x1c3RlclJlcGxpY2ESEgoKcmVwbGljYV9pZBgBIAEoCRITCgtpbmNhcm5hdGlvbhgCIAEoBBIPCgdhZGRyZXNzGAMgASgJEg8KB3NlcnZpbmcYBCABKAgSDAoEbGl2ZRgFIAEoCBIOCgZmZW5jZWQYBiABKAgSGAoQYmVhdF9hZ2Vfc2Vjb25kcxgHIAEoARISCgpwYXJ0aXRpb25zGAggASgNKnAKEENvbnZlcnNhdGlvbktpbmQSIQodQ09OVkVSU0FUSU9OX0tJTkRfVU5TUEVDSUZJRUQQABIcChhDT05WRVJTQVRJT05fS0lORF9ESVJFQ1QQARIbChdDT05WRVJTQVRJT05fS0lORF9HUk9VUBACKq0BCgtHYXRld2F5TW9kZRIcChhHQVRFV0FZX01PREVfVU5TUEVDSUZJRUQQABIZChVHQVRFV0FZX01PREVfRU1CRURERUQQARIXChNHQVRFV0FZX01PREVfSk9JTkVEEAISGAoUR0FURVdBWV9NT0RFX0NMVVNURVIQAxIXChNHQVRFV0FZX01PREVfUk9VVEVSEAQSGQoVR0FURVdBWV9NT0RFX1JFR0lTVFJZEAUqlQEKEFJvdXRlckF0dGFjaG1lbnQSIQodUk9VVEVSX0FUVEFDSE1FTlRfVU5TUEVDSUZJRUQQABIgChxST1VURVJfQVRUQUNITUVOVF9SRUNPVkVSSU5HEAESHAoYUk9VVEVSX0FUVEFDSE1FTlRfQUNUSVZFEAISHgoaUk9VVEVSX0FUVEFDSE1FTlRfREVUQUNIRUQQAyqxAQoMUmVwbGljYVN0YXRlEh0KGVJFUExJQ0FfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRSRVBMSUNBX1NUQVRFX0pPSU5FRBABEhkKFVJFUExJQ0FfU1RBVEVfU0VSVklORxACEhsKF1JFUExJQ0FfU1RBVEVfV0lUSERSQVdOEAMSFgoSUkVQTElDQV9TVEFURV9MT1NUEAQSGAoUUkVQTElDQV9TVEFURV9DTE9TRUQQBTLzBQoRTWFuYWdlbWVudFNlcnZpY2USVAoNUmVnaXN0ZXJBZ2VudBIgLmhhcm5lc3MudjEuUmVnaXN0ZXJBZ2VudFJlcXVlc3QaIS5oYXJuZXNzLnYxLlJlZ2lzdGVyQWdlbnRSZXNwb25zZRJXCg5HZXRBZ2VudFN0YXR1cxIhLmhhcm5lc3MudjEuR2V0QWdlbnRTdGF0dXNSZXF1ZXN0GiIuaGFybmVzcy52MS5HZXRBZ2VudFN0YXR1c1Jlc3BvbnNlEksKCkxpc3RBZ2VudHMSHS5oYXJuZXNzLnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh4uaGFybmVzcy52MS5MaXN0QWdlbnRzUmVzcG9uc2USZgoTU2VhcmNoQ29udmVyc2F0aW9ucxImLmhhcm5lc3MudjEuU2VhcmNoQ29udmVyc2F0aW9uc1JlcXVlc3QaJy5oYXJuZXNzLnYxLlNlYXJjaENvbnZlcnNhdGlvbnNSZXNwb25zZRJdChBSZWFkQ29udmVyc2F0aW9uEiMuaGFybmVzcy52MS5SZWFkQ29udmVyc2F0aW9uUmVxdWVzdBokLmhhcm5lc3MudjEuUmVhZENvbnZlcnNhdGlvblJlc3BvbnNlEl0KEFJvdGF0ZUFnZW50VG9rZW4SIy5oYXJuZXNzLnYxLlJvdGF0ZUFnZW50VG9rZW5SZXF1ZXN0GiQuaGFybmVzcy52MS5Sb3RhdGVBZ2VudFRva2VuUmVzcG9uc2USXQoQUmV2b2tlQWdlbnRUb2tlbhIjLmhhcm5lc3MudjEuUmV2b2tlQWdlbnRUb2tlblJlcXVlc3QaJC5oYXJuZXNzLnYxLlJldm9rZUFnZW50VG9rZW5SZXNwb25zZRJdChBHZXRHYXRld2F5U3RhdHVzEiMuaGFybmVzcy52MS5HZXRHYXRld2F5U3RhdHVzUmVxdWVzdBokLmhhcm5lc3MudjEuR2V0R2F0ZXdheVN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_harness_v1_types]);
 
 /**
  * Registers an agent.
@@ -668,6 +668,13 @@ export type GetGatewayStatusResponse = Message<"harness.v1.GetGatewayStatusRespo
    * @generated from field: harness.v1.RouterAttachment router_state = 4;
    */
   routerState: RouterAttachment;
+
+  /**
+   * Set only by a cluster replica: its cluster as its last view saw it.
+   *
+   * @generated from field: harness.v1.ClusterStatus cluster = 5;
+   */
+  cluster?: ClusterStatus | undefined;
 };
 
 /**
@@ -676,6 +683,155 @@ export type GetGatewayStatusResponse = Message<"harness.v1.GetGatewayStatusRespo
  */
 export const GetGatewayStatusResponseSchema: GenMessage<GetGatewayStatusResponse> = /*@__PURE__*/
   messageDesc(file_harness_v1_management, 19);
+
+/**
+ * A cluster replica's view of its cluster.
+ *
+ * @generated from message harness.v1.ClusterStatus
+ */
+export type ClusterStatus = Message<"harness.v1.ClusterStatus"> & {
+  /**
+   * The answering replica's id (`--replica-id`).
+   *
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * The answering replica's incarnation (a new one at each start).
+   *
+   * @generated from field: uint64 incarnation = 2;
+   */
+  incarnation: bigint;
+
+  /**
+   * The answering replica's state.
+   *
+   * @generated from field: harness.v1.ReplicaState state = 3;
+   */
+  state: ReplicaState;
+
+  /**
+   * Seconds until the answering replica's own lease ends unless a beat renews it (at most
+   * 0 once it has ended).
+   *
+   * @generated from field: double lease_remaining_seconds = 4;
+   */
+  leaseRemainingSeconds: number;
+
+  /**
+   * Whether the answering replica may claim partitions (serving, with fresh beats for one
+   * lease TTL).
+   *
+   * @generated from field: bool claiming = 5;
+   */
+  claiming: boolean;
+
+  /**
+   * The cluster's partition count, fixed at set-up.
+   *
+   * @generated from field: uint32 partitions = 6;
+   */
+  partitions: number;
+
+  /**
+   * Partitions the answering replica holds.
+   *
+   * @generated from field: uint32 owned_partitions = 7;
+   */
+  ownedPartitions: number;
+
+  /**
+   * Partitions without a live holder.
+   *
+   * @generated from field: uint32 unowned_partitions = 8;
+   */
+  unownedPartitions: number;
+
+  /**
+   * By id, the replicas that beat within the last minute or hold a partition.
+   *
+   * @generated from field: repeated harness.v1.ClusterReplica replicas = 9;
+   */
+  replicas: ClusterReplica[];
+};
+
+/**
+ * Describes the message harness.v1.ClusterStatus.
+ * Use `create(ClusterStatusSchema)` to create a new message.
+ */
+export const ClusterStatusSchema: GenMessage<ClusterStatus> = /*@__PURE__*/
+  messageDesc(file_harness_v1_management, 20);
+
+/**
+ * One replica of a cluster, as the answering replica's last view saw it.
+ *
+ * @generated from message harness.v1.ClusterReplica
+ */
+export type ClusterReplica = Message<"harness.v1.ClusterReplica"> & {
+  /**
+   * The replica's id.
+   *
+   * @generated from field: string replica_id = 1;
+   */
+  replicaId: string;
+
+  /**
+   * Its current incarnation.
+   *
+   * @generated from field: uint64 incarnation = 2;
+   */
+  incarnation: bigint;
+
+  /**
+   * The `HOST:PORT` other replicas and clients dial.
+   *
+   * @generated from field: string address = 3;
+   */
+  address: string;
+
+  /**
+   * Whether it is counted for assignment.
+   *
+   * @generated from field: bool serving = 4;
+   */
+  serving: boolean;
+
+  /**
+   * Whether it has beaten within the lease TTL, in database time.
+   *
+   * @generated from field: bool live = 5;
+   */
+  live: boolean;
+
+  /**
+   * Whether its incarnation was fenced by a claimer.
+   *
+   * @generated from field: bool fenced = 6;
+   */
+  fenced: boolean;
+
+  /**
+   * Seconds since its last beat, in database time.
+   *
+   * @generated from field: double beat_age_seconds = 7;
+   */
+  beatAgeSeconds: number;
+
+  /**
+   * Partitions it holds.
+   *
+   * @generated from field: uint32 partitions = 8;
+   */
+  partitions: number;
+};
+
+/**
+ * Describes the message harness.v1.ClusterReplica.
+ * Use `create(ClusterReplicaSchema)` to create a new message.
+ */
+export const ClusterReplicaSchema: GenMessage<ClusterReplica> = /*@__PURE__*/
+  messageDesc(file_harness_v1_management, 21);
 
 /**
  * Whether a conversation is direct or a group.
@@ -739,7 +895,7 @@ export enum GatewayMode {
   JOINED = 2,
 
   /**
-   * `cluster`: `serve` on NATS JetStream and PostgreSQL, agents under leases.
+   * `cluster`: `serve --cluster`, one replica of a cluster on one PostgreSQL database.
    *
    * @generated from enum value: GATEWAY_MODE_CLUSTER = 3;
    */
@@ -807,6 +963,61 @@ export enum RouterAttachment {
  */
 export const RouterAttachmentSchema: GenEnum<RouterAttachment> = /*@__PURE__*/
   enumDesc(file_harness_v1_management, 2);
+
+/**
+ * Where a cluster replica is in its life, which says what its lease allows.
+ *
+ * @generated from enum harness.v1.ReplicaState
+ */
+export enum ReplicaState {
+  /**
+   * Never sent; a decoder treats it as a malformed message.
+   *
+   * @generated from enum value: REPLICA_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * `joined`: beating as a fresh incarnation, not yet serving; claims nothing.
+   *
+   * @generated from enum value: REPLICA_STATE_JOINED = 1;
+   */
+  JOINED = 1,
+
+  /**
+   * `serving`: counted for assignment; claims what is assigned to it.
+   *
+   * @generated from enum value: REPLICA_STATE_SERVING = 2;
+   */
+  SERVING = 2,
+
+  /**
+   * `withdrawn`: shutting down; claims nothing and hands over what it holds.
+   *
+   * @generated from enum value: REPLICA_STATE_WITHDRAWN = 3;
+   */
+  WITHDRAWN = 3,
+
+  /**
+   * `lost`: its lease was lost; the process is exiting.
+   *
+   * @generated from enum value: REPLICA_STATE_LOST = 4;
+   */
+  LOST = 4,
+
+  /**
+   * `closed`: its membership has stopped.
+   *
+   * @generated from enum value: REPLICA_STATE_CLOSED = 5;
+   */
+  CLOSED = 5,
+}
+
+/**
+ * Describes the enum harness.v1.ReplicaState.
+ */
+export const ReplicaStateSchema: GenEnum<ReplicaState> = /*@__PURE__*/
+  enumDesc(file_harness_v1_management, 3);
 
 /**
  * Operator calls on one gateway daemon.
@@ -888,7 +1099,8 @@ export const ManagementService: GenService<{
     output: typeof RevokeAgentTokenResponseSchema;
   },
   /**
-   * The daemon's version, mode, hosted agents and Router state.
+   * The daemon's version, mode, hosted agents and Router state; for a cluster replica also
+   * its cluster as it sees it.
    *
    * @generated from rpc harness.v1.ManagementService.GetGatewayStatus
    */

@@ -64,7 +64,7 @@ class _GatewayModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GatewayMo
     GATEWAY_MODE_JOINED: _GatewayMode.ValueType  # 2
     """`joined`: `serve` sharing a standalone Router and Registry with other daemons."""
     GATEWAY_MODE_CLUSTER: _GatewayMode.ValueType  # 3
-    """`cluster`: `serve` on NATS JetStream and PostgreSQL, agents under leases."""
+    """`cluster`: `serve --cluster`, one replica of a cluster on one PostgreSQL database."""
     GATEWAY_MODE_ROUTER: _GatewayMode.ValueType  # 4
     """`router`: the standalone Router role."""
     GATEWAY_MODE_REGISTRY: _GatewayMode.ValueType  # 5
@@ -80,7 +80,7 @@ GATEWAY_MODE_EMBEDDED: GatewayMode.ValueType  # 1
 GATEWAY_MODE_JOINED: GatewayMode.ValueType  # 2
 """`joined`: `serve` sharing a standalone Router and Registry with other daemons."""
 GATEWAY_MODE_CLUSTER: GatewayMode.ValueType  # 3
-"""`cluster`: `serve` on NATS JetStream and PostgreSQL, agents under leases."""
+"""`cluster`: `serve --cluster`, one replica of a cluster on one PostgreSQL database."""
 GATEWAY_MODE_ROUTER: GatewayMode.ValueType  # 4
 """`router`: the standalone Router role."""
 GATEWAY_MODE_REGISTRY: GatewayMode.ValueType  # 5
@@ -116,6 +116,42 @@ ROUTER_ATTACHMENT_ACTIVE: RouterAttachment.ValueType  # 2
 ROUTER_ATTACHMENT_DETACHED: RouterAttachment.ValueType  # 3
 """`detached`: the Router cannot be reached."""
 Global___RouterAttachment: _TypeAlias = RouterAttachment  # noqa: Y015
+
+class _ReplicaState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReplicaStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReplicaState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REPLICA_STATE_UNSPECIFIED: _ReplicaState.ValueType  # 0
+    """Never sent; a decoder treats it as a malformed message."""
+    REPLICA_STATE_JOINED: _ReplicaState.ValueType  # 1
+    """`joined`: beating as a fresh incarnation, not yet serving; claims nothing."""
+    REPLICA_STATE_SERVING: _ReplicaState.ValueType  # 2
+    """`serving`: counted for assignment; claims what is assigned to it."""
+    REPLICA_STATE_WITHDRAWN: _ReplicaState.ValueType  # 3
+    """`withdrawn`: shutting down; claims nothing and hands over what it holds."""
+    REPLICA_STATE_LOST: _ReplicaState.ValueType  # 4
+    """`lost`: its lease was lost; the process is exiting."""
+    REPLICA_STATE_CLOSED: _ReplicaState.ValueType  # 5
+    """`closed`: its membership has stopped."""
+
+class ReplicaState(_ReplicaState, metaclass=_ReplicaStateEnumTypeWrapper):
+    """Where a cluster replica is in its life, which says what its lease allows."""
+
+REPLICA_STATE_UNSPECIFIED: ReplicaState.ValueType  # 0
+"""Never sent; a decoder treats it as a malformed message."""
+REPLICA_STATE_JOINED: ReplicaState.ValueType  # 1
+"""`joined`: beating as a fresh incarnation, not yet serving; claims nothing."""
+REPLICA_STATE_SERVING: ReplicaState.ValueType  # 2
+"""`serving`: counted for assignment; claims what is assigned to it."""
+REPLICA_STATE_WITHDRAWN: ReplicaState.ValueType  # 3
+"""`withdrawn`: shutting down; claims nothing and hands over what it holds."""
+REPLICA_STATE_LOST: ReplicaState.ValueType  # 4
+"""`lost`: its lease was lost; the process is exiting."""
+REPLICA_STATE_CLOSED: ReplicaState.ValueType  # 5
+"""`closed`: its membership has stopped."""
+Global___ReplicaState: _TypeAlias = ReplicaState  # noqa: Y015
 
 @_typing.final
 class RegisterAgentRequest(_message.Message):
@@ -699,6 +735,7 @@ class GetGatewayStatusResponse(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     HOSTED_AGENTS_FIELD_NUMBER: _builtins.int
     ROUTER_STATE_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     """The gateway's software version."""
     mode: Global___GatewayMode.ValueType
@@ -707,6 +744,10 @@ class GetGatewayStatusResponse(_message.Message):
     """Endpoints loaded on this daemon."""
     router_state: Global___RouterAttachment.ValueType
     """The state of the daemon's Router feed."""
+    @_builtins.property
+    def cluster(self) -> Global___ClusterStatus:
+        """Set only by a cluster replica: its cluster as its last view saw it."""
+
     def __init__(
         self,
         *,
@@ -714,11 +755,122 @@ class GetGatewayStatusResponse(_message.Message):
         mode: Global___GatewayMode.ValueType = ...,
         hosted_agents: _builtins.int = ...,
         router_state: Global___RouterAttachment.ValueType = ...,
+        cluster: Global___ClusterStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hosted_agents", b"hosted_agents", "mode", b"mode", "router_state", b"router_state", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "hosted_agents", b"hosted_agents", "mode", b"mode", "router_state", b"router_state", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetGatewayStatusResponse: _TypeAlias = GetGatewayStatusResponse  # noqa: Y015
+
+@_typing.final
+class ClusterStatus(_message.Message):
+    """A cluster replica's view of its cluster."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    LEASE_REMAINING_SECONDS_FIELD_NUMBER: _builtins.int
+    CLAIMING_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    OWNED_PARTITIONS_FIELD_NUMBER: _builtins.int
+    UNOWNED_PARTITIONS_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.str
+    """The answering replica's id (`--replica-id`)."""
+    incarnation: _builtins.int
+    """The answering replica's incarnation (a new one at each start)."""
+    state: Global___ReplicaState.ValueType
+    """The answering replica's state."""
+    lease_remaining_seconds: _builtins.float
+    """Seconds until the answering replica's own lease ends unless a beat renews it (at most
+    0 once it has ended).
+    """
+    claiming: _builtins.bool
+    """Whether the answering replica may claim partitions (serving, with fresh beats for one
+    lease TTL).
+    """
+    partitions: _builtins.int
+    """The cluster's partition count, fixed at set-up."""
+    owned_partitions: _builtins.int
+    """Partitions the answering replica holds."""
+    unowned_partitions: _builtins.int
+    """Partitions without a live holder."""
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterReplica]:
+        """By id, the replicas that beat within the last minute or hold a partition."""
+
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.str = ...,
+        incarnation: _builtins.int = ...,
+        state: Global___ReplicaState.ValueType = ...,
+        lease_remaining_seconds: _builtins.float = ...,
+        claiming: _builtins.bool = ...,
+        partitions: _builtins.int = ...,
+        owned_partitions: _builtins.int = ...,
+        unowned_partitions: _builtins.int = ...,
+        replicas: _abc.Iterable[Global___ClusterReplica] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claiming", b"claiming", "incarnation", b"incarnation", "lease_remaining_seconds", b"lease_remaining_seconds", "owned_partitions", b"owned_partitions", "partitions", b"partitions", "replica_id", b"replica_id", "replicas", b"replicas", "state", b"state", "unowned_partitions", b"unowned_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
+
+@_typing.final
+class ClusterReplica(_message.Message):
+    """One replica of a cluster, as the answering replica's last view saw it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
+    LIVE_FIELD_NUMBER: _builtins.int
+    FENCED_FIELD_NUMBER: _builtins.int
+    BEAT_AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    replica_id: _builtins.str
+    """The replica's id."""
+    incarnation: _builtins.int
+    """Its current incarnation."""
+    address: _builtins.str
+    """The `HOST:PORT` other replicas and clients dial."""
+    serving: _builtins.bool
+    """Whether it is counted for assignment."""
+    live: _builtins.bool
+    """Whether it has beaten within the lease TTL, in database time."""
+    fenced: _builtins.bool
+    """Whether its incarnation was fenced by a claimer."""
+    beat_age_seconds: _builtins.float
+    """Seconds since its last beat, in database time."""
+    partitions: _builtins.int
+    """Partitions it holds."""
+    def __init__(
+        self,
+        *,
+        replica_id: _builtins.str = ...,
+        incarnation: _builtins.int = ...,
+        address: _builtins.str = ...,
+        serving: _builtins.bool = ...,
+        live: _builtins.bool = ...,
+        fenced: _builtins.bool = ...,
+        beat_age_seconds: _builtins.float = ...,
+        partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "beat_age_seconds", b"beat_age_seconds", "fenced", b"fenced", "incarnation", b"incarnation", "live", b"live", "partitions", b"partitions", "replica_id", b"replica_id", "serving", b"serving"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterReplica: _TypeAlias = ClusterReplica  # noqa: Y015

@@ -134,7 +134,8 @@ class ManagementServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetGatewayStatus(self, request, context):
-        """The daemon's version, mode, hosted agents and Router state.
+        """The daemon's version, mode, hosted agents and Router state; for a cluster replica also
+        its cluster as it sees it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -61,7 +61,9 @@ class ManagementServiceStub:
     RevokeAgentToken: _grpc.UnaryUnaryMultiCallable[_management_pb2.RevokeAgentTokenRequest, _management_pb2.RevokeAgentTokenResponse]
     """Revokes every API token of an agent; it cannot call until a token is rotated in."""
     GetGatewayStatus: _grpc.UnaryUnaryMultiCallable[_management_pb2.GetGatewayStatusRequest, _management_pb2.GetGatewayStatusResponse]
-    """The daemon's version, mode, hosted agents and Router state."""
+    """The daemon's version, mode, hosted agents and Router state; for a cluster replica also
+    its cluster as it sees it.
+    """
 
 @_typing.type_check_only
 class ManagementServiceAsyncStub(ManagementServiceStub):
@@ -89,7 +91,9 @@ class ManagementServiceAsyncStub(ManagementServiceStub):
     RevokeAgentToken: _aio.UnaryUnaryMultiCallable[_management_pb2.RevokeAgentTokenRequest, _management_pb2.RevokeAgentTokenResponse]  # type: ignore[assignment]
     """Revokes every API token of an agent; it cannot call until a token is rotated in."""
     GetGatewayStatus: _aio.UnaryUnaryMultiCallable[_management_pb2.GetGatewayStatusRequest, _management_pb2.GetGatewayStatusResponse]  # type: ignore[assignment]
-    """The daemon's version, mode, hosted agents and Router state."""
+    """The daemon's version, mode, hosted agents and Router state; for a cluster replica also
+    its cluster as it sees it.
+    """
 
 class ManagementServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator calls on one gateway daemon."""
@@ -162,6 +166,8 @@ class ManagementServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _management_pb2.GetGatewayStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_management_pb2.GetGatewayStatusResponse, _abc.Awaitable[_management_pb2.GetGatewayStatusResponse]]:
-        """The daemon's version, mode, hosted agents and Router state."""
+        """The daemon's version, mode, hosted agents and Router state; for a cluster replica also
+        its cluster as it sees it.
+        """
 
 def add_ManagementServiceServicer_to_server(servicer: ManagementServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
