@@ -25,6 +25,7 @@ from gateway.rpc.forward import ForwardingInterceptor, ForwardObserver, HomeChan
 from gateway.rpc.peer import open_peer_channel
 from gateway.rpc.server import ENDPOINT_SERVICE, RpcServer, build_server
 from gateway.testing import RunningGateway, run_gateway
+from tests.support import eventually
 
 BOUND: Final = 20.0
 """Seconds any single wait in these tests may take before it fails."""
@@ -109,6 +110,16 @@ async def front_of(
         await channels.close()
 
 
+async def follows(endpoint: harness_client.Endpoint, address: str) -> None:
+    """Wait until the endpoint's calls go to `address`: the hinted home is dialled in the
+    background and followed once it connected."""
+
+    async def home() -> str | None:
+        return endpoint._route.home_address
+
+    await eventually(home, lambda current: current == address, within=BOUND)
+
+
 async def texts_of(endpoint: harness_client.Endpoint, count: int) -> list[str]:
     texts = []
     deliveries = endpoint.messages()
@@ -133,6 +144,7 @@ async def test_calls_go_to_the_home_a_forwarded_answer_names_and_back_to_the_fro
                 async with await harness_client.connect(front.address, token=alice_token) as alice:
                     # connect's token check went through the front, which named the home.
                     assert forwards.methods == ["ParseMessageText"]
+                    await follows(alice, home.address)
                     await alice.send(MessageInput(to="agent:bob", text="one"))
                     await alice.send(MessageInput(to="agent:bob", text="two"))
                     assert await alice.read_send("never-used") == harness_client.SendAbsent()
@@ -169,6 +181,7 @@ async def test_a_listening_loop_reconnects_to_the_home_its_forwarded_stream_name
                         await alice.send(MessageInput(to="agent:bob", text="via the front"))
                         first = await asyncio.wait_for(anext(deliveries), BOUND)
                         await first.acknowledge()
+                        await follows(bob, home.address)
                     finally:
                         await deliveries.aclose()
                     # Only the forwarded stream named the home (bob's connect answer did not):

@@ -50,11 +50,48 @@ class Dialled:
         return channel
 
 
-async def test_the_route_follows_a_hint_and_goes_back_to_the_target_when_the_home_is_lost():
+class Reachable:
+    """Which dialled homes connect (instead of gRPC's own connection attempt)."""
+
+    def __init__(self, dialled: Dialled, *unreachable: str) -> None:
+        self.dialled = dialled
+        self.unreachable = set(unreachable)
+
+    async def __call__(self, channel: grpc.aio.Channel) -> bool:
+        address = self.dialled.addresses[self.dialled.channels.index(channel)]
+        return address not in self.unreachable
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def settled(route: HomeRoute) -> None:
+    """Let the route's background dial end."""
+    if route._pending is not None:
+        await route._pending[1]
+
+
+def route_with(dialled: Dialled, *unreachable: str, clock: Clock | None = None) -> HomeRoute:
+    return HomeRoute(
+        grpc.aio.insecure_channel("service:7770"),
+        dialled,
+        ready=Reachable(dialled, *unreachable),
+        clock=clock or Clock(),
+    )
+
+
+async def test_the_route_follows_a_hint_once_the_home_connects_and_goes_back_when_it_is_lost():
     dialled = Dialled()
-    route = HomeRoute(grpc.aio.insecure_channel("service:7770"), dialled)
+    route = route_with(dialled)
     target = route.via()
     target.observe(hint("replica-2:7770"))
+    assert route.via() is target  # not before the home connected
+    await settled(route)
     home = route.via()
     assert home is not target
     assert home_of(route) == "replica-2:7770"
@@ -70,15 +107,32 @@ async def test_the_route_follows_a_hint_and_goes_back_to_the_target_when_the_hom
     await route.close()
 
 
+async def test_a_home_that_does_not_connect_is_not_followed_nor_dialled_again_for_a_while():
+    dialled, clock = Dialled(), Clock()
+    route = route_with(dialled, "10.0.0.7:7770", clock=clock)
+    for _ in range(3):
+        route.via().observe(hint("10.0.0.7:7770"))
+        await settled(route)
+    assert home_of(route) is None
+    assert dialled.addresses == ["10.0.0.7:7770"]
+    clock.now += 61.0
+    route.via().observe(hint("10.0.0.7:7770"))
+    await settled(route)
+    assert dialled.addresses == ["10.0.0.7:7770", "10.0.0.7:7770"]
+    await route.close()
+
+
 async def test_a_failure_of_a_home_no_longer_followed_changes_nothing():
-    route = HomeRoute(grpc.aio.insecure_channel("service:7770"), Dialled())
+    route = route_with(Dialled())
     route.via().observe(hint("replica-2:7770"))
+    await settled(route)
     old = route.via()
     old.observe(hint("replica-3:7770"))  # the agent moved on
+    await settled(route)
     new = route.via()
+    assert home_of(route) == "replica-3:7770"
     old.failed(UnavailableError(UnavailableReason.SHUTTING_DOWN, "stopping"))
     assert route.via() is new
-    assert home_of(route) == "replica-3:7770"
     await route.close()
 
 
@@ -89,9 +143,11 @@ async def test_a_route_that_dials_nothing_ignores_hints_and_close_closes_every_c
     await plain.close()
 
     dialled = Dialled()
-    route = HomeRoute(grpc.aio.insecure_channel("service:7770"), dialled)
+    route = route_with(dialled)
     route.via().observe(hint("replica-2:7770"))
-    route.via().observe(hint("replica-3:7770"))  # replica-2's channel now waits out its grace
+    await settled(route)
+    route.via().observe(hint("replica-3:7770"))
+    await settled(route)  # replica-2's channel now waits out its grace
     await asyncio.wait_for(route.close(), 5.0)  # at once, not after the grace
     for channel in dialled.channels:
         assert channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 import grpc
@@ -64,6 +65,15 @@ HOME_CHANNEL_GRACE: Final = 60.0
 """Seconds calls already on a home channel the endpoint stopped using (the agent moved, or a
 newer answer named another home) may go on before it closes: a send's default deadline, so
 one in flight is answered rather than cut (a cut keyless send would be `outcome-unknown`)."""
+HOME_CONNECT_TIMEOUT: Final = 2.0
+"""Seconds a hinted home has to connect before the endpoint stays on the configured target
+(the forwarder's own connect timeout): the dial runs beside the calls, never in one."""
+HOME_AVOID: Final = 60.0
+"""Seconds a home that did not connect, or was lost, is not dialled again though answers
+keep naming it: a client outside Kubernetes, which cannot reach pod IPs, then pays one dial
+a minute, and a home that went away is not chased while the cluster moves its agents."""
+HOME_AVOID_MAX: Final = 16
+"""Homes remembered as not to dial, the oldest forgotten first (a cluster has a few)."""
 HOME_LOST_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """Transport codes of a call to the home after which the endpoint goes back to the configured
 target: the home stopped, moved away or cannot be reached in time."""
@@ -175,15 +185,29 @@ class HomeRoute:
     home answering its own agent) leaves calls where they go. The TypeScript client's
     `HomeTransport` does the same.
 
-    One home channel is in use at a time; one the endpoint stopped using is closed after
-    `HOME_CHANNEL_GRACE` (at once when the route closes) by a task the route owns."""
+    A hinted home is dialled in the background and followed only once it connected (within
+    `HOME_CONNECT_TIMEOUT`), so a home this client cannot reach (a pod IP, seen from outside
+    Kubernetes) costs one dial and never a call; it, and a home lost, is not dialled again
+    for `HOME_AVOID` seconds. One home channel is in use at a time; one the endpoint stopped
+    using is closed after `HOME_CHANNEL_GRACE` (at once when the route closes). The route
+    owns every task it starts."""
 
     def __init__(
-        self, configured: grpc.aio.Channel, dial: Callable[[str], grpc.aio.Channel] | None
+        self,
+        configured: grpc.aio.Channel,
+        dial: Callable[[str], grpc.aio.Channel] | None,
+        *,
+        ready: Callable[[grpc.aio.Channel], Awaitable[bool]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._configured = Via(self, configured, None)
         self._dial = dial
+        self._ready = ready or _connects
+        self._clock = clock
         self._home: Via | None = None
+        self._pending: tuple[str, asyncio.Task[None]] | None = None
+        # Address -> until when it is not dialled; at most `HOME_AVOID_MAX`, oldest dropped.
+        self._avoided: dict[str, float] = {}
         # One task per home left in the last `HOME_CHANNEL_GRACE` seconds: a home changes
         # once per hand-over, so this holds a few at most.
         self._retiring: set[asyncio.Task[None]] = set()
@@ -199,28 +223,66 @@ class HomeRoute:
         return self._home or self._configured
 
     def observe(self, via: Via, metadata: Iterable[tuple[str, str | bytes]] | None) -> None:
-        """Follow the hint an answer carries, if any (and if this route dials homes)."""
+        """Dial the home an answer names, if any (and if this route dials homes); calls go
+        there once it connected."""
         hint = home_hint(metadata)
         if hint is None or self._dial is None or self._closed.is_set():
             return
         if self._home is not None and self._home.address == hint:
             return
-        self._retire(self._home)
-        self._home = Via(self, self._dial(hint), hint)
-        logger.debug("following the home replica address=%s", hint)
+        if self._pending is not None:
+            if self._pending[0] == hint:
+                return
+            self._pending[1].cancel()  # a newer answer names another home
+        if self._avoided.get(hint, 0.0) > self._clock():
+            return
+        task = asyncio.get_running_loop().create_task(self._connect(hint, self._dial(hint)))
+        self._pending = (hint, task)
 
     def failed(self, via: Via, failure: HarnessError) -> None:
         """Back to the configured target when a call to the home shows the home gone."""
         if via is not self._home or not _home_lost(failure):
             return
         self._home = None
-        self._retire(via)
+        self._avoid(via.address)
+        self._retire(via.channel)
         logger.debug("home replica lost address=%s reason=%s", via.address, failure.reason)
 
-    def _retire(self, via: Via | None) -> None:
-        if via is None:
+    async def _connect(self, address: str, channel: grpc.aio.Channel) -> None:
+        followed = False
+        try:
+            try:
+                reachable = await self._ready(channel)
+            except Exception as error:  # a dial that fails in any way is a home not to follow
+                logger.debug("home replica dial failed address=%s error=%r", address, error)
+                reachable = False
+            if not reachable:
+                self._avoid(address)
+                logger.debug("home replica not reachable address=%s", address)
+            elif not self._closed.is_set():
+                if self._home is not None:
+                    self._retire(self._home.channel)
+                self._home = Via(self, channel, address)
+                followed = True
+                logger.debug("following the home replica address=%s", address)
+        finally:
+            if self._pending is not None and self._pending[0] == address:
+                self._pending = None
+            if not followed:
+                await channel.close()
+
+    def _avoid(self, address: str | None) -> None:
+        if address is None:
             return
-        task = asyncio.get_running_loop().create_task(self._close_later(via.channel))
+        now = self._clock()
+        self._avoided = {a: until for a, until in self._avoided.items() if until > now}
+        self._avoided.pop(address, None)
+        self._avoided[address] = now + HOME_AVOID
+        while len(self._avoided) > HOME_AVOID_MAX:
+            del self._avoided[next(iter(self._avoided))]
+
+    def _retire(self, channel: grpc.aio.Channel) -> None:
+        task = asyncio.get_running_loop().create_task(self._close_later(channel))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
@@ -233,12 +295,25 @@ class HomeRoute:
     async def close(self) -> None:
         """Close every channel, the configured target's last; idempotent."""
         self._closed.set()
+        if self._pending is not None:
+            pending = self._pending[1]
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
         home, self._home = self._home, None
         if home is not None:
             await home.channel.close()
         if self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
         await self._configured.channel.close()
+
+
+async def _connects(channel: grpc.aio.Channel) -> bool:
+    """Whether `channel` connects within `HOME_CONNECT_TIMEOUT`."""
+    try:
+        await asyncio.wait_for(channel.channel_ready(), HOME_CONNECT_TIMEOUT)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _home_lost(failure: HarnessError) -> bool:
