@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 import harness_client
-from harness_client import MessageInput, MulticastItem, text_of
+from harness_client import ConnectionState, MessageInput, MulticastItem, text_of
 
 from gateway.cluster.routing import HERE, Placement, Remote
 from gateway.endpoint.api import GatewayCore
@@ -189,3 +189,36 @@ async def test_a_listening_loop_reconnects_to_the_home_its_forwarded_stream_name
                     await front.stop(None)
                     await alice.send(MessageInput(to="agent:bob", text="at the home"))
                     assert await texts_of(bob, 1) == ["at the home"]
+
+
+async def test_a_listening_loop_on_a_home_that_stops_goes_back_through_the_front():
+    async with run_gateway() as gw:
+        alice_token, bob_token = await gw.register("alice"), await gw.register("bob")
+        async with server_over(gw) as home:
+            routes = Routes(homes={bob_token: Remote(address=home.address, partition=4, epoch=1)})
+            async with (
+                front_of(gw, routes, Forwards()) as front,
+                await harness_client.connect(gw.address, token=alice_token) as alice,
+                await harness_client.connect(front.address, token=bob_token) as bob,
+            ):
+                await follows(bob, home.address)
+                states: list[ConnectionState] = []
+                bob.on_connection_state(states.append)
+                deliveries = bob.messages()
+                try:
+                    await alice.send(MessageInput(to="agent:bob", text="at the home"))
+                    first = await asyncio.wait_for(anext(deliveries), BOUND)
+                    await first.acknowledge()
+                    await home.stop(None)
+                    routes.homes.clear()  # the front answers bob itself from now on
+                    await alice.send(MessageInput(to="agent:bob", text="through the front"))
+                    second = await asyncio.wait_for(anext(deliveries), BOUND)
+                finally:
+                    await deliveries.aclose()
+        assert isinstance(second.item, MulticastItem)
+        assert text_of(second.item.message.content) == "through the front"
+        assert states[:3] == [
+            ConnectionState.READY,
+            ConnectionState.RECONNECTING,
+            ConnectionState.READY,
+        ]

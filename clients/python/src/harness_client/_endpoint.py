@@ -380,12 +380,14 @@ class Endpoint:
 
     def _open_messages(self, takeover: bool) -> tuple[MessagesCall, Via]:
         via = self._route.via()
-        # wait_for_ready: while the gateway is away the call waits for the channel to
-        # connect instead of failing at once, so the stream opens as soon as it can.
+        # wait_for_ready on the configured target: while the gateway is away the call waits
+        # for the channel to connect instead of failing at once, so the stream opens as soon
+        # as it can. Never on a home replica: one that is gone must fail the call, so the
+        # route goes back to the target.
         call = via.stub.Messages(
             endpoint_pb2.MessagesRequest(takeover=takeover),
             metadata=self._metadata,
-            wait_for_ready=True,
+            wait_for_ready=via.address is None,
         )
         return call, via
 
