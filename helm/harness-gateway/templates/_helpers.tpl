@@ -518,8 +518,8 @@ generates (registry-key.yaml). */}}
 {{- if not .Values.cluster.seedKey.existingSecret }}
 {{- fail "mode: cluster needs cluster.seedKey.existingSecret: a Secret you create holding the cluster's 32-byte seed key (unpadded base64url, docs/deploy.md). The chart never generates it: the migration Job reads it before the release exists, and losing it loses every agent's signing seed" }}
 {{- end }}
-{{- if .Values.tls.enabled }}
-{{- fail "mode: cluster does not take tls.enabled yet: replicas forward to each other's pod IP, which no certificate of the chart names (docs/deploy.md, Cluster mode)" }}
+{{- if or .Values.tls.enabled .Values.tls.clientCA.enabled }}
+{{- fail "mode: cluster does not take tls.enabled (nor tls.clientCA) yet: replicas forward to each other's pod IP, which no certificate of the chart names (docs/deploy.md, Cluster mode)" }}
 {{- end }}
 {{- if eq (include "harness-gateway.routerBackend" .) "nats" }}
 {{- fail "network.router.backend: nats needs mode: network; a cluster joins no Router (docs/design/cluster.md §12.3)" }}

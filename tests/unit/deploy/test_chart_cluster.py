@@ -222,6 +222,34 @@ def test_a_disruption_budget_lets_one_replica_go_at_a_time() -> None:
     assert selects(budget["spec"]["selector"]["matchLabels"], pod_labels(deployment))
 
 
+def test_replicas_reach_each_others_grpc_port_when_the_network_policy_narrows_it() -> None:
+    """A replica forwards calls to the agent's home replica (cluster.md §4.1): the policy
+    that admits only `grpcFrom` must still admit the release's own pods."""
+    objects = render(
+        [ci_file("cluster")],
+        set_values=["networkPolicy.grpcFrom[0].podSelector.matchLabels.role=agent"],
+    )
+    deployment, _ = _replicas(objects)
+    labels = pod_labels(deployment)
+    policy = one(objects, "NetworkPolicy", FULLNAME)
+    assert selects(policy["spec"]["podSelector"]["matchLabels"], labels)
+    grpc_rules = [
+        rule
+        for rule in policy["spec"]["ingress"]
+        if any(port.get("port") == "grpc" for port in rule.get("ports") or [])
+    ]
+    assert grpc_rules
+    admitted = [
+        peer
+        for rule in grpc_rules
+        for peer in rule.get("from") or []
+        if "podSelector" in peer
+        and "namespaceSelector" not in peer
+        and selects(peer["podSelector"].get("matchLabels") or {}, labels)
+    ]
+    assert admitted, "the replicas cannot forward to each other"
+
+
 # Autoscaling
 
 
@@ -337,6 +365,16 @@ def test_the_migration_job_carries_no_replica_setting_which_migrate_refuses() ->
             },
             "mode: cluster does not take tls.enabled",
             id="with-tls",
+        ),
+        pytest.param(
+            {
+                "mode": "cluster",
+                "cluster": {"seedKey": {"existingSecret": "seed"}},
+                "network": {"postgresql": {"enabled": True, "url": "postgresql://u@h/d"}},
+                "tls": {"clientCA": {"enabled": True, "secretName": "ca"}},
+            },
+            "nor tls.clientCA",
+            id="with-client-certificates",
         ),
         pytest.param(
             {
