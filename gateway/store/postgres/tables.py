@@ -279,6 +279,17 @@ def plan_unit(
     return UnitPlan(statements=tuple(statements), bodies=tuple(bodies))
 
 
+def _home(agent_id: str, partitions: int | None) -> dict[str, object] | None:
+    """The `home_partition` column of an agent's row in a cluster (cluster.md §2); None in
+    network mode, where the column stays NULL."""
+    if partitions is None:
+        return None
+    try:
+        return {"home_partition": home_partition(agent_id, partitions)}
+    except ValueError as error:
+        raise ConstraintViolation(f"no home partition: {error}") from None
+
+
 def _intent_columns(write: records.PutIntent) -> dict[str, object] | None:
     """The cluster columns a `PutIntent` stores beside its row: the sequencing partition and
     descriptor of an intent bound away from its sequencer (cluster.md §5.1); a descriptor is
@@ -301,11 +312,7 @@ def _plan(
 ) -> None:
     match write:
         case records.PutIdentity():
-            home = (
-                None
-                if partitions is None
-                else {"home_partition": home_partition(write.agent_id, partitions)}
-            )
+            home = _home(write.agent_id, partitions)
             out.append(_IDENTITIES.put(write.row(), key=owner, extra=home))
         case records.PutToken():
             out.append(
@@ -394,11 +401,7 @@ def _plan(
                 )
             )
         case records.PutDelivery():
-            home = (
-                None
-                if partitions is None
-                else {"home_partition": home_partition(write.agent_id, partitions)}
-            )
+            home = _home(write.agent_id, partitions)
             out.append(_DELIVERIES.put(write.row(), key=write.agent_id, extra=home))
         case records.SetDeliveryState():
             # Only pending deliveries are read again: a classified or consumed one keeps no

@@ -244,6 +244,16 @@ async def test_identities_and_deliveries_store_their_agents_home_partition(
         ]
 
 
+async def test_an_identity_whose_id_has_no_home_partition_is_refused_before_it_is_queued(
+    postgres_server: PostgresServer,
+) -> None:
+    async with cluster_store(postgres_server) as cluster:
+        with pytest.raises(ConstraintViolation, match="home partition"):
+            await cluster.store.apply([identity("not-an-agent-id", "mallory")])
+        assert await cluster.store.identities() == []
+        assert cluster.fatal.errors == []
+
+
 async def test_an_intent_bound_away_keeps_its_partition_and_descriptor_until_it_is_not_open(
     postgres_server: PostgresServer,
 ) -> None:
