@@ -14,7 +14,7 @@ import asyncio
 import datetime as dt
 import hmac
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +170,9 @@ class ClusterHosting:
     """(AgentId, sealed seed) → the seed."""
     is_home: Callable[[str], bool]
     """Whether this replica holds the agent's home partition now."""
+    identity: Callable[[str], Awaitable[IdentityRow | None]]
+    """The agent's identity row, read now (an agent registered after its partition was
+    claimed is hosted on its first call, cluster.md §3.2)."""
 
 
 class AgentDirectory:
@@ -363,9 +366,26 @@ class AgentDirectory:
             return AuthFailure.REVOKED
         runtime = self._hosted.by_id(agent_id)
         if runtime is None and self._cluster is not None:
-            # A cluster agent homed elsewhere (or whose partition is moving): no effect here.
-            raise NotHome(agent_id)
+            runtime = await self._host_on_call(agent_id)
         return runtime if runtime is not None else AuthFailure.UNKNOWN
+
+    async def _host_on_call(self, agent_id: str) -> AgentRuntime:
+        """A cluster agent's runtime, hosted now when its home partition is held here; else
+        `NotHome` (homed elsewhere, or its partition is moving): no effect here."""
+        assert self._cluster is not None
+        async with self._registering:
+            runtime = self._hosted.by_id(agent_id)
+            if runtime is not None:
+                return runtime
+            if not self._cluster.is_home(agent_id):
+                raise NotHome(agent_id)
+            row = await self._cluster.identity(agent_id)
+            if row is None:
+                raise NotHome(agent_id)
+            runtime = await self._host(self._identity(row), restore=True)
+            await runtime.start()
+        self._on_hosted()
+        return runtime
 
     def is_admin(self, token: str) -> bool:
         """True for the operator token, compared in constant time."""

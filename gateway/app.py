@@ -42,6 +42,7 @@ from gateway.agents import AgentDirectory, HostedAgents, Hosting
 from gateway.backends import StoreWiring, open_nats_router, open_store
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.closing import AsyncClosing
+from gateway.cluster_parts import ClusterBase, open_cluster_registry
 from gateway.endpoint.api import GatewayCore, GatewayState, NotServing
 from gateway.endpoint.inbox import InboxObserver, StreamEndReason
 from gateway.endpoint.runtime import SendObserver, SendTimeouts
@@ -77,7 +78,7 @@ from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService
 from gateway.rpc.router_client import GrpcRouter
 from gateway.rpc.router_service import RouterService
-from gateway.rpc.server import RpcServer, ServiceBinding, build_server
+from gateway.rpc.server import RpcServer, ServerInterceptor, ServiceBinding, build_server
 from gateway.rpc.tls import peer_channel_credentials
 from gateway.secret_file import ensure_secret, read_secret
 from gateway.settings import Settings
@@ -98,6 +99,7 @@ class ShutdownStep(enum.StrEnum):
     """The steps of operations.md §5, as logged with their durations."""
 
     NOT_SERVING = "health-not-serving"
+    HAND_OVER = "cluster-hand-over"
     DELAY = "delay"
     REFUSE = "refuse-and-end-streams"
     DRAIN = "server-stop"
@@ -153,6 +155,8 @@ class Components:
     server: RpcServer
     firewall: Firewall | None
     """The local firewall, when `firewall_config` names a file."""
+    cluster: ClusterBase | None = None
+    """A cluster replica's own parts (cluster.md), when `--cluster`."""
 
 
 def _inbox_observer(metrics: Metrics) -> InboxObserver:
@@ -281,29 +285,44 @@ class Gateway(AsyncClosing):
         lock = DataDirLock.acquire(settings.data_dir)
         opened.callback(lock.release)
         admin_token, self.admin_token_path = ensure_admin_token(settings)
+        cluster = (
+            await ClusterBase.open(settings, opened, on_lost=self._on_fatal, metrics=self.metrics)
+            if settings.cluster
+            else None
+        )
         guard = None
         if settings.exposes_router or settings.exposes_registry:
             served_token, self.peer_token_path = ensure_peer_token(settings)
             guard = PeerGuard(served_token)
-        if settings.registry is None:
+        if settings.registry is None and cluster is None:
             # The embedded Registry holds its private seed: owner-only before SQLite opens it.
             os.close(os.open(settings.data_dir / REGISTRY_FILE, os.O_CREAT | os.O_WRONLY, 0o600))
-        store = await open_store(
-            settings,
-            StoreWiring(
-                writer_settings=CommitWriterSettings(
-                    commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
-                ),
-                observer=StoreMetrics(self.metrics, settings.store_kind),
-                on_fatal=self._on_fatal,
-                run_id=self._run_id,
-            ),
+        writer_settings = CommitWriterSettings(
+            commit_delay=settings.commit_delay, max_batch=settings.commit_max_batch
         )
+        store_observer = StoreMetrics(self.metrics, settings.store_kind)
+        store: Store
+        if cluster is not None:
+            store = cluster_store = await cluster.open_store(
+                writer_settings=writer_settings, observer=store_observer, on_fatal=self._on_fatal
+            )
+        else:
+            store = await open_store(
+                settings,
+                StoreWiring(
+                    writer_settings=writer_settings,
+                    observer=store_observer,
+                    on_fatal=self._on_fatal,
+                    run_id=self._run_id,
+                ),
+            )
         opened.push_async_callback(store.close)
 
         registry_port: RegistryBackend
         registry_binding = None
-        if settings.registry is None:
+        if cluster is not None:
+            registry_port = await open_cluster_registry(settings)
+        elif settings.registry is None:
             embedded_registry = await SqliteRegistry.open(settings.data_dir / REGISTRY_FILE)
             if guard is not None and settings.exposes_registry:
                 registry_binding = RegistryService(embedded_registry, guard).binding()
@@ -356,18 +375,23 @@ class Gateway(AsyncClosing):
         # The directory's table exists before the network, so the engine's deliveries-ready
         # signal is handed to it directly, once, here.
         hosted = HostedAgents()
+        on_certified: Callable[[Certified], None] = self._certified
+        on_deliveries: Callable[[set[str]], None] = hosted.deliveries_ready
+        if cluster is not None:
+            on_certified, on_deliveries = self._cluster_observers(cluster, hosted)
         network = Network(
             router=router,
             store=store,
             local_instance_id=store.local_instance_id,
             clock=self._clock,
             observer=NetworkObserver(
-                on_certified=self._certified,
-                on_deliveries=hosted.deliveries_ready,
+                on_certified=on_certified,
+                on_deliveries=on_deliveries,
                 on_attachment=self._attachment,
                 on_event=self.metrics.count_router_event,
                 on_fatal=self._on_fatal,
             ),
+            sequencing=None if cluster is None else cluster.sequencing(cluster_store),
         )
         opened.push_async_callback(network.close)
         agents = AgentDirectory(
@@ -380,10 +404,16 @@ class Gateway(AsyncClosing):
             admin_token=admin_token,
             # harness_router_attachments counts hosted agents: a new one joins the feed's state.
             on_hosted=lambda: self._attachment(network.state),
+            cluster=None if cluster is None else cluster.hosting(cluster_store),
         )
         opened.push_async_callback(hosted.close)
         management = ManagementQueries(
-            hosted=hosted, store=store, network=network, mode=settings.mode, clock=self._clock
+            hosted=hosted,
+            store=store,
+            network=network,
+            mode=settings.mode,
+            clock=self._clock,
+            cluster=None if cluster is None else cluster.membership.status,
         )
         gauges = GaugeLoop(management, self.metrics)
         opened.push_async_callback(gauges.close)
@@ -394,12 +424,16 @@ class Gateway(AsyncClosing):
             management=management,
             on_auth_refused=self.metrics.count_auth_failure,
         )
-        server = await build_server(
-            core,
-            settings,
-            interceptors=[MetricsInterceptor(self.metrics)],
-            services=self._exposed_services(router_service, registry_binding),
-        )
+        interceptors: list[ServerInterceptor] = [MetricsInterceptor(self.metrics)]
+        services = self._exposed_services(router_service, registry_binding)
+        if cluster is not None:
+            forwarder, hint_service = cluster.wire(
+                store=cluster_store, network=network, agents=agents, hosted=hosted
+            )
+            opened.push_async_callback(cluster.stop_replica)
+            interceptors.append(forwarder)
+            services.append(hint_service)
+        server = await build_server(core, settings, interceptors=interceptors, services=services)
         opened.push_async_callback(server.stop, None)
         return Components(
             metrics_server=metrics_server,
@@ -416,7 +450,26 @@ class Gateway(AsyncClosing):
             gauges=gauges,
             server=server,
             firewall=firewall,
+            cluster=cluster,
         )
+
+    def _cluster_observers(
+        self, cluster: ClusterBase, hosted: HostedAgents
+    ) -> tuple[Callable[[Certified], None], Callable[[set[str]], None]]:
+        """The network's observers in a cluster: as elsewhere, plus hints to the homes of
+        authors and recipients on other replicas (cluster.md §5.2)."""
+
+        def certified(notice: Certified) -> None:
+            self._certified(notice)
+            if cluster.replica is not None:
+                cluster.replica.certified(notice.agent_id, notice.post_id)
+
+        def deliveries(agent_ids: set[str]) -> None:
+            hosted.deliveries_ready(agent_ids)
+            if cluster.replica is not None:
+                cluster.replica.deliveries(agent_ids)
+
+        return certified, deliveries
 
     def _hosting(
         self, registry_public_key: str, cache: VerifyCache, firewall: Firewall | None
@@ -478,6 +531,9 @@ class Gateway(AsyncClosing):
         self._state = GatewayState.SERVING
         components.gauges.start()
         await components.server.set_serving()
+        if components.cluster is not None:
+            # Only a serving replica joins assignment and claims (cluster.md §3.2).
+            await components.cluster.serving()
         logger.info(
             "serving listen=%s agents=%d", components.server.address, components.hosted.count
         )
@@ -576,6 +632,9 @@ class Gateway(AsyncClosing):
         # Health first, so probes and balancers stop routing here before anything ends.
         if components is not None:
             await step(ShutdownStep.NOT_SERVING, components.server.set_not_serving)
+        if components is not None and components.cluster is not None and self._fatal is None:
+            # cluster.md §9.3: hand the partitions over while calls can still be forwarded.
+            await step(ShutdownStep.HAND_OVER, components.cluster.hand_over)
         if not skip_waits and self.settings.shutdown_delay > 0:
             await step(
                 ShutdownStep.DELAY, lambda: self._wait_or_hurry(self.settings.shutdown_delay)
@@ -632,6 +691,8 @@ class Gateway(AsyncClosing):
             return
         components = self._components
         await components.gauges.close()
+        if components.cluster is not None:
+            await components.cluster.stop_replica()
         await components.hosted.close()
         await components.network.close()
         await components.router.close()
@@ -646,6 +707,9 @@ class Gateway(AsyncClosing):
         # After the last `Send` was answered (DRAIN) and every runtime closed, so nothing
         # writes behind the flush.
         await self._components.store.close()
+        if self._components.cluster is not None:
+            # After the store's last group: the membership stops beating only now.
+            await self._components.cluster.close()
         self._components.lock.release()
 
     async def _close_firewall(self) -> None:

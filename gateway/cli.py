@@ -7,9 +7,8 @@ grpc://HOST:7772` joins a standalone Router and Registry instead (the `joined` m
 `serve --expose-network` serves the embedded ones to other daemons.
 
 `serve --cluster` runs one replica of a cluster (docs/design/cluster.md): N replicas on one
-PostgreSQL database, any of them serving any agent, with no Router. It is refused at start
-until this build completes it (`_refuse_unfinished_cluster`); `check-config --cluster`
-validates its settings already.
+PostgreSQL database, any of them serving any agent, with no Router. `migrate --cluster` sets
+a database up for one (cluster.md §12.1); the first replica does the same on an empty one.
 
 `router` and `registry` are the standalone roles (`gateway.standalone`), on 127.0.0.1:7771
 and 127.0.0.1:7772 by default; the Router joins a Registry to verify signatures.
@@ -364,9 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.command == "check-config":
         return _check_config(settings)
-    unfinished = _refuse_unfinished_cluster(args.command, settings)
-    if unfinished is not None:
-        return unfinished
+    if args.command == "migrate" and settings.cluster:
+        return asyncio.run(_setup_cluster(settings))
     if args.command == "migrate":
         return asyncio.run(
             _migrate(
@@ -388,31 +386,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return asyncio.run(run(settings))
 
 
-def _refuse_unfinished_cluster(command: str, settings: Settings) -> int | None:
-    """Exit 2 with one line for what of cluster mode this build cannot run yet, rather than
-    start something that is not a cluster (docs/design/cluster.md §14); None otherwise.
-    Each case goes when the part it stands for is wired."""
-    if not settings.cluster:
-        return None
-    match command:
-        case "serve":
-            print(
-                "harness-gateway: serve --cluster: cluster mode is not complete in this build "
-                "(docs/design/cluster.md §14)",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        case "migrate":
-            print(
-                "harness-gateway: migrate --cluster: setting a database up for a cluster is not "
-                "complete in this build (docs/design/cluster.md §14); nothing was changed",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
-        case _:
-            return None
-
-
 def _check_config(settings: Settings) -> int:
     """Validate the firewall file too; print every problem (exit 2) or the settings."""
     described = describe(settings)
@@ -430,6 +403,32 @@ def _check_config(settings: Settings) -> int:
             f"{middleware.id} ({kind_of(middleware).value})" for middleware in spec.middlewares
         ]
     print(json.dumps(described, indent=2, sort_keys=True))
+    return 0
+
+
+async def _setup_cluster(settings: Settings) -> int:
+    """`harness-gateway migrate --cluster` (cluster.md §12.1): one JSON line `{component,
+    backend, target, partitions, state}`; exit 1 when refused (another seed key, a
+    network-mode database)."""
+    from gateway.cluster.seeds import SeedKey, SeedKeyFileError, SeedKeyMismatch
+    from gateway.settings import redact_url
+    from gateway.store import StoreError
+    from gateway.store.postgres.schema import setup_cluster
+
+    assert settings.store is not None
+    assert settings.seed_key_file is not None
+    target = redact_url(settings.store)
+    try:
+        key = SeedKey.load(settings.seed_key_file)
+        meta = await setup_cluster(
+            settings.store, partitions=settings.cluster_partitions, key_check=key.key_check()
+        )
+        key.verify_check(meta.key_check)
+    except (SeedKeyFileError, SeedKeyMismatch, StoreError, OSError) as error:
+        print(f"harness-gateway: migrate --cluster at {target}: {error}", file=sys.stderr)
+        return 1
+    report = {"component": "cluster", "backend": "postgresql", "target": target}
+    print(json.dumps({**report, "partitions": meta.partitions, "state": "current"}))
     return 0
 
 

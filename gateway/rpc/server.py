@@ -56,6 +56,9 @@ LIVENESS: Final = "liveness"
 READINESS_NAMES: Final = ("", ENDPOINT_SERVICE, MANAGEMENT_SERVICE)
 """Health names that say whether calls can be taken (operations.md §3)."""
 
+ServerInterceptor = grpc.aio.ServerInterceptor
+"""An interceptor the composition root puts in front of every call (metrics, forwarding)."""
+
 MAX_SEND_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 """Largest message the server sends (operations.md §3): a history page stays well below."""
 

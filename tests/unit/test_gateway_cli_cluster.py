@@ -73,49 +73,35 @@ def test_check_config_names_every_missing_requirement_of_a_replica(
     ]
 
 
-def test_serve_cluster_refuses_to_start_with_one_line_and_creates_nothing(
+def test_serve_cluster_with_invalid_settings_reports_every_problem_and_starts_nothing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ):
     data_dir = tmp_path / "data"
-    assert cli.main(["serve", *REPLICA, "--data-dir", str(data_dir)]) == 2
-    captured = capsys.readouterr()
-    assert captured.err == (
-        "harness-gateway: serve --cluster: cluster mode is not complete in this build "
-        "(docs/design/cluster.md §14)\n"
-    )
-    assert captured.out == ""
+    assert cli.main(["serve", "--cluster", "--data-dir", str(data_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "store: --cluster needs --store postgresql://" in err
     assert not data_dir.exists()
 
 
-def test_serve_cluster_with_invalid_settings_reports_them_before_the_refusal(
-    capsys: pytest.CaptureFixture[str],
+def test_migrate_cluster_with_a_missing_seed_key_file_fails_naming_it_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ):
-    assert cli.main(["serve", "--cluster"]) == 2
-    err = capsys.readouterr().err
-    assert "store: --cluster needs --store postgresql://" in err
-    assert "not complete in this build" not in err
-
-
-def test_migrate_cluster_refuses_saying_not_yet_and_changes_nothing(
-    capsys: pytest.CaptureFixture[str],
-):
+    missing = tmp_path / "seed-key"
     argv = [
         "migrate",
         "--cluster",
         "--store",
         "postgresql://harness@127.0.0.1:1/harness",
         "--seed-key-file",
-        "/run/secrets/seed-key",
+        str(missing),
         "--partitions",
         "256",
     ]
-    assert cli.main(argv) == 2
+    assert cli.main(argv) == 1
     captured = capsys.readouterr()
-    assert captured.err == (
-        "harness-gateway: migrate --cluster: setting a database up for a cluster is not "
-        "complete in this build (docs/design/cluster.md §14); nothing was changed\n"
-    )
+    assert str(missing) in captured.err
     assert captured.out == ""
+    assert not missing.exists()
 
 
 def test_migrate_partitions_without_cluster_is_refused_as_never_used(
