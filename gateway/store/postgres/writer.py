@@ -145,6 +145,11 @@ class WriterFence(Protocol):
         """A fresh copy of a fatal `cause` of `check`, one per unit."""
         ...
 
+    @property
+    def resolves(self) -> bool:
+        """Whether `resolve` can tell a lost COMMIT's fate (else it is not tried)."""
+        ...
+
     async def resolve(self, connection: Connection, stale_pid: int | None) -> bool | None:
         """After a lost COMMIT, on a new connection: whether the last group committed (True),
         did not (False), or None when this fence cannot tell. Raises `StoreFenced` when the
@@ -174,6 +179,10 @@ class LeaseFence:
     def lost(self, cause: StoreFailed) -> StoreFailed:
         assert isinstance(cause, StoreLeaseLost)
         return StoreLeaseLost(cause.owner, fence=cause.fence, found=cause.found)
+
+    @property
+    def resolves(self) -> bool:
+        return False
 
     async def resolve(self, connection: Connection, stale_pid: int | None) -> bool | None:
         # Network groups leave no trace of their own: an ambiguous COMMIT stays ambiguous.
@@ -208,6 +217,10 @@ class IncarnationFence:
 
     def lost(self, cause: StoreFailed) -> StoreFailed:
         return StoreFenced(self._replica_id, self._incarnation)
+
+    @property
+    def resolves(self) -> bool:
+        return True
 
     async def resolve(self, connection: Connection, stale_pid: int | None) -> bool | None:
         group = self._group
@@ -415,6 +428,8 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         """After a lost COMMIT: whether the group committed, as the fence can tell on a new
         connection (`WriterFence.resolve`); None when it cannot, `StoreFenced` when the
         incarnation was fenced meanwhile."""
+        if not self._fence.resolves:
+            return None
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 connection = await self._connected()
