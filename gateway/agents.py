@@ -40,6 +40,7 @@ from gateway.firewall import Firewall
 from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.identity.objects import format_timestamp
 from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
+from gateway.registry.client import Found
 from gateway.store.port import Store
 from gateway.store.records import IdentityRow, PutIdentity, PutToken, RevokeTokens
 
@@ -369,6 +370,16 @@ class AgentDirectory:
             runtime = await self._host_on_call(agent_id)
         return runtime if runtime is not None else AuthFailure.UNKNOWN
 
+    async def ensure_hosted(self, name: str) -> None:
+        """In a cluster, host the named agent now if its home partition is held here and it
+        is not hosted yet (a management call reached its home before any agent call did);
+        `NotHome` when its home is elsewhere. Nothing outside a cluster."""
+        if self._cluster is None or self._hosted.has_name(name):
+            return
+        outcome = await self._registry.lookup_by_name(name)
+        if isinstance(outcome, Found):
+            await self._host_on_call(outcome.card.card.agent_id)
+
     async def _host_on_call(self, agent_id: str) -> AgentRuntime:
         """A cluster agent's runtime, hosted now when its home partition is held here; else
         `NotHome` (homed elsewhere, or its partition is moving): no effect here."""
@@ -396,6 +407,7 @@ class AgentDirectory:
     async def rotate_token(self, name: str) -> str:
         """Revoke the agent's tokens, end its stream, and mint a new token; raises
         `ManagementError` `not-found`."""
+        await self.ensure_hosted(name)
         runtime = self._hosted.runtime(name)
         token = RandomId.API_TOKEN.mint()
         await self._store.apply(
@@ -416,6 +428,7 @@ class AgentDirectory:
     async def revoke_token(self, name: str) -> None:
         """Revoke the agent's tokens and end its stream; raises `ManagementError`
         `not-found`."""
+        await self.ensure_hosted(name)
         runtime = self._hosted.runtime(name)
         await self._store.apply([RevokeTokens(agent_id=runtime.identity.agent_id)])
         self._forget_tokens(runtime.identity.agent_id)

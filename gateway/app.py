@@ -414,6 +414,7 @@ class Gateway(AsyncClosing):
             mode=settings.mode,
             clock=self._clock,
             cluster=None if cluster is None else cluster.membership.status,
+            ensure_hosted=None if cluster is None else agents.ensure_hosted,
         )
         gauges = GaugeLoop(management, self.metrics)
         opened.push_async_callback(gauges.close)
@@ -428,7 +429,11 @@ class Gateway(AsyncClosing):
         services = self._exposed_services(router_service, registry_binding)
         if cluster is not None:
             forwarder, hint_service = cluster.wire(
-                store=cluster_store, network=network, agents=agents, hosted=hosted
+                store=cluster_store,
+                network=network,
+                agents=agents,
+                hosted=hosted,
+                registry=registry,
             )
             opened.push_async_callback(cluster.stop_replica)
             interceptors.append(forwarder)

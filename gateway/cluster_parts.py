@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,13 +33,15 @@ from gateway.engine.network import Network
 from gateway.observability.cluster import ClusterGaugeLoop, ClusterMetrics
 from gateway.observability.gauges import LoopLagMonitor
 from gateway.observability.metrics import Metrics
+from gateway.registry import RegistryClient
+from gateway.registry.client import Found
 from gateway.registry.postgres import PostgresRegistry, read_signing_seed
 from gateway.replica import ClusterReplica, ClusterRoutes, ClusterSequencing
 from gateway.rpc.cluster_client import ClusterHintClient
 from gateway.rpc.cluster_service import ClusterPeerService
 from gateway.rpc.forward import ForwardingInterceptor, ForwardObserver, HomeChannels
 from gateway.rpc.peer import PeerGuard, open_peer_channel, read_peer_token
-from gateway.rpc.server import ENDPOINT_SERVICE, ServiceBinding
+from gateway.rpc.server import ENDPOINT_SERVICE, MANAGEMENT_SERVICE, ServiceBinding
 from gateway.rpc.tls import peer_channel_credentials
 from gateway.settings import Settings
 from gateway.store.observer import StoreObserver
@@ -50,6 +52,19 @@ from gateway.store.records import IdentityRow
 from gateway.store.writer import CommitWriterSettings, FatalHandler
 
 logger = logging.getLogger(__name__)
+
+NAMED_METHODS: Final = {
+    f"/{MANAGEMENT_SERVICE}/{name}": field
+    for name, field in (
+        ("GetAgentStatus", "name"),
+        ("RotateAgentToken", "name"),
+        ("RevokeAgentToken", "name"),
+        ("SearchConversations", "agent_name"),
+        ("ReadConversation", "agent_name"),
+    )
+}
+"""Management calls about one agent, answered by its home (cluster.md §4.1): the request
+field naming the agent."""
 
 FORWARDED_METHODS: Final = frozenset(
     f"/{ENDPOINT_SERVICE}/{name}"
@@ -232,6 +247,7 @@ class ClusterBase:
         network: Network,
         agents: AgentDirectory,
         hosted: HostedAgents,
+        registry: RegistryClient,
     ) -> tuple[ForwardingInterceptor, ServiceBinding]:
         """The replica itself, the forwarder and the peer hint service (step 3)."""
         assert self.sequencer is not None
@@ -259,12 +275,14 @@ class ClusterBase:
             membership=self.membership,
             releasing=lambda partition: partition in sequencer.releasing,
             replica_id=self.settings.replica,
+            agent_of_name=_agent_of_name(registry),
         )
         interceptor = ForwardingInterceptor(
             routes=routes,
             channels=self.channels,
             peer_token=self.peer_token,
             methods=FORWARDED_METHODS,
+            named=NAMED_METHODS,
             observer=_ForwardCounts(self.counts),
         )
         service = ClusterPeerService(self.replica, PeerGuard(self.peer_token)).binding()
@@ -321,6 +339,14 @@ class ClusterLeaseLost(Exception):
     def __init__(self, reason: LeaseLoss) -> None:
         super().__init__(f"the cluster lease was lost ({reason.value}); this replica exits")
         self.reason = reason
+
+
+def _agent_of_name(registry: RegistryClient) -> Callable[[str], Awaitable[str | None]]:
+    async def agent_of_name(name: str) -> str | None:
+        outcome = await registry.lookup_by_name(name)
+        return outcome.card.card.agent_id if isinstance(outcome, Found) else None
+
+    return agent_of_name
 
 
 class _ForwardCounts(ForwardObserver):

@@ -9,7 +9,7 @@ the directory's `HostedAgents` table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from harness_contract.addresses import agent_address, canonicalize, group_address
 from harness_contract.errors import SendError
@@ -52,6 +52,7 @@ class ManagementQueries:
         mode: Mode,
         clock: Clock = SYSTEM_CLOCK,
         cluster: Callable[[], MembershipStatus | None] | None = None,
+        ensure_hosted: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """`cluster` answers a cluster replica's membership status (None outside a cluster,
         or while there is none); `status()` then carries it."""
@@ -61,9 +62,13 @@ class ManagementQueries:
         self._mode = mode
         self._clock = clock
         self._cluster = cluster
+        self._ensure_hosted = ensure_hosted
+        """In a cluster: host an agent homed here before a question about it (cluster.md §4.1)."""
 
     async def agent_status(self, name: str) -> AgentStatus:
         """What an operator sees about one agent; raises `ManagementError` `not-found`."""
+        if self._ensure_hosted is not None:
+            await self._ensure_hosted(name)
         runtime = self._hosted.runtime(name)
         agent_id = runtime.identity.agent_id
         backlog = await self._store.unread_count(agent_id)
@@ -111,6 +116,8 @@ class ManagementQueries:
 
     async def conversations(self, name: str) -> list[ConversationSummary]:
         """Every conversation one hosted agent stores; raises `ManagementError` `not-found`."""
+        if self._ensure_hosted is not None:
+            await self._ensure_hosted(name)
         runtime = self._hosted.runtime(name)
         summaries = []
         for row in await self._store.conversations(runtime.identity.agent_id):
@@ -141,6 +148,8 @@ class ManagementQueries:
 
         Raises `ManagementError`: `not-found` for an agent not hosted here or a record not
         in the conversation, `invalid-address` for an address naming no valid conversation."""
+        if self._ensure_hosted is not None:
+            await self._ensure_hosted(name)
         runtime = self._hosted.runtime(name)
         try:
             conversation = canonicalize(address, name)

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterable, Mapping
 from typing import Final, Protocol
 
 from harness_contract.ids import token_digest
@@ -221,8 +221,10 @@ class ClusterRoutes:
         membership: Membership,
         releasing: Callable[[int], bool],
         replica_id: str,
+        agent_of_name: Callable[[str], Awaitable[str | None]],
     ) -> None:
         self._replica_id = replica_id
+        self._agent_of_name = agent_of_name
         self._rows = rows
         self._partitions = partitions
         self._membership = membership
@@ -240,6 +242,13 @@ class ClusterRoutes:
             if len(self._agents) >= TOKEN_CACHE:
                 self._agents.clear()
             self._agents[digest] = agent_id
+        return self._placement(agent_id)
+
+    async def home_of_name(self, name: str) -> Placement:
+        agent_id = await self._agent_of_name(name)
+        return HERE if agent_id is None else self._placement(agent_id)
+
+    def _placement(self, agent_id: str) -> Placement:
         partition = home_partition(agent_id, self._partitions)
         route = self._membership.route(partition)
         if route is None or route.replica_id == self._replica_id:

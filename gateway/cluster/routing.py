@@ -57,6 +57,11 @@ class HomeRoutes(Protocol):
         (the local handler refuses it) and for an agent homed on this replica."""
         ...
 
+    async def home_of_name(self, name: str) -> Placement:
+        """Where the agent of this name is answered (management calls, cluster.md §4.1);
+        `HERE` for a name naming no agent (the local handler refuses it)."""
+        ...
+
     def holds(self, partition: int, epoch: int) -> bool:
         """Whether this replica holds `partition` at exactly `epoch`."""
         ...

@@ -34,7 +34,7 @@ import asyncio
 import hmac
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import grpc
@@ -150,12 +150,17 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
         channels: HomeChannels,
         peer_token: str,
         methods: frozenset[str],
+        named: Mapping[str, str] | None = None,
         observer: ForwardObserver | None = None,
     ) -> None:
+        """`methods` are answered by the home of the agent the bearer token names; `named`
+        maps management methods to the request field naming their agent, answered by that
+        agent's home (the admin token, shared by every replica, travels unchanged)."""
         self._routes = routes
         self._channels = channels
         self._peer = peer_token.encode("utf-8")
         self._methods = methods
+        self._named = dict(named or {})
         self._observer = observer or ForwardObserver()
 
     async def intercept_service(
@@ -164,13 +169,16 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Handler:
         method = handler_call_details.method
-        if method not in self._methods:
+        field = self._named.get(method)
+        if method not in self._methods and field is None:
             return await continuation(handler_call_details)
         metadata: Metadata = tuple(handler_call_details.invocation_metadata or ())
         local = await continuation(handler_call_details)
         route = _value(metadata, ROUTE_KEY)
         if route is not None:
             return self._routed(local, metadata, route)
+        if field is not None:
+            return self._by_name(local, method, metadata, field)
         token = _bearer(metadata)
         if token is None:  # the local handler refuses it with the typed error
             return local
@@ -178,6 +186,46 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
         if placement is HERE or not isinstance(placement, Remote):
             return local
         return self._forwarding(local, method, metadata, token, placement)
+
+    def _by_name(self, local: Handler, method: str, metadata: Metadata, field: str) -> Handler:
+        """A management call about one agent: answered by that agent's home."""
+        carried = _carried_request(metadata)
+        routes = self._routes
+
+        async def behavior(request: bytes, context: Context) -> bytes:
+            decoded = local.request_deserializer(request)
+            name = getattr(decoded, field, "")
+            placement = await routes.home_of_name(name) if name else HERE
+            if not isinstance(placement, Remote):
+                answer: Any = await local.unary_unary(decoded, context)
+                return bytes(local.response_serializer(answer))
+
+            async def homes() -> AsyncIterator[Remote | None]:
+                home: Remote | None = placement
+                for attempt in range(NOT_OWNER_RETRIES + 1):
+                    if attempt:
+                        routes.refresh()
+                        again = await routes.home_of_name(name)
+                        home = again if isinstance(again, Remote) else None
+                    yield home
+                    if home is None:
+                        return
+
+            forward = self._unary_behavior(
+                local, method, homes, lambda home: self._call_metadata(carried, home), is_send=False
+            )
+            return await forward(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behavior, request_deserializer=None, response_serializer=None
+        )
+
+    def _call_metadata(self, carried: Metadata, home: Remote) -> Metadata:
+        return (
+            *carried,
+            (ROUTE_KEY, route_text(home.partition, home.epoch)),
+            (PEER_AUTHORIZATION_KEY, f"Bearer {self._peer.decode('utf-8')}"),
+        )
 
     # --- a call forwarded to this replica --------------------------------------------------
 
@@ -203,11 +251,7 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
         token: str,
         first: Remote,
     ) -> Handler:
-        carried = tuple(
-            (key, value)
-            for key, value in metadata
-            if key not in _HOP_KEYS and not key.startswith(_HOP_PREFIXES)
-        )
+        carried = _carried_request(metadata)
         is_send = method.endswith(_SEND_METHOD_SUFFIX)
 
         async def homes() -> AsyncIterator[Remote | None]:
@@ -223,11 +267,7 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
                     return
 
         def call_metadata(home: Remote) -> Metadata:
-            return (
-                *carried,
-                (ROUTE_KEY, route_text(home.partition, home.epoch)),
-                (PEER_AUTHORIZATION_KEY, f"Bearer {self._peer.decode('utf-8')}"),
-            )
+            return self._call_metadata(carried, home)
 
         if local.response_streaming:
             return grpc.unary_stream_rpc_method_handler(
@@ -475,6 +515,15 @@ def _forward_timeout(context: Context) -> float | None:
 
 def _answer_metadata(metadata: Any, home: Remote) -> Metadata:
     return (*_carried(metadata), (HOME_KEY, home.address))
+
+
+def _carried_request(metadata: Metadata) -> Metadata:
+    """A request's metadata to pass on: the caller's own, without per-hop keys."""
+    return tuple(
+        (key, value)
+        for key, value in metadata
+        if key not in _HOP_KEYS and not key.startswith(_HOP_PREFIXES)
+    )
 
 
 def _carried(metadata: Any) -> Metadata:

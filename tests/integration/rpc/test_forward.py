@@ -28,6 +28,7 @@ from harness_contract.errors import (
 from harness_contract.values import MessageInput
 
 from gateway.cluster.routing import HERE, Placement, Remote
+from gateway.cluster_parts import NAMED_METHODS
 from gateway.endpoint.api import GatewayCore
 from gateway.rpc.forward import (
     HOME_KEY,
@@ -53,12 +54,16 @@ class Routes:
     """A routes table the test sets: token → placement, and the (partition, epoch) held."""
 
     homes: dict[str, Placement] = field(default_factory=dict)
+    names: dict[str, Placement] = field(default_factory=dict)
     after_refresh: dict[str, Placement] = field(default_factory=dict)
     held: set[tuple[int, int]] = field(default_factory=set)
     refreshes: int = 0
 
     async def home_of(self, token: str) -> Placement:
         return self.homes.get(token, HERE)
+
+    async def home_of_name(self, name: str) -> Placement:
+        return self.names.get(name, HERE)
 
     def holds(self, partition: int, epoch: int) -> bool:
         return (partition, epoch) in self.held
@@ -97,6 +102,7 @@ async def interceptor_server(
                 channels=channels,
                 peer_token=PEER_TOKEN,
                 methods=METHODS,
+                named=NAMED_METHODS,
                 observer=observer,
             )
         ],
@@ -341,3 +347,28 @@ async def test_a_send_cut_after_it_reached_the_home_answers_outcome_unknown_neve
             failure = await failure_of(call)
     assert isinstance(failure, SendError)
     assert failure.reason is SendErrorReason.OUTCOME_UNKNOWN
+
+
+async def test_a_management_call_about_an_agent_is_answered_by_that_agents_home(home_and_front):
+    home, front = home_and_front
+    old_token = await home.register("alice")
+    routes = Routes(names={"alice": Remote(address=home.address, partition=2, epoch=1)})
+    observer = Counted()
+    async with interceptor_server(front, routes, observer) as forwarder:
+        management = await harness_client.connect_management(
+            forwarder.address, admin_token=home.admin_token
+        )
+        async with management:
+            new_token = await management.rotate_token("alice")
+    assert observer.outcomes == ["ok"]
+    async with stub(home.address) as direct:
+        refused = await failure_of(
+            direct.ReadSend(
+                endpoint_pb2.ReadSendRequest(idempotency_key="k"), metadata=bearer(old_token)
+            )
+        )
+        answer = await direct.ReadSend(
+            endpoint_pb2.ReadSendRequest(idempotency_key="k"), metadata=bearer(new_token)
+        )
+    assert isinstance(refused, AuthenticationError)
+    assert answer is not None
