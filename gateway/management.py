@@ -37,6 +37,7 @@ from gateway.observability.gauges import GaugeReading
 from gateway.observability.metrics import Listener
 from gateway.settings import Mode
 from gateway.store.port import Store
+from gateway.store.records import IdentityRow
 
 
 class ManagementQueries:
@@ -107,12 +108,40 @@ class ManagementQueries:
     ) -> tuple[list[AgentStatus], str | None]:
         """Hosted agents by name after `after`, a page at a time, and the next page's
         `after` (None on the last page)."""
-        names = sorted(name for name in self._hosted.names() if name.startswith(prefix))
+        rows: dict[str, IdentityRow] = {}
+        if self._cluster is not None:
+            # A cluster lists every cluster agent; those homed on other replicas are shown
+            # from the shared rows (not hosted here, so no stream is seen), cluster.md §10.
+            rows = {row.agent_name: row for row in await self._store.identities()}
+        names = sorted(name for name in {*self._hosted.names(), *rows} if name.startswith(prefix))
         if after is not None:
             names = [name for name in names if name > after]
         page = names[:limit]
-        statuses = [await self.agent_status(name) for name in page]
+        statuses = [
+            await self.agent_status(name)
+            if self._hosted.has_name(name)
+            else await self._shared_status(rows[name])
+            for name in page
+        ]
         return statuses, (page[-1] if len(names) > limit else None)
+
+    async def _shared_status(self, row: IdentityRow) -> AgentStatus:
+        """A cluster agent homed on another replica, from the shared rows."""
+        card = p.decode(row.signed_card, p.SignedAgentCard).card
+        oldest = await self._store.oldest_unread(row.agent_id)
+        return AgentStatus(
+            name=row.agent_name,
+            address=agent_address(row.agent_name),
+            agent_id=card.agent_id,
+            public_key=card.public_key,
+            issued_at=card.issued_at,
+            hosted=False,
+            stream_attached=False,
+            backlog=await self._store.unread_count(row.agent_id),
+            oldest_unacked_age_seconds=0.0
+            if oldest is None
+            else max(0.0, self._clock.time() - oldest),
+        )
 
     async def conversations(self, name: str) -> list[ConversationSummary]:
         """Every conversation one hosted agent stores; raises `ManagementError` `not-found`."""

@@ -87,6 +87,12 @@ async def test_agents_homed_on_different_replicas_talk_through_the_service(
         finally:
             for name in names:
                 await clients[name].close()
+        admin = replicas[0].admin_token_path.read_text(encoding="utf-8").strip()  # type: ignore[union-attr]
+        async with await harness_client.connect_management(
+            proxy.address, admin_token=admin, options=OWN_CONNECTION
+        ) as management:
+            listed, _ = await management.list_agents()
+        assert set(names) <= {agent.name for agent in listed}
         homes = {
             replica.components.cluster.membership.replica_id  # type: ignore[union-attr]
             for replica in replicas
