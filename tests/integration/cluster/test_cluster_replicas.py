@@ -133,7 +133,7 @@ async def test_every_member_holds_the_same_chain_certified_across_replicas(
         store = replicas[0].components.store
         conversation_ids = {
             row.conversation_id
-            for row in (await store.snapshot(alice[2])).conversations  # type: ignore[union-attr]
+            for row in (await store.snapshot(alice[2])).conversations
         }
         assert len(conversation_ids) == 1
         conversation_id = conversation_ids.pop()
