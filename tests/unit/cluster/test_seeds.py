@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from harness_contract.ids import RandomId, b64
+from harness_contract.ids import b64
 
 from gateway import secret_file
 from gateway.cluster.seeds import (
@@ -36,8 +36,10 @@ KEY = bytes(range(SEED_KEY_SIZE))
 SEED = bytes(range(100, 100 + SEED_SIZE))
 """A fixed seed, likewise."""
 
-ALICE = RandomId.AGENT.mint()
-BOB = RandomId.AGENT.mint()
+# Fixed, not minted: test ids built from them are parameters, and every xdist worker must
+# collect the same ones.
+ALICE = "agt_AAECAwQFBgcICQoLDA0ODw"
+BOB = "agt_EBESExQVFhcYGRobHB0eHw"
 
 
 def _secrets_in(text: str, key: bytes = KEY) -> list[str]:
