@@ -37,6 +37,7 @@ from gateway.engine.local import (
     RECENT_UNITS,
     LocalObserver,
     LocalOrder,
+    LocalUnit,
     _Conversation,
     _Intent,
     _restored_conversation,
@@ -45,8 +46,9 @@ from gateway.engine.local import (
 from gateway.engine.sequencing import OpenIntent, Sequencing
 from gateway.engine.state import BindRefused
 from gateway.identity.keys import SigningKey
+from gateway.store.errors import ConstraintViolation
 from gateway.store.port import Store
-from gateway.store.records import ConversationRow, IntentRow, IntentState, Write
+from gateway.store.records import ConversationRow, IntentRow, IntentState, PutIntent, Write
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class ClusterOrder(LocalOrder):
         """PostIds bound here whose conversation is sequenced elsewhere, until their bind
         committed (then the sequencer is hinted) or definitely failed."""
         self._loading: dict[str, asyncio.Future[None]] = {}
+        self._reloads: set[asyncio.Task[None]] = set()
+        """Conversations being rebuilt from rows after a stale unit."""
 
     # --- binding (cluster.md §5.1) ---------------------------------------------------------
 
@@ -104,9 +108,20 @@ class ClusterOrder(LocalOrder):
         *,
         now: float,
     ) -> tuple[str, list[Write]]:
-        """Bind as `LocalOrder` does here; only the intent when sequenced elsewhere."""
+        """Bind as `LocalOrder` does here; only the intent when sequenced elsewhere. Either
+        way the intent row names its sequencing partition, so whichever replica holds it
+        next finds the intent open (cluster.md §3.4)."""
         if self._sequencing.here(descriptor):
-            return super().bind(certifier, descriptor, content, now=now)
+            post_id, writes = super().bind(certifier, descriptor, content, now=now)
+            return post_id, [
+                placed
+                for write in writes
+                for placed in (
+                    self._sequencing.intent_writes(write, descriptor)
+                    if isinstance(write, PutIntent)
+                    else [write]
+                )
+            ]
         if descriptor.conversation_id in self._set_aside:
             raise BindRefused("the conversation is set aside")
         post_id = RandomId.POST.mint()
@@ -301,6 +316,31 @@ class ClusterOrder(LocalOrder):
         if added:
             self._ready[conversation.id] = None
             self._wake.set()
+
+    def _stale(self, unit: LocalUnit, error: Exception) -> bool:
+        """A unit the backstops refused (a post certified already, a delivery inserted
+        already: cluster.md §5.2) is stale, not broken: its conversation is dropped from
+        memory and rebuilt from rows, where the certified posts are no longer open."""
+        if not isinstance(error, ConstraintViolation):
+            return False
+        conversation_id = unit.conversation.id
+        logger.warning("stale local unit; rebuilding from rows conversation=%s", conversation_id)
+        if self._conversations.get(conversation_id) is unit.conversation:
+            del self._conversations[conversation_id]
+            self._ready.pop(conversation_id, None)
+        task = asyncio.ensure_future(self.admit(conversation_id))
+        task.set_name("local-reload")
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+        return True
+
+    async def close(self) -> None:
+        """Stop rebuilding conversations, then as `LocalOrder.close`."""
+        reloads = list(self._reloads)
+        for task in reloads:
+            task.cancel()
+        await asyncio.gather(*reloads, return_exceptions=True)
+        await super().close()
 
     # --- release (cluster.md §3.2) ---------------------------------------------------------
 

@@ -580,12 +580,19 @@ class LocalOrder:
             return
         except Exception as error:
             unit.conversation.in_flight = False
+            if self._stale(unit, error):
+                return
             logger.exception("local unit failed conversation=%s", unit.conversation.id)
             self.set_aside(
                 unit.conversation.id, unit.conversation.member_ids, f"unit failed: {error}"
             )
             return
         self.committed(unit)
+
+    def _stale(self, unit: LocalUnit, error: Exception) -> bool:
+        """Whether a unit that raised was only stale (its conversation is rebuilt from rows
+        instead of set aside): never where this daemon alone writes the rows."""
+        return False
 
     def _retry_later(self, conversation: _Conversation) -> None:
         # in_flight stays set while waiting, so neither the sequencer (woken by other
