@@ -7,7 +7,9 @@ conversations through them for a fixed time (direct pairs, or groups with `--gro
 `--burst` sends in flight per sender), then drives a bare `grpc.aio` unary echo server (its
 own process) with as many calls in flight for as long, and prints ONE JSON line on stdout. Progress and any trouble go to stderr. `--firewall FILE` runs
 every daemon with that firewall file; `--firewall-cost FILE` instead compares gateway runs
-without and with it, alternating, and prints the comparison's line.
+without and with it, alternating, and prints the comparison's line. `--cluster N` runs N
+cluster replicas on one PostgreSQL database instead (cluster.md §13), `--hub` one hub agent
+in every conversation, `--compare-router` the Router path beside it.
 See bench/README.md for what each field means.
 """
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import random
 import shutil
 import signal
 import sys
@@ -34,7 +38,9 @@ from bench.plan import (
     StoreKind,
     Topology,
     check_topology,
+    cluster_topology,
     default_router,
+    router_path_topology,
 )
 from bench.result import (
     BenchResult,
@@ -43,6 +49,7 @@ from bench.result import (
     FirewallCostResult,
     Percentiles,
     RoundValues,
+    RouterPathFigures,
     RunMode,
     ServerFigures,
     SideSummary,
@@ -113,6 +120,12 @@ class BenchConfig:
     """`--firewall`: every daemon's `--firewall-config` file (absolute); None: no firewall."""
     firewall_cost: FirewallComparison | None = None
     """`--firewall-cost`: measure the firewall's cost instead of a run against the echo."""
+    hub: bool = False
+    """`--hub` (with `--cluster`): one agent, with the lowest AgentId, sends in every
+    conversation."""
+    compare_router: bool = False
+    """`--compare-router` (with `--cluster N`): also run N daemons on the Router path (NATS,
+    PostgreSQL) in the same invocation, and report it beside the cluster."""
 
     @property
     def in_flight(self) -> int:
@@ -134,6 +147,7 @@ class BenchConfig:
             router=self.topology.router.value,
             store=self.topology.store.value,
             nats_nodes=self.topology.nats_nodes,
+            hub=self.hub,
         )
 
 
@@ -251,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--store",
         choices=[kind.value for kind in StoreKind],
-        default=StoreKind.SQLITE.value,
+        default=None,
         help="sqlite: each daemon's own file (default); postgresql: one database on a "
         "PostgreSQL server the bench starts, shared by the Registry and every daemon",
     )
@@ -261,6 +275,27 @@ def build_parser() -> argparse.ArgumentParser:
         choices=NATS_NODE_COUNTS,
         default=None,
         help="with --router nats: 1 JetStream node (default) or a 3-node cluster (an R3 stream)",
+    )
+    parser.add_argument(
+        "--cluster",
+        type=_between(1, MAX_DAEMONS),
+        default=None,
+        metavar="N",
+        help=f"N harness-gateway serve --cluster replicas (1..{MAX_DAEMONS}) on one PostgreSQL "
+        "database the bench starts, every agent's client dialling a random replica; not with "
+        "--daemons, --router, --store or --nats-nodes",
+    )
+    parser.add_argument(
+        "--hub",
+        action="store_true",
+        help="with --cluster: one agent, registered with the lowest AgentId, is the sender of "
+        "every conversation (its home replica sequences them all)",
+    )
+    parser.add_argument(
+        "--compare-router",
+        action="store_true",
+        help="with --cluster N: also run --daemons N --router nats --store postgresql in the "
+        "same invocation and report it beside the cluster (router_path)",
     )
     parser.add_argument(
         "--quick",
@@ -302,17 +337,41 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
     """The run `argv` asks for; exits 2 on invalid flags (argparse)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    router = default_router(args.daemons) if args.router is None else RouterKind(args.router)
-    topology = Topology(
-        daemons=args.daemons,
-        router=router,
-        store=StoreKind(args.store),
-        nats_nodes=(
-            args.nats_nodes
-            if args.nats_nodes is not None or router is not RouterKind.NATS
-            else NATS_NODE_COUNTS[0]
-        ),
-    )
+    if args.cluster is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--daemons", args.daemons != 1),
+                ("--router", args.router is not None),
+                ("--store", args.store is not None),
+                ("--nats-nodes", args.nats_nodes is not None),
+            )
+            if value
+        ]
+        if given:
+            parser.error(
+                f"--cluster sets the replicas, their Router and their store; not with "
+                f"{', '.join(given)}"
+            )
+        topology = cluster_topology(args.cluster)
+    else:
+        for flag, value in (("--hub", args.hub), ("--compare-router", args.compare_router)):
+            if value:
+                parser.error(f"{flag} needs --cluster N")
+        router = default_router(args.daemons) if args.router is None else RouterKind(args.router)
+        topology = Topology(
+            daemons=args.daemons,
+            router=router,
+            store=StoreKind(args.store or StoreKind.SQLITE.value),
+            nats_nodes=(
+                args.nats_nodes
+                if args.nats_nodes is not None or router is not RouterKind.NATS
+                else NATS_NODE_COUNTS[0]
+            ),
+        )
+    if args.hub and args.compare_router:
+        # The Router path's layout is round robin; a hub there would measure another load.
+        parser.error("--hub is a cluster workload; --compare-router runs the round-robin one")
     try:
         check_topology(topology)
     except ValueError as clash:
@@ -321,10 +380,10 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
         pairs = args.pairs
     elif args.quick:
         # Every daemon sends: a quick run across many daemons has one sender on each.
-        pairs = max(QUICK_PAIRS, topology.daemons)
+        pairs = max(QUICK_PAIRS, 1 if topology.is_cluster else topology.daemons)
     else:
         pairs = DEFAULT_PAIRS
-    if pairs < topology.daemons:
+    if pairs < topology.daemons and not topology.is_cluster:
         parser.error(
             f"--pairs {pairs} with --daemons {topology.daemons} leaves "
             f"{topology.daemon_names[pairs]} without a sender; give at least one pair per daemon"
@@ -364,6 +423,8 @@ def parse_config(argv: Sequence[str] | None = None) -> BenchConfig:
         gateway_bin=args.gateway_bin or _default_gateway_bin(),
         firewall=args.firewall,
         firewall_cost=comparison,
+        hub=args.hub,
+        compare_router=args.compare_router,
     )
 
 
@@ -375,6 +436,8 @@ def describe_load(config: BenchConfig) -> str:
         shape = f"{config.pairs} group{'s' if config.pairs != 1 else ''} of {config.group_size}"
     if config.burst > 1:
         shape += f", {config.burst} sends in flight per sender"
+    if config.hub:
+        shape += ", one hub (the lowest AgentId) sending in every conversation"
     return f"{shape}, {describe_topology(config.topology)}"
 
 
@@ -386,6 +449,11 @@ def describe_topology(topology: Topology) -> str:
     }[topology.store]
     if topology.router is RouterKind.INPROCESS:
         return f"one daemon (embedded Router and Registry, {store})"
+    if topology.is_cluster:
+        return (
+            f"a cluster of {topology.daemons} replica(s) on {store}, each agent's client "
+            "dialling a random replica"
+        )
     router = {
         RouterKind.GRPC: "standalone Router",
         RouterKind.NATS: f"NATS JetStream Router ({topology.nats_nodes} node(s))",
@@ -420,8 +488,39 @@ async def measure(config: BenchConfig) -> BenchResult | FirewallCostResult:
 async def run(config: BenchConfig) -> BenchResult:
     """Both measurements, one after the other (never competing for the CPUs)."""
     gateway = await _gateway_run(config, firewall=config.firewall, title="gateway run")
+    router_path: RouterPathFigures | None = None
+    if config.compare_router:
+        beside = router_path_config(config)
+        router_path = router_path_figures(
+            beside,
+            await _gateway_run(beside, firewall=config.firewall, title="router-path run"),
+        )
     echo = await _echo_run(config)
-    return assemble(config, gateway, echo)
+    return assemble(config, gateway, echo, router_path=router_path)
+
+
+def router_path_config(config: BenchConfig) -> BenchConfig:
+    """What `--compare-router` runs beside `--cluster N`: the same load on N daemons joined
+    through NATS, on PostgreSQL."""
+    return dataclasses.replace(
+        config,
+        topology=router_path_topology(config.daemons),
+        hub=False,
+        compare_router=False,
+    )
+
+
+def router_path_figures(config: BenchConfig, gateway: GatewayOutcome) -> RouterPathFigures:
+    """What the line keeps of the Router-path run."""
+    return RouterPathFigures(
+        mode=config.mode,
+        certified_posts_per_second=rate(gateway.posts, gateway.elapsed),
+        send_latency_ms=Percentiles.of_ns(gateway.send_latencies_ns),
+        cpu_ms_per_post=CpuPerPost(
+            gateway=per_post_ms(gateway.gateway_cpu_seconds, gateway.posts),
+            servers=per_post_ms(gateway.server_cpu_seconds, gateway.posts),
+        ),
+    )
 
 
 def _firewall_words(firewall: Path | None) -> str:
@@ -432,7 +531,7 @@ async def _gateway_run(config: BenchConfig, *, firewall: Path | None, title: str
     """One gateway measurement, said on stderr under `title`: its load, its outcome, its
     CPU and whatever went wrong."""
     from bench.gateway_run import measure_gateway  # imported here, as in `_echo_run`
-    from bench.plan import plan_groups
+    from bench.plan import plan_cluster_groups, plan_groups
 
     _say(
         f"{title}: {describe_load(config)} for {config.seconds:g} s, "
@@ -441,11 +540,22 @@ async def _gateway_run(config: BenchConfig, *, firewall: Path | None, title: str
     started = time.perf_counter()
     gateway = await measure_gateway(
         gateway_bin=config.gateway_bin,
-        plans=plan_groups(config.pairs, group_size=config.group_size, daemons=config.daemons),
+        plans=(
+            plan_cluster_groups(
+                config.pairs,
+                group_size=config.group_size,
+                replicas=config.daemons,
+                hub=config.hub,
+                rng=random.Random(),  # a fresh draw of dialled replicas each run
+            )
+            if config.topology.is_cluster
+            else plan_groups(config.pairs, group_size=config.group_size, daemons=config.daemons)
+        ),
         topology=config.topology,
         burst=config.burst,
         seconds=config.seconds,
         firewall=firewall,
+        hub=config.hub,
     )
     exits = ", ".join(f"{report.name} exit code {report.exit_code}" for report in gateway.processes)
     _say(
@@ -565,8 +675,14 @@ def daemon_figures(gateway: GatewayOutcome) -> tuple[DaemonFigures, ...]:
     )
 
 
-def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) -> BenchResult:
-    """The result line's values from the two measurements."""
+def assemble(
+    config: BenchConfig,
+    gateway: GatewayOutcome,
+    echo: EchoOutcome,
+    *,
+    router_path: RouterPathFigures | None = None,
+) -> BenchResult:
+    """The result line's values from the measurements."""
     posts_per_second = rate(gateway.posts, gateway.elapsed)
     echo_per_second = rate(echo.calls, echo.elapsed)
     return BenchResult(
@@ -594,6 +710,7 @@ def assemble(config: BenchConfig, gateway: GatewayOutcome, echo: EchoOutcome) ->
             gateway=per_post_ms(gateway.gateway_cpu_seconds, gateway.posts),
             servers=per_post_ms(gateway.server_cpu_seconds, gateway.posts),
         ),
+        router_path=router_path,
     )
 
 

@@ -86,6 +86,8 @@ class Deployment:
     CPU cost is theirs together."""
     servers: tuple[ServerProcess, ...] = ()
     """The NATS nodes and the PostgreSQL server, when the run has them."""
+    cluster: bool = False
+    """Whether the daemons are the replicas of one cluster (any replica serves any agent)."""
 
     def cpu_seconds(self) -> dict[str, float | None]:
         """CPU time used so far by each gateway process, by name (None where /proc has
@@ -105,10 +107,10 @@ def _is_daemon_ready(entry: Mapping[str, Any]) -> bool:
     return _is_listening(entry) and isinstance(entry.get("admin_token_file"), str)
 
 
-def _common_flags(metrics: str) -> list[str]:
+def _common_flags(metrics: str, *, listen: str = "127.0.0.1:0") -> list[str]:
     return [
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--metrics-listen",
         metrics,
         "--log-format",
@@ -143,27 +145,43 @@ class _Starter:
     ) -> None:
         self.started: list[ChildProcess] = []
         self._stack = stack
-        self._gateway_bin = gateway_bin
+        self.gateway_bin = gateway_bin
         self._firewall = [] if firewall is None else ["--firewall-config", str(firewall)]
 
-    async def start(self, name: str, args: Sequence[str], is_ready: ReadyCheck) -> ChildProcess:
+    async def start(
+        self,
+        name: str,
+        args: Sequence[str],
+        is_ready: ReadyCheck,
+        env: Mapping[str, str] | None = None,
+    ) -> ChildProcess:
         child = await self._stack.enter_async_context(
-            ChildProcess.run(name, [self._gateway_bin, *args], ready_on="stderr", is_ready=is_ready)
+            ChildProcess.run(
+                name, [self.gateway_bin, *args], ready_on="stderr", is_ready=is_ready, env=env
+            )
         )
         self.started.append(child)
         return child
 
-    async def daemon(self, name: str, data_dir: Path, extra: Sequence[str]) -> Daemon:
+    async def daemon(
+        self,
+        name: str,
+        data_dir: Path,
+        extra: Sequence[str],
+        *,
+        listen: str = "127.0.0.1:0",
+        env: Mapping[str, str] | None = None,
+    ) -> Daemon:
         metrics_address = f"127.0.0.1:{free_port()}"
         args = [
             "serve",
-            *_common_flags(metrics_address),
+            *_common_flags(metrics_address, listen=listen),
             "--data-dir",
             str(data_dir),
             *self._firewall,
             *extra,
         ]
-        child = await self.start(name, args, _is_daemon_ready)
+        child = await self.start(name, args, _is_daemon_ready, env)
         # A daemon that names its bound metrics address is the authority on it.
         named = child.ready_line.get("metrics")
         if isinstance(named, str) and named not in ("", "off"):
@@ -327,7 +345,9 @@ async def deploy(
         async with contextlib.AsyncExitStack() as stack:
             backends = await _start_backends(stack, topology, scratch)
             starter = _Starter(stack, gateway_bin, firewall)
-            if topology.router is RouterKind.INPROCESS:
+            if topology.is_cluster:
+                deployment = await _start_cluster(starter, topology, scratch, backends)
+            elif topology.router is RouterKind.INPROCESS:
                 (name,) = topology.daemon_names
                 single = await starter.daemon(
                     name, scratch / "data", store_flags(backends.store_dsn, name)
@@ -399,4 +419,109 @@ async def _start_network(
             registry,
         ),
         servers=backends.servers,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterPaths:
+    """The files every replica of the bench's cluster shares (`gateway.testing_cluster`'s
+    `ClusterFiles` writes them)."""
+
+    seed_key: Path
+    registry_key: Path
+    admin_token: Path
+    peer_token: Path
+
+
+def migrate_commands(*, store_dsn: str, seed_key: Path) -> tuple[tuple[str, ...], ...]:
+    """What sets the bench's database up for a cluster before any replica starts, as the
+    chart's hook Job does (cluster.md §12.1): the store's tables in cluster mode with the
+    cluster's seed key, then the Registry's tables (each after the executable)."""
+    return (
+        ("migrate", "--cluster", "--seed-key-file", str(seed_key), "--store", store_dsn),
+        ("migrate", "--registry", "--store", store_dsn),
+    )
+
+
+def replica_flags(
+    *, name: str, address: str, store_dsn: str, files: ClusterPaths
+) -> tuple[list[str], dict[str, str]]:
+    """What replica `name` adds to `serve`, and its environment: `--cluster` on the shared
+    database, its id, the address it listens on and advertises (the other replicas forward
+    to it, clients follow it in `harness-home`), and the cluster's shared files (the admin
+    token's through `HARNESS_ADMIN_TOKEN_FILE`, as the chart sets it)."""
+    return [
+        "--cluster",
+        "--replica-id",
+        name,
+        "--advertise-address",
+        address,
+        "--store",
+        store_dsn,
+        "--seed-key-file",
+        str(files.seed_key),
+        "--registry-key-file",
+        str(files.registry_key),
+        "--peer-token-file",
+        str(files.peer_token),
+    ], {"HARNESS_ADMIN_TOKEN_FILE": str(files.admin_token)}
+
+
+MIGRATE_TIMEOUT: Final = 60.0
+"""Seconds one `harness-gateway migrate` may take (a fresh database: a few tables)."""
+
+
+async def _migrate(gateway_bin: str, command: Sequence[str]) -> None:
+    process = await asyncio.create_subprocess_exec(
+        gateway_bin,
+        *command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), MIGRATE_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise ChildFailed(
+            f"harness-gateway {command[0]} {command[1]} took over {MIGRATE_TIMEOUT:g} s"
+        ) from None
+    if process.returncode != 0:
+        said = (out + err).decode("utf-8", errors="replace").strip().splitlines()[-20:]
+        raise ChildFailed(
+            f"harness-gateway {' '.join(command[:2])} exited with code {process.returncode}", said
+        )
+
+
+async def _start_cluster(
+    starter: _Starter, topology: Topology, scratch: Path, backends: _Backends
+) -> Deployment:
+    """The database set up for a cluster, then the replicas one after another, each on a
+    port chosen here so that the address it advertises names its listener."""
+    # Imported here: only a cluster run needs the gateway's cluster files.
+    from gateway.testing_cluster import ClusterFiles
+
+    assert backends.store_dsn is not None  # check_topology: a cluster is on PostgreSQL
+    made = await asyncio.to_thread(ClusterFiles.create, scratch / "cluster")
+    files = ClusterPaths(
+        seed_key=made.seed_key,
+        registry_key=made.registry_key,
+        admin_token=made.admin_token,
+        peer_token=made.peer_token,
+    )
+    for command in migrate_commands(store_dsn=backends.store_dsn, seed_key=files.seed_key):
+        await _migrate(starter.gateway_bin, command)
+    replicas = []
+    for name in topology.daemon_names:
+        address = f"127.0.0.1:{free_port()}"
+        extra, env = replica_flags(
+            name=name, address=address, store_dsn=backends.store_dsn, files=files
+        )
+        replicas.append(await starter.daemon(name, scratch / name, extra, listen=address, env=env))
+    return Deployment(
+        daemons=tuple(replicas),
+        processes=tuple(replica.child for replica in replicas),
+        servers=backends.servers,
+        cluster=True,
     )

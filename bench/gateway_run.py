@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Final
 
 from harness_client import (
+    ClusterStatus,
     DirectMessage,
     Endpoint,
     GroupMessage,
@@ -41,6 +42,7 @@ from harness_client import (
     connect,
     connect_management,
 )
+from harness_contract.ids import agent_id_order_key
 
 from bench.deployment import Deployment, deploy
 from bench.metrics import CommitCounters, commit_rates, scrape_commit_counters, sum_counters
@@ -55,6 +57,15 @@ DRAIN_TIMEOUT: Final = 30.0
 """Seconds the receivers get, after the timed window, to see every certified post."""
 ACK_SETTLE_TIMEOUT: Final = 15.0
 """Seconds the receivers' acknowledgments get to finish before the receivers stop."""
+CLUSTER_SETTLE_TIMEOUT: Final = 90.0
+"""Seconds for a cluster's partitions to settle before agents register: every partition held,
+each replica holding some. A replica claims only after one lease TTL of fresh beats and the
+earlier replicas hand partitions over to it, on a shared 2-core machine."""
+CLUSTER_SETTLE_POLL: Final = 0.5
+"""Seconds between two readings of every replica's status while the partitions settle."""
+HUB_CANDIDATES_PER_AGENT: Final = 32
+"""Hub candidates registered per other agent at most: each has a chance of 1 in (others + 1)
+to draw the lowest AgentId, so this bound fails with a probability of about e^-32."""
 ACKS_IN_FLIGHT: Final = 256
 """Acknowledgments a receiver has pending before it stops reading (the stream window)."""
 WARMUP: Final = "warmup"
@@ -64,7 +75,8 @@ TIMED: Final = "timed"
 
 
 class RunFailed(Exception):
-    """The run could not be measured (the warm-up never completed)."""
+    """The run could not be measured (the warm-up never completed, a cluster's partitions
+    never settled)."""
 
 
 def stamp_text(phase: str) -> str:
@@ -196,15 +208,17 @@ async def measure_gateway(
     burst: int,
     seconds: float,
     firewall: Path | None = None,
+    hub: bool = False,
 ) -> GatewayOutcome:
     """Start the gateway side (every daemon with the firewall file `firewall`, if any),
     drive the conversations of `plans` for `seconds` with `burst` sends in flight per
-    sender, stop every process, report."""
+    sender, stop every process, report. With `hub`, the senders of `plans` are one agent,
+    registered with the lowest AgentId of the run."""
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as scratch:
         async with deploy(
             gateway_bin=gateway_bin, topology=topology, scratch=Path(scratch), firewall=firewall
         ) as side:
-            measured = await _drive(side, plans, burst, seconds)
+            measured = await _drive(side, plans, burst, seconds, hub=hub)
         # Outside the block: every process stopped, so the exit codes are known.
         return _outcome(measured, side)
 
@@ -230,7 +244,7 @@ async def _scrape(side: Deployment) -> CommitCounters | None:
 
 
 async def _drive(
-    side: Deployment, plans: Sequence[GroupPlan], burst: int, seconds: float
+    side: Deployment, plans: Sequence[GroupPlan], burst: int, seconds: float, *, hub: bool
 ) -> _Measured:
     async with contextlib.AsyncExitStack() as stack:
         managers: list[ManagementClient] = []
@@ -238,21 +252,41 @@ async def _drive(
             manager = await connect_management(daemon.target, admin_token=daemon.admin_token)
             stack.push_async_callback(manager.close)
             managers.append(manager)
+        if side.cluster:
+            await wait_partitions_settled(managers)
 
-        async def join(agent: AgentPlan) -> Endpoint:
-            """Register `agent` on its daemon and connect to that daemon as it."""
-            registered = await managers[agent.daemon].register_agent(agent.name)
-            endpoint = await connect(side.daemons[agent.daemon].target, token=registered.token)
+        async def connect_as(agent: AgentPlan, token: str) -> Endpoint:
+            """Connect to the daemon (the replica) `agent` dials, as `agent`."""
+            endpoint = await connect(side.daemons[agent.daemon].target, token=token)
             stack.push_async_callback(endpoint.close)
             return endpoint
 
+        async def join(agent: AgentPlan) -> Endpoint:
+            """Register `agent` on its daemon (any replica, in a cluster: the one it dials)
+            and connect to that daemon as it."""
+            registered = await managers[agent.daemon].register_agent(agent.name)
+            agent_ids[agent.name] = registered.agent_id
+            return await connect_as(agent, registered.token)
+
+        agent_ids: dict[str, str] = {}
         changed = asyncio.Event()
-        conversations: list[Conversation] = []
-        for plan in plans:
-            sender = await join(plan.sender)
-            receivers = [
+        receivers_of = {
+            plan.index: [
                 Receiver(agent.name, await join(agent), changed) for agent in plan.receivers
             ]
+            for plan in plans
+        }
+        hub_endpoint: Endpoint | None = None
+        if hub:
+            hub_plan = plans[0].sender
+            token = await _register_lowest(
+                managers[hub_plan.daemon], hub_plan.name, list(agent_ids.values())
+            )
+            hub_endpoint = await connect_as(hub_plan, token)
+        conversations: list[Conversation] = []
+        for plan in plans:
+            sender = hub_endpoint or await join(plan.sender)
+            receivers = receivers_of[plan.index]
             conversations.append(
                 Conversation(
                     plan.index, sender, plan.address, receivers, sender_daemon=plan.sender.daemon
@@ -311,6 +345,56 @@ async def _drive(
             server_cpu=server_cpu,
             bench_cpu_seconds=bench_cpu,
         )
+
+
+async def wait_partitions_settled(
+    managers: Sequence[ManagementClient], *, within: float = CLUSTER_SETTLE_TIMEOUT
+) -> None:
+    """Wait (bounded) until, in every replica's own view, no partition is unowned, and the
+    replicas' holdings add up to P with each holding some: the cluster's load is spread
+    before the first agent registers (cluster.md §3.2)."""
+
+    async def settled() -> bool:
+        views = await asyncio.gather(*(manager.status() for manager in managers))
+        clusters = [view.cluster for view in views]
+        if any(view is None for view in clusters):
+            raise RunFailed("a --cluster replica's status has no cluster view")
+        return partitions_settled([view for view in clusters if view is not None])
+
+    try:
+        async with asyncio.timeout(within):
+            # Polled: the status is the replicas' own view, with no change to wait on.
+            while True:
+                if await settled():
+                    return
+                await asyncio.sleep(CLUSTER_SETTLE_POLL)
+    except TimeoutError:
+        raise RunFailed(f"the cluster's partitions did not settle within {within:g} s") from None
+
+
+def partitions_settled(views: Sequence[ClusterStatus]) -> bool:
+    """Whether the replicas' own views say every partition is held, each replica holds
+    some, and their holdings add up to the cluster's P."""
+    if not views:
+        return False
+    total = views[0].partitions
+    return (
+        all(view.unowned_partitions == 0 and view.owned_partitions > 0 for view in views)
+        and sum(view.owned_partitions for view in views) == total
+    )
+
+
+async def _register_lowest(manager: ManagementClient, name: str, others: Sequence[str]) -> str:
+    """Register `name`, then `name-1`, `name-2`, ... until one's AgentId is below each of
+    `others` (cluster.md §2: the member with the lowest AgentId sequences the
+    conversation); its token. The other candidates stay registered and idle."""
+    below = min(agent_id_order_key(agent_id) for agent_id in others)
+    attempts = HUB_CANDIDATES_PER_AGENT * (len(others) + 1)
+    for attempt in range(attempts):
+        registered = await manager.register_agent(name if attempt == 0 else f"{name}-{attempt}")
+        if agent_id_order_key(registered.agent_id) < below:
+            return registered.token
+    raise RunFailed(f"no hub candidate of {attempts} drew an AgentId below every other agent's")
 
 
 async def _send_loop(talk: Conversation, stop_at: float) -> None:
@@ -500,6 +584,7 @@ def _outcome(measured: _Measured, side: Deployment) -> GatewayOutcome:
             conversations,
             [daemon.child.name for daemon in side.daemons],
             measured.gateway_cpu,
+            shared=side.cluster,
         ),
         servers=tuple(
             ServerReport(name=name, cpu_seconds=spent)
@@ -513,12 +598,19 @@ def daemon_loads(
     conversations: Sequence[Conversation],
     names: Sequence[str],
     cpu: Mapping[str, float | None],
+    *,
+    shared: bool = False,
 ) -> tuple[DaemonLoad, ...]:
     """Each daemon's (by index, named by `names`) certified posts, those of the senders it
-    hosts, and its CPU from `cpu` (by name)."""
+    hosts, and its CPU from `cpu` (by name). With `shared` (a cluster's replicas, where any
+    replica may carry any part of any post) every replica's posts are all the run's posts,
+    so its cost per post is its share of each post."""
     posts = [0] * len(names)
     for talk in conversations:
-        posts[talk.sender_daemon] += talk.sent
+        if shared:
+            posts = [count + talk.sent for count in posts]
+        else:
+            posts[talk.sender_daemon] += talk.sent
     return tuple(
         DaemonLoad(name=name, posts=count, cpu_seconds=cpu.get(name))
         for name, count in zip(names, posts, strict=True)

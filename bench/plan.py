@@ -10,6 +10,7 @@ them to it.
 
 from __future__ import annotations
 
+import random
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ NETWORK_DAEMON_NAMES: Final = tuple(
 )
 """Process names of joined daemons, in order: `daemon-a`, `daemon-b`, ... (the two-daemon
 run's names from before there were more). Also each one's `--store-owner` in PostgreSQL."""
+REPLICA_NAMES: Final = tuple(f"replica-{letter}" for letter in string.ascii_lowercase[:MAX_DAEMONS])
+"""Process names of a cluster's replicas, in order; also each one's `--replica-id`."""
+HUB_NAME: Final = "bench-hub"
+"""The hub's name in the hub workload (`--hub`): the one sender of every conversation. The
+name is a first try: the bench registers further candidates (`bench-hub-1`, ...) until one
+has an AgentId below every receiver's (`bench.gateway_run`)."""
 AGENT_PREFIX: Final = "agent:"
 GROUP_PREFIX: Final = "group:"
 
@@ -48,6 +55,10 @@ class RouterKind(StrEnum):
     NATS = "nats"
     """A NATS JetStream cluster the bench starts, and a standalone Registry; no Router
     process."""
+    CLUSTER = "cluster"
+    """`--cluster N`: N `harness-gateway serve --cluster` replicas on one PostgreSQL
+    database; no Router, no Registry process (cluster.md §13): the replicas forward each
+    call to the agent's home and hand posts to the sequencing replica themselves."""
 
 
 class StoreKind(StrEnum):
@@ -81,12 +92,33 @@ class Topology:
         """Each daemon's process name, in daemon index order."""
         if self.router is RouterKind.INPROCESS:
             return (SINGLE_NAME,)
+        if self.router is RouterKind.CLUSTER:
+            return REPLICA_NAMES[: self.daemons]
         return NETWORK_DAEMON_NAMES[: self.daemons]
 
     @property
     def standalone_registry(self) -> bool:
-        """Whether a `harness-gateway registry` runs (every Router but the in-process one)."""
-        return self.router is not RouterKind.INPROCESS
+        """Whether a `harness-gateway registry` runs (every Router but the in-process one;
+        a cluster's replicas keep the Registry in their shared database)."""
+        return self.router not in (RouterKind.INPROCESS, RouterKind.CLUSTER)
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the daemons are the replicas of one cluster (`--cluster N`)."""
+        return self.router is RouterKind.CLUSTER
+
+
+def cluster_topology(replicas: int) -> Topology:
+    """`--cluster N`: N replicas on one PostgreSQL database."""
+    return Topology(daemons=replicas, router=RouterKind.CLUSTER, store=StoreKind.POSTGRESQL)
+
+
+def router_path_topology(daemons: int) -> Topology:
+    """What `--compare-router` runs beside `--cluster N`: N daemons joined through a
+    one-node NATS JetStream Router, sharing one PostgreSQL database (issue 25's "today")."""
+    return Topology(
+        daemons=daemons, router=RouterKind.NATS, store=StoreKind.POSTGRESQL, nats_nodes=1
+    )
 
 
 def check_topology(topology: Topology) -> None:
@@ -99,6 +131,8 @@ def check_topology(topology: Topology) -> None:
             f"--router inprocess is one daemon's embedded Router; {daemons} daemons need "
             "--router grpc or --router nats"
         )
+    if router is RouterKind.CLUSTER and topology.store is not StoreKind.POSTGRESQL:
+        raise ValueError("--cluster keeps every replica's rows in PostgreSQL; not --store sqlite")
     if router is RouterKind.NATS:
         if topology.nats_nodes not in NATS_NODE_COUNTS:
             raise ValueError(
@@ -176,6 +210,35 @@ def plan_groups(count: int, *, group_size: int, daemons: int) -> tuple[GroupPlan
                 index=index,
                 sender=AgentPlan(name=f"bench-sender-{index}", daemon=sender_on),
                 receivers=tuple(AgentPlan(name=name, daemon=receivers_on) for name in names),
+            )
+        )
+    return tuple(plans)
+
+
+def plan_cluster_groups(
+    count: int, *, group_size: int, replicas: int, hub: bool, rng: random.Random
+) -> tuple[GroupPlan, ...]:
+    """`count` conversations of `group_size` agents for `--cluster`: each agent's client
+    dials a replica drawn from `rng` (its home partition is drawn by the Registry, whose
+    AgentIds are random, so members land on random homes whichever replica they dial). With
+    `hub`, one agent (`HUB_NAME`) is the sender of every conversation (cluster.md §2: with the
+    lowest AgentId it sequences them all)."""
+    check_layout(group_size=group_size, daemons=replicas)
+    the_hub = AgentPlan(name=HUB_NAME, daemon=rng.randrange(replicas)) if hub else None
+    plans: list[GroupPlan] = []
+    for index in range(count):
+        if group_size == PAIR_SIZE:
+            names = [f"bench-receiver-{index}"]
+        else:
+            names = [f"bench-receiver-{index}-{member}" for member in range(1, group_size)]
+        sender = the_hub or AgentPlan(name=f"bench-sender-{index}", daemon=rng.randrange(replicas))
+        plans.append(
+            GroupPlan(
+                index=index,
+                sender=sender,
+                receivers=tuple(
+                    AgentPlan(name=name, daemon=rng.randrange(replicas)) for name in names
+                ),
             )
         )
     return tuple(plans)

@@ -116,9 +116,11 @@ class ChildProcess:
         is_ready: ReadyCheck,
         cwd: Path | None = None,
         ready_timeout: float = READY_TIMEOUT,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[ChildProcess]:
-        """Start `argv`, wait for its ready line on `ready_on` (`stdout` or `stderr`), yield
-        the child, and stop it on the way out whatever happened."""
+        """Start `argv` (with `env` added to the environment), wait for its ready line on
+        `ready_on` (`stdout` or `stderr`), yield the child, and stop it on the way out
+        whatever happened."""
         if ready_on not in ("stdout", "stderr"):
             raise ValueError(f"ready_on must be stdout or stderr, not {ready_on!r}")
         try:
@@ -128,7 +130,7 @@ class ChildProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=cwd,
-                env=child_environment(),
+                env={**child_environment(), **(env or {})},
                 limit=LINE_LIMIT,
             )
         except OSError as error:

@@ -34,9 +34,11 @@ RESULT_KEYS: tuple[str, ...] = (
     "per_daemon",
     "servers",
     "cpu_ms_per_post",
+    "router_path",
 )
 """The top-level keys of the result line, in the order they are printed (the scale-out
-fields last, after the ones scripts read from before they existed)."""
+fields last, after the ones scripts read from before they existed, and the cluster's
+comparison after them)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,9 +79,11 @@ class RunMode:
     """`sqlite` or `postgresql` (`bench.plan.StoreKind`)."""
     nats_nodes: int | None
     """JetStream nodes with the NATS Router (1, or 3 for an R3 stream); None otherwise."""
+    hub: bool = False
+    """`--hub`: one agent, with the lowest AgentId, sends in every conversation."""
 
     def to_json(self) -> dict[str, Any]:
-        """`{burst, group_size, daemons, router, store, nats_nodes}`."""
+        """`{burst, group_size, daemons, router, store, nats_nodes, hub}`."""
         return {
             "burst": self.burst,
             "group_size": self.group_size,
@@ -87,6 +91,7 @@ class RunMode:
             "router": self.router,
             "store": self.store,
             "nats_nodes": self.nats_nodes,
+            "hub": self.hub,
         }
 
 
@@ -202,6 +207,26 @@ class CpuPerPost:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RouterPathFigures:
+    """`--compare-router`: the Router-path run measured in the same invocation, right after
+    the cluster's (N daemons, NATS, PostgreSQL): the figures the two are compared on."""
+
+    mode: RunMode
+    certified_posts_per_second: float | None
+    send_latency_ms: Percentiles
+    cpu_ms_per_post: CpuPerPost
+
+    def to_json(self) -> dict[str, Any]:
+        """`{mode, certified_posts_per_second, send_latency_ms, cpu_ms_per_post}`."""
+        return {
+            "mode": self.mode.to_json(),
+            "certified_posts_per_second": self.certified_posts_per_second,
+            "send_latency_ms": self.send_latency_ms.to_json(),
+            "cpu_ms_per_post": self.cpu_ms_per_post.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BenchResult:
     """What one `python -m bench` run measured. None means "not measured", never 0."""
 
@@ -224,6 +249,8 @@ class BenchResult:
     servers: tuple[ServerFigures, ...]
     """The servers the run started (none for SQLite with the in-process or gRPC Router)."""
     cpu_ms_per_post: CpuPerPost
+    router_path: RouterPathFigures | None = None
+    """`--compare-router`'s run; None without it."""
 
     def to_json(self) -> dict[str, Any]:
         """The result object, keys in `RESULT_KEYS` order."""
@@ -244,6 +271,7 @@ class BenchResult:
             "per_daemon": [daemon.to_json() for daemon in self.per_daemon],
             "servers": [server.to_json() for server in self.servers],
             "cpu_ms_per_post": self.cpu_ms_per_post.to_json(),
+            "router_path": None if self.router_path is None else self.router_path.to_json(),
         }
 
 

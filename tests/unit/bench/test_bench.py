@@ -246,6 +246,7 @@ def test_the_result_line_is_one_json_object_with_the_issue_fields():
         "router": "nats",
         "store": "postgresql",
         "nats_nodes": 3,
+        "hub": False,
     }
     assert value["firewall"] == "five.yaml"
     assert value["gateway_cpu_ms_per_post"] == 17.5
@@ -284,7 +285,12 @@ def test_the_fields_scripts_read_keep_their_places_and_the_new_ones_come_last():
         "ratio_to_baseline",
     )
     assert RESULT_KEYS[: len(old)] == old
-    assert RESULT_KEYS[len(old) :] == ("per_daemon", "servers", "cpu_ms_per_post")
+    assert RESULT_KEYS[len(old) :] == (
+        "per_daemon",
+        "servers",
+        "cpu_ms_per_post",
+        "router_path",
+    )
 
 
 def test_what_was_not_measured_prints_as_null_never_as_a_number():
@@ -694,6 +700,7 @@ def test_the_cost_line_compares_the_medians_of_each_side(tmp_path):
         "router": "inprocess",
         "store": "sqlite",
         "nats_nodes": None,
+        "hub": False,
     }
     assert value["firewall"] == "five.yaml"
     assert set(value["machine"]) == {"cpu_count", "platform", "python"}

@@ -54,6 +54,7 @@ def test_nats_and_postgresql_are_read_with_one_nats_node_unless_told():
         "router": "nats",
         "store": "sqlite",
         "nats_nodes": 3,
+        "hub": False,
     }
 
 
