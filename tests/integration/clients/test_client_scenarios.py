@@ -99,11 +99,17 @@ class Setting:
     management: ManagementClient
     stack: AsyncExitStack
 
+    @property
+    def address(self) -> str:
+        """Where the test's clients connect (a cluster's run of these scenarios,
+        `tests/integration/cluster/test_cluster_scenarios.py`, names its Service here)."""
+        return self.gateway.address
+
     async def agent(self, name: str) -> Endpoint:
         """Register `name` and connect as it with the token registration returned."""
         registered = await self.management.register_agent(name)
         return await self.stack.enter_async_context(
-            await harness_client.connect(self.gateway.address, token=registered.token)
+            await harness_client.connect(self.address, token=registered.token)
         )
 
     async def stream(self, endpoint: Endpoint) -> Stream:
@@ -518,7 +524,7 @@ async def test_message_text_error(setting: Setting) -> None:
 async def test_authentication_error(setting: Setting) -> None:
     # A token the gateway never issued: `connect` checks it and names the failure and the
     # address; the gateway's refusal is its cause.
-    address = setting.gateway.address
+    address = setting.address
     with pytest.raises(ConnectError) as refused:
         await harness_client.connect(address, token="hat_never_issued")
     assert refused.value.reason is ConnectErrorReason.AUTHENTICATION_FAILED

@@ -4,9 +4,25 @@
  * wait is bounded by `BOUND_MS`.
  */
 
+import { readFile } from "node:fs/promises";
+
 import { connect, connectManagement } from "@harness-gateway/client";
 import type { AgentStatus, Endpoint, InboundDelivery, InboundItem, ManagementClient } from "@harness-gateway/client";
 import { GatewayProcess } from "./gateway.js";
+
+/** What a setting uses of its gateway: a `GatewayProcess`, or one the test runner gave. */
+interface ScenarioGateway {
+  readonly address: string;
+  readonly adminToken: string;
+  readonly stderr: string;
+  stop(): Promise<void>;
+}
+
+/** A gateway started by whoever runs the tests (a cluster behind a proxy, started by
+ * tests/integration/cluster/test_cluster_scenarios_node.py) names a JSON file here:
+ * `{"address", "adminToken", "tokens": {name: token}}`, the tokens of agents registered
+ * before the test, which `agent(name)` connects as instead of registering them. */
+const GIVEN_GATEWAY = "HARNESS_SCENARIO_GATEWAY";
 
 /** Milliseconds any single wait may take before the test fails. */
 export const BOUND_MS = 20_000;
@@ -59,25 +75,41 @@ export class Setting {
   private readonly opened: (Endpoint | ManagementClient)[] = [];
 
   private constructor(
-    readonly gateway: GatewayProcess,
+    readonly gateway: ScenarioGateway,
     readonly management: ManagementClient,
+    private readonly tokens: ReadonlyMap<string, string>,
   ) {}
 
   static async start(): Promise<Setting> {
-    const gateway = await GatewayProcess.start();
+    const given = process.env[GIVEN_GATEWAY];
+    let gateway: ScenarioGateway;
+    let tokens = new Map<string, string>();
+    if (given === undefined) {
+      gateway = await GatewayProcess.start();
+    } else {
+      const file = JSON.parse(await readFile(given, "utf8")) as {
+        address: string;
+        adminToken: string;
+        tokens: Record<string, string>;
+      };
+      // The runner started this gateway and stops it; its log is the runner's.
+      gateway = { address: file.address, adminToken: file.adminToken, stderr: "", stop: async () => {} };
+      tokens = new Map(Object.entries(file.tokens));
+    }
     try {
       const management = await connectManagement(gateway.address, { adminToken: gateway.adminToken });
-      return new Setting(gateway, management);
+      return new Setting(gateway, management, tokens);
     } catch (error) {
       await gateway.stop();
       throw error;
     }
   }
 
-  /** Register `name` and connect as it with the token registration returned. */
+  /** Register `name` and connect as it with the token registration returned (or the
+   * token of `name` registered before the test, on a given gateway). */
   async agent(name: string): Promise<Endpoint> {
-    const registered = await this.management.registerAgent(name);
-    const endpoint = await connect(this.gateway.address, { token: registered.token });
+    const token = this.tokens.get(name) ?? (await this.management.registerAgent(name)).token;
+    const endpoint = await connect(this.gateway.address, { token });
     this.opened.push(endpoint);
     return endpoint;
   }
