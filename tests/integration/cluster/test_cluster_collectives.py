@@ -187,7 +187,6 @@ async def test_a_gather_completes_at_its_deadline_at_the_requesters_home_with_no
     with pytest.raises(CollectiveError) as late:
         await parties.carol.send(ResponseInput(to=to_carol.to, response=Decline()))
     assert late.value.kind is CollectiveErrorKind.REQUEST_EXPIRED
-    assert late.value.id == asked.operation_id
 
 
 async def test_an_all_gather_every_member_answers_gives_every_party_the_same_result(
