@@ -235,10 +235,16 @@ class ClusterBase:
             seal=self.seed_key.seal,
             open=self.seed_key.open,
             identity=store.identity,
-            is_home=lambda agent_id: (
-                home_partition(agent_id, self.meta.partitions) in self.membership.owned()
-            ),
+            is_home=self._is_home,
         )
+
+    def _is_home(self, agent_id: str) -> bool:
+        # A partition being released is no longer home (cluster.md §3.2, a release is a
+        # teardown): a call hosting the agent again between the teardown and the release unit
+        # would run a second runtime whose inbox sequence collides with the first one's.
+        partition = home_partition(agent_id, self.meta.partitions)
+        releasing = self.sequencer.releasing if self.sequencer is not None else ()
+        return partition in self.membership.owned() and partition not in releasing
 
     def wire(
         self,
