@@ -37,7 +37,7 @@ from harness_client import MessageInput, MulticastItem, TextPart
 
 from gateway.cluster.seeds import SeedKey
 from gateway.testing_proxy import RoundRobinProxy
-from tests.e2e.test_chart_commands import (
+from tests.e2e.chart_processes import (
     LOCAL_LISTEN,
     POD_LISTEN,
     LocalPod,

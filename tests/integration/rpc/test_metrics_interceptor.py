@@ -310,8 +310,10 @@ async def test_an_unauthenticated_endpoint_call_keeps_its_rich_status_code(real:
         stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
         code = await call_code(stub.ReadSend(endpoint_pb2.ReadSendRequest(idempotency_key="k")))
     assert code == grpc.StatusCode.UNAUTHENTICATED
-    assert (
-        value(
+    # The interceptor counts once the server finished the call, which may be just after the
+    # client read its status.
+    await until(
+        lambda: value(
             metrics,
             "grpc_server_handled_total",
             "unary",
