@@ -233,10 +233,13 @@ class AgentDirectory:
         """Host and start the agents of partitions this replica just claimed, each from rows
         read after the claim (cluster.md §3.2); ones hosted already are left alone."""
         for row in rows:
-            if self._hosted.by_id(row.agent_id) is not None:
-                continue
-            runtime = await self._host(self._identity(row), restore=True)
-            await runtime.start()
+            # Under the lock `_host_on_call` holds: a call racing the claim must not host a
+            # second runtime of the agent (two inbox sequences collide).
+            async with self._registering:
+                if self._hosted.by_id(row.agent_id) is not None:
+                    continue
+                runtime = await self._host(self._identity(row), restore=True)
+                await runtime.start()
         self._on_hosted()
 
     async def unhost(self, agent_ids: Iterable[str]) -> None:

@@ -202,7 +202,16 @@ class SendLedger:
                 self._on_resolution(KeyResolution.JOINED)
                 task = live[1]
         # The invocation belongs to the daemon: a caller that goes away does not stop it.
-        return _unwrap(await asyncio.shield(task))
+        try:
+            return _unwrap(await asyncio.shield(task))
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the caller itself was cancelled
+            # `close()` stopped the invocation (a teardown, cluster.md §3.2, or a shutdown):
+            # answer the caller now, never leave its call open until its deadline. The key
+            # stays resumable, so a retry under it returns the outcome (engine.md §9.1).
+            raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
 
     def _start(
         self, key: str, request: bytes, execute: Callable[[], Awaitable[SendResult]]

@@ -315,3 +315,26 @@ async def test_a_key_that_is_not_one_to_128_utf8_bytes_without_nul_is_refused(st
 async def test_a_key_of_128_multibyte_bytes_is_accepted(store):
     key = "é" * 64  # 128 bytes in UTF-8
     assert await ledger_on(store, []).run(key, HELLO, FailureDelivery.RESULT, Sends()) == RESULT
+
+
+async def test_callers_of_an_invocation_close_stopped_are_answered_outcome_unknown(store):
+    """A teardown or shutdown cancels live invocations (`close()`): every caller waiting on
+    one gets `outcome-unknown` at once, never a cancelled call left open until its deadline,
+    and the key stays for a retry to resume (cluster.md §3.2)."""
+    resolutions: list[KeyResolution] = []
+    ledger = ledger_on(store, resolutions)
+    send = Sends()
+    send.release = asyncio.Event()
+    calls = [
+        asyncio.ensure_future(ledger.run("k", HELLO, FailureDelivery.RESULT, send))
+        for _ in range(2)
+    ]
+    await eventually(lambda: asyncio.sleep(0, len(resolutions)), lambda n: n == 2)
+
+    await ledger.close()
+
+    for call in calls:
+        with pytest.raises(SendError) as failure:
+            await call
+        assert failure.value.reason is SendErrorReason.OUTCOME_UNKNOWN
+    assert not isinstance(await ledger.read("k"), SendReturned)
