@@ -242,20 +242,26 @@ class ClusterRoutes:
             if len(self._agents) >= TOKEN_CACHE:
                 self._agents.clear()
             self._agents[digest] = agent_id
-        return self._placement(agent_id)
+        return await self._placement(agent_id)
 
     async def home_of_name(self, name: str) -> Placement:
         agent_id = await self._agent_of_name(name)
-        return HERE if agent_id is None else self._placement(agent_id)
+        return HERE if agent_id is None else await self._placement(agent_id)
 
-    def _placement(self, agent_id: str) -> Placement:
+    async def _placement(self, agent_id: str) -> Placement:
         partition = home_partition(agent_id, self._partitions)
-        route = self._membership.route(partition)
-        if route is None or route.replica_id == self._replica_id:
-            # Homed here, or nobody holds it now: the local handler serves the agent, or
-            # answers NOT_OWNER (the client retries once a holder claimed it).
-            return HERE
-        return Remote(address=route.address, partition=partition, epoch=route.epoch)
+        for attempt in range(2):
+            route = self._membership.route(partition)
+            if route is not None and route.replica_id != self._replica_id:
+                return Remote(address=route.address, partition=partition, epoch=route.epoch)
+            if partition in self._membership.owned() and not self._releasing(partition):
+                return HERE
+            if attempt == 0:
+                # The view names no other holder but this replica does not hold it (a
+                # hand-over in progress, or a view read before it): read one now.
+                await self._membership.refresh()
+        # Nobody holds it yet: the local handler answers NOT_OWNER and the client retries.
+        return HERE
 
     def holds(self, partition: int, epoch: int) -> bool:
         return self._membership.holds(partition, epoch) and not self._releasing(partition)

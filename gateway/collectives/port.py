@@ -58,7 +58,7 @@ class PostingPort(Protocol):
         """The descriptor of this agent and these members; raises `SendError`."""
         ...
 
-    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+    async def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
         """A stored conversation's descriptor, None when this agent holds no such one."""
         ...
 

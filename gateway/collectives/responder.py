@@ -153,7 +153,7 @@ class Responder:
             )
         except SendError as error:
             raise CollectiveRefusal(error, operation_id=request.id, to=refusal_to) from None
-        descriptor = self._posting.membership(request.conversation_id)
+        descriptor = await self._posting.membership(request.conversation_id)
         if descriptor is None:
             raise CollectiveRefusal(
                 SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE),

@@ -574,7 +574,7 @@ class Collectives:
         descriptor = (
             None
             if operation.conversation_id is None
-            else self._posting.membership(operation.conversation_id)
+            else await self._posting.membership(operation.conversation_id)
         )
         failure: SendError | None = None
         latch: asyncio.Future[str] | None = None

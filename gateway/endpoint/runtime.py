@@ -218,9 +218,10 @@ class AgentPosting:
             logger.error("membership could not be built: %s", error.detail)
             raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE) from None
 
-    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
-        """A stored conversation's descriptor."""
-        local = self._parts.network.local.membership_of(conversation_id)
+    async def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """A stored conversation's descriptor (in a cluster, read from the rows when the
+        conversation is sequenced on another replica, cluster.md §7)."""
+        local = await self._parts.network.local.stored_membership(conversation_id)
         return local if local is not None else self._parts.certifier.membership_of(conversation_id)
 
     async def bind_posts(

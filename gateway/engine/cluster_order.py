@@ -171,6 +171,20 @@ class ClusterOrder(LocalOrder):
         """Nothing to keep: a cluster's sequencer loads each conversation from rows read after
         its claim, when it is first needed (cluster.md §3.2, §5.2)."""
 
+    async def stored_membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """The descriptor of a conversation, from memory when it is sequenced here, else from
+        its members' rows (a member answering a request sequenced elsewhere, cluster.md §7)."""
+        known = self.membership_of(conversation_id)
+        if known is not None:
+            return known
+        rows = await self._sequencing.stored(conversation_id)
+        if not rows:
+            return None
+        try:
+            return p.decode(next(iter(rows.values())).descriptor, p.MembershipDescriptor)
+        except p.ProtocolError:
+            return None
+
     # --- admission (cluster.md §5.2) -------------------------------------------------------
 
     async def admit(self, conversation_id: str) -> None:

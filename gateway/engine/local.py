@@ -206,6 +206,10 @@ class LocalOrder:
         # start moves it (Existing data).
         return not any(certifiers[member].knows(descriptor.conversation_id) for member in members)
 
+    async def stored_membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+        """The descriptor of a local conversation as stored (memory holds every one here)."""
+        return self.membership_of(conversation_id)
+
     def membership_of(self, conversation_id: str) -> p.MembershipDescriptor | None:
         """The descriptor of a local conversation."""
         conversation = self._conversations.get(conversation_id)

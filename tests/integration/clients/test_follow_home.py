@@ -46,6 +46,9 @@ class Routes:
     async def home_of(self, token: str) -> Placement:
         return self.homes.get(token, HERE)
 
+    async def home_of_name(self, name: str) -> Placement:
+        return HERE
+
     def holds(self, partition: int, epoch: int) -> bool:
         return True
 

@@ -40,15 +40,6 @@ CANDIDATES: Final = 64
 """Replica ids tried for the second and third replica: a pair spreads three partitions over
 three replicas with probability 2/9, so 64 candidates (2,016 pairs) never run out."""
 
-ANSWERED_AWAY_FROM_THE_SEQUENCER: Final = (
-    "known defect: a member's answer (and an all_gather's close) is refused "
-    "certification-unavailable when the member's home does not sequence the conversation: "
-    "AgentPosting.membership (gateway/endpoint/runtime.py) knows only conversations "
-    "sequenced here, so Responder.answer (gateway/collectives/responder.py) finds no "
-    "descriptor; passes when agent-id order makes the answerer's home the sequencer"
-)
-"""Why the scenarios in which a member answers fail in a cluster, for now (issue 25)."""
-
 
 def cluster_of(gateway: Gateway) -> ClusterBase:
     """A replica's cluster parts (every gateway here is a replica)."""
@@ -152,7 +143,6 @@ async def homed_cluster(
 
 
 __all__ = [
-    "ANSWERED_AWAY_FROM_THE_SEQUENCER",
     "OWN_CONNECTION",
     "HomedCluster",
     "cluster_of",

@@ -41,7 +41,6 @@ from harness_client import (
 )
 
 from tests.integration.cluster.homes_support import (
-    ANSWERED_AWAY_FROM_THE_SEQUENCER,
     OWN_CONNECTION,
     HomedCluster,
     homed_cluster,
@@ -51,8 +50,6 @@ from tests.servers import PostgresServer
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(180),
-    # Every test here has a member answer; see the reason for the cause (file and line).
-    pytest.mark.xfail(strict=False, reason=ANSWERED_AWAY_FROM_THE_SEQUENCER),
 ]
 
 BOUND: Final = 30.0

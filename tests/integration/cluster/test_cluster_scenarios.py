@@ -11,21 +11,19 @@ post certifies across replicas, every delivery crosses one, and every call may b
 
 from __future__ import annotations
 
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import harness_client
 import pytest
 from harness_client import Endpoint
 
 from gateway.testing import RunningGateway
-from tests.integration.clients import test_client_scenarios as scenarios
+from tests.integration.clients import client_scenarios as scenarios
 from tests.integration.cluster.homes_support import (
-    ANSWERED_AWAY_FROM_THE_SEQUENCER,
     OWN_CONNECTION,
     HomedCluster,
     homed_cluster,
@@ -37,32 +35,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 NAMES: Final = ("alice", "bob", "carol")
 """Every agent a scenario connects as: registered before it, on three homes."""
 
-ANSWERING: Final = frozenset(
-    {
-        "test_gather_answers",
-        "test_all_gather_answers",
-        "test_collective_error_kinds",
-        "test_own_question",
-    }
-)
-"""The scenarios in which a member answers a question."""
-
-
-def _answering(test: Callable[[scenarios.Setting], Awaitable[None]]) -> Callable[..., Any]:
-    """`test` under its own name, marked as failing for `ANSWERED_AWAY_FROM_THE_SEQUENCER`
-    (a wrapper, so the clients module's own test stays unmarked)."""
-
-    @pytest.mark.xfail(strict=False, reason=ANSWERED_AWAY_FROM_THE_SEQUENCER)
-    @functools.wraps(test)
-    async def run(setting: scenarios.Setting) -> None:
-        await test(setting)
-
-    return run
-
-
-for _name, _test in vars(scenarios).items():
-    if _name.startswith("test_"):
-        globals()[_name] = _answering(_test) if _name in ANSWERING else _test
+for _name, _scenario in vars(scenarios).items():
+    if _name.startswith("scenario_"):
+        globals()["test_" + _name.removeprefix("scenario_")] = _scenario
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

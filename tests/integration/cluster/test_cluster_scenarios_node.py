@@ -22,7 +22,7 @@ from typing import Final
 
 import pytest
 
-from tests.integration.cluster.homes_support import ANSWERED_AWAY_FROM_THE_SEQUENCER, homed_cluster
+from tests.integration.cluster.homes_support import homed_cluster
 from tests.servers import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.node, pytest.mark.timeout(180)]
@@ -51,25 +51,7 @@ def node() -> str:
     return found
 
 
-ANSWERING: Final = frozenset(
-    {"gather-answers", "all-gather-answers", "collective-error-kinds", "own-question"}
-)
-"""The scenarios in which a member answers a question: failing for a known defect for now
-(`homes_support.ANSWERED_AWAY_FROM_THE_SEQUENCER`)."""
-
-
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        pytest.param(
-            scenario,
-            marks=pytest.mark.xfail(strict=False, reason=ANSWERED_AWAY_FROM_THE_SEQUENCER),
-        )
-        if scenario in ANSWERING
-        else scenario
-        for scenario in SCENARIOS
-    ],
-)
+@pytest.mark.parametrize("scenario", SCENARIOS)
 async def test_the_typescript_client_passes_the_scenario_through_a_cluster(
     scenario: str, postgres_server: PostgresServer, tmp_path: Path
 ) -> None:

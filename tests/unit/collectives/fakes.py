@@ -94,7 +94,7 @@ class FakePosting:
         self._memberships[descriptor.conversation_id] = descriptor
         return descriptor
 
-    def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
+    async def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
         return self._memberships.get(conversation_id)
 
     async def bind_posts(
