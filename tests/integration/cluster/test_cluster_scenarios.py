@@ -1,7 +1,7 @@
 """Every client scenario (`clients/scenarios.txt`), Python client, through a 3-replica cluster.
 
-The scenarios are `tests/integration/clients/test_client_scenarios.py`'s own test functions,
-collected again here with this module's `setting`: three in-process replicas on one real
+The scenarios are the bodies `tests/integration/clients/test_client_scenarios.py` runs
+(`client_scenarios.py`'s `scenario_*`), collected here as `test_*` with this module's `setting`: three in-process replicas on one real
 PostgreSQL behind a `RoundRobinProxy` (the Service), alice, bob and carol registered before
 the test and homed on three different replicas (`homes_support.homed_cluster`), each endpoint
 on its own connection, and the operator's management client dialling the proxy too. So every
