@@ -42,6 +42,7 @@ from gateway.agents import AgentDirectory, HostedAgents, Hosting
 from gateway.backends import StoreWiring, open_nats_router, open_store
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.closing import AsyncClosing
+from gateway.cluster.membership import MembershipSettings
 from gateway.cluster_parts import ClusterBase, open_cluster_registry
 from gateway.endpoint.api import GatewayCore, GatewayState, NotServing
 from gateway.endpoint.inbox import InboxObserver, StreamEndReason
@@ -203,13 +204,22 @@ class Gateway(AsyncClosing):
     """One gateway daemon: its components, their start and shutdown; the `Lifecycle` the
     gRPC services check."""
 
-    def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        cluster_timing: MembershipSettings | None = None,
+    ) -> None:
         """Use `start`; nothing is opened here."""
         self.settings = settings
         self._run_id = secrets.token_hex(8)
         """This process's run: marks idempotency reservations and a PostgreSQL lease."""
         self._clock = clock
         """The one clock every component reads the time through."""
+        self._cluster_timing = cluster_timing
+        """A cluster replica's membership timings; None is the shipped ones (tests shorten
+        them, cluster.md §3.1)."""
         self._state = GatewayState.STARTING
         exposed = [
             name
@@ -238,9 +248,15 @@ class Gateway(AsyncClosing):
     # --- start -------------------------------------------------------------------------------
 
     @classmethod
-    async def start(cls, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Gateway:
+    async def start(
+        cls,
+        settings: Settings,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        cluster_timing: MembershipSettings | None = None,
+    ) -> Gateway:
         """Compose, recover, and serve. On failure, what was opened is closed."""
-        gateway = cls(settings, clock=clock)
+        gateway = cls(settings, clock=clock, cluster_timing=cluster_timing)
         try:
             install_grpc_log_filter()  # before any call can make grpc log a token
             gateway._components = await gateway._compose(gateway._opened)
@@ -286,7 +302,13 @@ class Gateway(AsyncClosing):
         opened.callback(lock.release)
         admin_token, self.admin_token_path = ensure_admin_token(settings)
         cluster = (
-            await ClusterBase.open(settings, opened, on_lost=self._on_fatal, metrics=self.metrics)
+            await ClusterBase.open(
+                settings,
+                opened,
+                on_lost=self._on_fatal,
+                metrics=self.metrics,
+                timing=self._cluster_timing,
+            )
             if settings.cluster
             else None
         )

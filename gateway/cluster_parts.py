@@ -26,7 +26,7 @@ from typing import Final
 
 from gateway.agents import AgentDirectory, ClusterHosting, HostedAgents
 from gateway.cluster.hints import HintSender
-from gateway.cluster.membership import LeaseLoss, Membership
+from gateway.cluster.membership import LeaseLoss, Membership, MembershipSettings
 from gateway.cluster.partitions import home_partition
 from gateway.cluster.seeds import SeedKey
 from gateway.engine.network import Network
@@ -107,6 +107,7 @@ class ClusterBase:
         *,
         on_lost: Callable[[BaseException], None],
         metrics: Metrics,
+        timing: MembershipSettings | None = None,
     ) -> ClusterBase:
         """Open everything a replica needs before its store (module docstring, step 1)."""
         assert settings.store is not None
@@ -167,6 +168,7 @@ class ClusterBase:
             on_lost=lost,
             on_claimed=claimed,
             on_surplus=surplus,
+            settings=timing,
         )
         closing.push_async_callback(membership.close)
         gauges = ClusterGaugeLoop(metrics, membership.status, hints_dropped=lambda: hints.dropped)

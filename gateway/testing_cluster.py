@@ -13,13 +13,22 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from gateway.app import Gateway
+from gateway.cluster.membership import MembershipSettings
 from gateway.cluster.seeds import SeedKey
 from gateway.registry.postgres import ensure_signing_seed
 from gateway.secret_file import ensure_secret
 from gateway.settings import Settings
 from gateway.testing_servers import free_port
+
+TEST_TIMING: Final = MembershipSettings(
+    beat_interval=0.5, lease_ttl=3.0, claim_interval=0.25, safety_margin=1.0, surplus_interval=1.0
+)
+"""Membership timings of in-process test replicas: half the shipped lease, so a cluster is
+claimed in about 3 s, with room for a loaded test machine's loop lag (a beat may be 2 s late
+before a replica loses its lease)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,15 +86,13 @@ def replica_settings(
 
 
 @contextlib.asynccontextmanager
-async def run_replicas(
-    files: ClusterFiles, dsn: str, count: int
-) -> AsyncIterator[list[Gateway]]:
+async def run_replicas(files: ClusterFiles, dsn: str, count: int) -> AsyncIterator[list[Gateway]]:
     """`count` replicas of one cluster, in-process, started one after another."""
     gateways: list[Gateway] = []
     try:
         for index in range(count):
             settings = replica_settings(files, dsn, replica_id=f"replica-{index}")
-            gateways.append(await Gateway.start(settings))
+            gateways.append(await Gateway.start(settings, cluster_timing=TEST_TIMING))
         yield gateways
     finally:
         for gateway in reversed(gateways):

@@ -22,7 +22,7 @@ from typing import Final
 from gateway.app import Gateway
 from gateway.cluster.partitions import assignment, home_partition, rendezvous_owner
 from gateway.cluster_parts import ClusterBase
-from gateway.testing_cluster import ClusterFiles, replica_settings
+from gateway.testing_cluster import TEST_TIMING, ClusterFiles, replica_settings
 from gateway.testing_proxy import RoundRobinProxy
 from tests.servers import PostgresServer
 from tests.support import eventually
@@ -110,7 +110,9 @@ async def homed_cluster(
     dsn = postgres_server.create_database("cluster")
     replicas: list[Gateway] = []
     try:
-        first = await Gateway.start(replica_settings(files, dsn, replica_id=FIRST_REPLICA))
+        first = await Gateway.start(
+            replica_settings(files, dsn, replica_id=FIRST_REPLICA), cluster_timing=TEST_TIMING
+        )
         replicas.append(first)
         registered = {name: await first.components.agents.register(name) for name in names}
         partitions = cluster_of(first).meta.partitions
@@ -119,7 +121,7 @@ async def homed_cluster(
         # One at a time into `replicas`, so a start that fails stops the ones before it.
         for replica_id in ids[1:]:
             settings = replica_settings(files, dsn, replica_id=replica_id)
-            replicas.append(await Gateway.start(settings))
+            replicas.append(await Gateway.start(settings, cluster_timing=TEST_TIMING))
         shares = assignment(partitions, ids)
 
         async def settled() -> bool:
