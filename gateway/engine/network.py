@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import random
 from collections.abc import Callable, Coroutine, Sequence
@@ -178,27 +179,19 @@ class Network:
         self.local: LocalOrder
         """The order of conversations whose members are all hosted here (§5.10); in a
         cluster, of every conversation sequenced by this replica (cluster.md §5)."""
-        if sequencing is None:
-            self.local = LocalOrder(
-                store=store,
-                instance_id=local_instance_id,
-                certifiers=lambda: self._certifiers,
-                release=self.release,
-                on_fatal=self._fail,
-                observer=local_observer,
-                clock=clock,
-            )
-        else:
-            self.local = ClusterOrder(
-                sequencing=sequencing,
-                store=store,
-                instance_id=local_instance_id,
-                certifiers=lambda: self._certifiers,
-                release=self.release,
-                on_fatal=self._fail,
-                observer=local_observer,
-                clock=clock,
-            )
+        order = functools.partial(
+            LocalOrder
+            if sequencing is None
+            else functools.partial(ClusterOrder, sequencing=sequencing),
+            store=store,
+            instance_id=local_instance_id,
+            certifiers=lambda: self._certifiers,
+            release=self.release,
+            on_fatal=self._fail,
+            observer=local_observer,
+            clock=clock,
+        )
+        self.local = order()
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -383,13 +383,12 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
             await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT)
         except TimeoutError:
             self._observer.on_forward(method, "unreachable")
-            status = wire.status_of(
-                UnavailableError(
+            await context.abort_with_status(
+                _unavailable(
                     UnavailableReason.HOME_UNREACHABLE,
                     f"the agent's home replica ({home.address}) cannot be reached; retry",
                 )
             )
-            await context.abort_with_status(rpc_status.to_status(status))
         return channel
 
     async def _relay_status(self, context: Context, method: str, call: Any) -> None:
@@ -422,13 +421,12 @@ class ForwardingInterceptor(grpc.aio.ServerInterceptor):
                     )
                 )
                 await context.abort_with_status(rpc_status.to_status(status))
-            status = wire.status_of(
-                UnavailableError(
+            await context.abort_with_status(
+                _unavailable(
                     UnavailableReason.HOME_UNREACHABLE,
                     "the connection to the agent's home replica was cut; retry",
                 )
             )
-            await context.abort_with_status(rpc_status.to_status(status))
         self._observer.on_forward(method, error.code().name)
         await context.abort(error.code(), error.details() or "", trailing_metadata=trailing)
 
@@ -463,28 +461,24 @@ def _refusing(local: Handler, status: grpc.Status) -> Handler:
     )
 
 
-def _not_owner() -> grpc.Status:
-    converted: grpc.Status = rpc_status.to_status(
-        wire.status_of(
-            UnavailableError(
-                UnavailableReason.NOT_OWNER,
-                "this replica is not the agent's home for this route; retry at the new home",
-            )
-        )
-    )
+def _unavailable(reason: UnavailableReason, text: str) -> grpc.Status:
+    """UNAVAILABLE with the gateway's details: the call had no effect (RetryInfo)."""
+    converted: grpc.Status = rpc_status.to_status(wire.status_of(UnavailableError(reason, text)))
     return converted
+
+
+def _not_owner() -> grpc.Status:
+    return _unavailable(
+        UnavailableReason.NOT_OWNER,
+        "this replica is not the agent's home for this route; retry at the new home",
+    )
 
 
 def _peer_refused() -> grpc.Status:
-    converted: grpc.Status = rpc_status.to_status(
-        wire.status_of(
-            UnavailableError(
-                UnavailableReason.NOT_OWNER,
-                "a routed call without the cluster's peer token is not answered",
-            )
-        )
+    return _unavailable(
+        UnavailableReason.NOT_OWNER,
+        "a routed call without the cluster's peer token is not answered",
     )
-    return converted
 
 
 def _is_not_owner(error: grpc.aio.AioRpcError) -> bool:
