@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
@@ -10,7 +11,7 @@ from typing import Any, Final, Self, TypeVar
 import grpc
 from harness_contract import wire
 from harness_contract._gen.harness.v1 import management_pb2, management_pb2_grpc
-from harness_contract.errors import InvalidRequestError
+from harness_contract.errors import InvalidRequestError, UnavailableError
 from harness_contract.management import (
     AgentStatus,
     ConversationRecord,
@@ -29,6 +30,11 @@ from harness_client._channel import (
     wait_serving,
 )
 from harness_client._errors import EndpointClosedError, TransportError, decode_status
+from harness_client._retry import Backoff
+
+MANAGEMENT_RETRY_FLOOR: Final = 1.0
+"""Seconds a retried management call must still have before its timeout, or the refusal is
+raised instead: a call with less would be cut off by the timeout anyway."""
 
 MANAGEMENT_TIMEOUT: Final = 30.0
 """Seconds one management call may take (operations.md §3)."""
@@ -98,12 +104,28 @@ class ManagementClient:
             await self._channel.close()
 
     async def _call(self, call: Callable[..., Awaitable[T]], request: Any) -> T:
+        """One management call, asked again while the gateway answers that it had no effect
+        (UNAVAILABLE: not ready, shutting down, or a cluster partition moving), within the
+        call's timeout (operations.md §10)."""
         if self._closed:
             raise EndpointClosedError()
-        try:
-            return await call(request, metadata=self._metadata, timeout=self._timeout)
-        except grpc.aio.AioRpcError as error:
-            raise decode_status(error) from None
+        backoff = Backoff()
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return await call(
+                    request,
+                    metadata=self._metadata,
+                    timeout=max(0.05, deadline - time.monotonic()),
+                )
+            except grpc.aio.AioRpcError as error:
+                failure = decode_status(error)
+                delay = backoff.next_delay()
+                if not isinstance(failure, UnavailableError) or (
+                    time.monotonic() + delay + MANAGEMENT_RETRY_FLOOR > deadline
+                ):
+                    raise failure from None
+            await asyncio.sleep(delay)
 
     async def register_agent(self, name: str) -> RegisteredAgent:
         """Register and host an agent; its token is in the answer, this once."""
