@@ -471,6 +471,16 @@ def diagnosis(load: Load, cluster: ProcessCluster) -> str:
             "SELECT replica_id, incarnation, serving, fenced, now() - beat FROM replicas",
             cluster.database,
         ),
+        # Intents not completed: a post bound but never certified is lost at its source.
+        cluster.postgres.sql(
+            "SELECT i.agent_name, pi.post_id, pi.state, pi.bind_seq, pi.seq_partition, "
+            "p.holder, p.incarnation, p.epoch, "
+            "EXISTS (SELECT 1 FROM certified_records r WHERE r.post_id = pi.post_id) "
+            "FROM post_intents pi JOIN identities i ON i.agent_id = pi.agent_id "
+            "LEFT JOIN partitions p ON p.partition = pi.seq_partition "
+            "WHERE pi.state <> 'completed' OR pi.record_hash IS NULL",
+            cluster.database,
+        ),
     ]
     lines.extend(
         f"{agent.name}: {agent.client.connection_state}"
