@@ -24,6 +24,7 @@ import enum
 import functools
 import logging
 import random
+from asyncio import Future
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
@@ -465,26 +466,37 @@ class Network:
             if len(bound) == 1 and bound[0].local
             else None
         )
-        try:
-            if all(routes):
-                # Only the queue entries changed in memory: a definite failure undoes them
-                # and the daemon goes on (an ambiguous COMMIT is fatal in the writer).
-                writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
-                await self._store.apply(writes)
-            else:
-                await self.commit(effects)
-        except (FatalStoreError, StoreError) as error:
+
+        def settle(done: Future[None]) -> None:  # memory follows the bind's commit
+            error = None if done.cancelled() else done.exception()
+            if error is None and not done.cancelled():
+                local.bound((post.conversation_id, post.post_id) for post in bound if post.local)
+                if unit is not None:
+                    local.committed(unit)
+                return
             if unit is not None:
                 local.abandon(unit)
+            if not any(isinstance(e, CommitAmbiguous) for e in (error, error and error.__cause__)):
+                self._unbind(certifier, bound)  # a definite failure; ambiguous is fatal
+
+        writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
+        job = self._store.apply(writes) if all(routes) else self.commit(effects)
+        commit = asyncio.ensure_future(job)
+        try:
+            await asyncio.shield(commit)
+        except (asyncio.CancelledError, FatalStoreError, StoreError) as error:
             for handle in handles:
                 self.forget(handle)
+            if isinstance(error, asyncio.CancelledError):
+                # A teardown cancelled the caller (cluster.md §3.2); the writer commits what it
+                # took: memory follows, or the intent (or the bind's unit) blocks its conversation.
+                commit.add_done_callback(settle)
+                raise
+            settle(commit)
             if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
                 raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
-            self._unbind(certifier, bound)
             raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
-        local.bound((post.conversation_id, post.post_id) for post in bound if post.local)
-        if unit is not None:
-            local.committed(unit)
+        settle(commit)
         return handles
 
     def _unbind(self, certifier: Certifier, bound: Sequence[_Bound]) -> None:

@@ -99,3 +99,54 @@ async def test_a_unit_the_store_could_not_take_is_tried_again_and_its_conversati
         assert local.set_aside_count == 0
         # The conversation is not left behind: later posts certify too.
         assert await asyncio.wait_for(await _post(world, "bob", "alice"), BOUND)
+
+
+class GatedStore(MemoryStore):
+    """Holds every write at `gate` while it is closed (a commit still in the writer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.held = asyncio.Event()
+
+    async def apply(self, writes: Sequence[Write]) -> None:
+        if not self.gate.is_set():
+            self.held.set()
+            await self.gate.wait()
+        await super().apply(writes)
+
+
+async def test_a_bind_whose_caller_is_cancelled_mid_commit_certifies_and_its_conversation_goes_on():
+    """A release's teardown cancels keyed invocations (cluster.md §3.2) while their binds are
+    in the writer, which commits them anyway: memory follows the commit, so the post
+    certifies and later posts of its conversation are not stuck behind it."""
+    store = GatedStore()
+    async with world_on(store) as world:
+        await started(world, "alice", "bob")
+        descriptor = world.descriptor("alice", "bob")
+        store.gate.clear()
+        call = asyncio.ensure_future(
+            world.network.bind(
+                world.members["alice"],
+                [(descriptor, multicast_content("first"))],
+                attach_within=BOUND,
+            )
+        )
+        await asyncio.wait_for(store.held.wait(), BOUND)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        store.gate.set()
+
+        handles = await world.network.bind(
+            world.members["alice"], [(descriptor, multicast_content("second"))], attach_within=BOUND
+        )
+        await asyncio.wait_for(handles[0].certified, BOUND)
+
+        rows = await eventually(
+            lambda: store.records(world.members["bob"].agent_id, descriptor.conversation_id, 0, 9),
+            lambda rows: len(rows) == 2,
+            within=BOUND,
+        )
+        assert [row.depth for row in rows] == [1, 2]
