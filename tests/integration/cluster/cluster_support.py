@@ -163,6 +163,17 @@ class ProcessCluster:
             within=within,
         )
 
+    def homes(self, names: Sequence[str]) -> dict[str, str]:
+        """Agent name → the replica holding its home partition now."""
+        listed = ",".join(f"'{name}'" for name in names)
+        rows = self.postgres.sql(
+            "SELECT i.agent_name, coalesce(p.holder, '') FROM identities i "
+            "JOIN partitions p ON p.partition = i.home_partition "
+            f"WHERE i.agent_name IN ({listed})",
+            self.database,
+        )
+        return dict(row.split("|") for row in rows.splitlines() if row)
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {name} stderr ---\n{replica.stderr}" for name, replica in self.replicas.items()
