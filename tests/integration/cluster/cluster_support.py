@@ -144,9 +144,12 @@ class ProcessCluster:
         return replica
 
     def held(self) -> dict[str, int]:
-        """Partitions each replica holds, "" for those nobody holds (cluster.md §3.2)."""
+        """Partitions each replica's current incarnation holds, "" for those nobody holds or
+        an incarnation fenced or replaced holds (cluster.md §3.2)."""
         rows = self.postgres.sql(
-            "SELECT coalesce(holder, ''), count(*) FROM partitions GROUP BY 1 ORDER BY 1",
+            "SELECT coalesce(r.replica_id, ''), count(*) FROM partitions p "
+            "LEFT JOIN replicas r ON r.replica_id = p.holder AND r.incarnation = p.incarnation "
+            "AND NOT r.fenced GROUP BY 1 ORDER BY 1",
             self.database,
         )
         held: dict[str, int] = {}
