@@ -33,8 +33,11 @@ $(NODE_STAMP): package.json package-lock.json clients/node/package.json
 	npm ci --no-audit --no-fund
 	touch $(NODE_STAMP)
 
+# The client and its compiled test suite: the cluster suite runs the shared scenarios through
+# the built suite (tests/integration/cluster/test_cluster_scenarios_node.py).
 node-build: $(NODE_STAMP)
 	npm run build --workspace clients/node
+	npm run build:test --workspace clients/node
 
 # The Node client's unit tests and shared scenarios, against real gateway processes.
 test-node: $(STAMP) $(NODE_STAMP)
