@@ -212,6 +212,8 @@ class ClusterBase:
             settings=writer_settings,
             observer=observer,
             on_fatal=on_fatal,
+            # A committed group stamped the beat: it extends the lease (cluster.md §3.1).
+            on_beat=self.membership.beat_committed,
         )
 
     def sequencing(self, store: PostgresStore) -> ClusterSequencing:

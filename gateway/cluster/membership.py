@@ -532,6 +532,19 @@ class Membership:
                 self._fresh_since = sent
             self._last_beat = sent
 
+    def beat_committed(self, sent: float) -> None:
+        """A write of this incarnation that also stamped its beat committed; `sent` is the
+        monotonic time its statement left. It extends the lease as a beat does, so a beat
+        waiting behind the writer's group (both lock the replica's row) costs no lease."""
+        if self._state in (MembershipState.LOST, MembershipState.CLOSED):
+            return
+        end = sent + self._settings.lease_ttl - self._settings.safety_margin
+        self._lease_end = max(self._lease_end, end)
+        if sent > self._last_beat:
+            if sent - self._last_beat > 2 * self._settings.beat_interval:
+                self._fresh_since = sent
+            self._last_beat = sent
+
     async def _claim_loop(self) -> None:
         while True:
             self._wake.clear()

@@ -239,6 +239,7 @@ class PostgresStore(AsyncClosing):
         settings: CommitWriterSettings | None = None,
         observer: StoreObserver | None = None,
         on_fatal: FatalHandler | None = None,
+        on_beat: Callable[[float], None] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> PostgresStore:
         """A cluster replica's store (cluster.md §3.6): check the schema is current and the
@@ -282,7 +283,7 @@ class PostgresStore(AsyncClosing):
         writer = PostgresWriter.start(
             None,
             connect=connect,
-            fence=IncarnationFence(replica_id, incarnation),
+            fence=IncarnationFence(replica_id, incarnation, on_beat=on_beat),
             settings=settings,
             observer=observer,
             on_fatal=on_fatal,

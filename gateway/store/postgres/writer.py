@@ -52,7 +52,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 import psycopg
@@ -156,6 +156,10 @@ class WriterFence(Protocol):
         fence was lost meanwhile, `psycopg.Error` when the read fails."""
         ...
 
+    def committed(self) -> None:
+        """The group whose first statement was the last `group_statement` committed."""
+        ...
+
 
 class LeaseFence:
     """A network daemon's fence: the owner's lease still holds this daemon's token."""
@@ -188,15 +192,30 @@ class LeaseFence:
         # Network groups leave no trace of their own: an ambiguous COMMIT stays ambiguous.
         return None
 
+    def committed(self) -> None:
+        """Nothing: the lease is watched on its own connection."""
+
 
 class IncarnationFence:
     """A cluster replica's fence: its incarnation, current and not fenced (cluster.md §3.1).
     Numbers its groups from 1 (`JOIN` leaves `last_group` 0)."""
 
-    def __init__(self, replica_id: str, incarnation: int) -> None:
+    def __init__(
+        self,
+        replica_id: str,
+        incarnation: int,
+        *,
+        on_beat: Callable[[float], None] | None = None,
+    ) -> None:
+        """`on_beat(sent)` is told, after each group committed, the monotonic time its first
+        statement was sent: that statement set the replica's beat (`GROUP_FENCE`), so it is
+        a beat as good as the membership's own, which waits on this group's row lock
+        meanwhile (cluster.md §3.1)."""
         self._replica_id = replica_id
         self._incarnation = incarnation
         self._group = 0
+        self._on_beat = on_beat
+        self._sent = 0.0
 
     @property
     def group(self) -> int:
@@ -209,7 +228,12 @@ class IncarnationFence:
 
     def group_statement(self) -> Statement:
         self._group += 1
+        self._sent = time.monotonic()
         return group_fence(self._replica_id, self._incarnation, self._group)
+
+    def committed(self) -> None:
+        if self._on_beat is not None:
+            self._on_beat(self._sent)
 
     def check(self, row: Sequence[object] | None) -> None:
         if row is None:
@@ -387,6 +411,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
                 logger.warning(
                     "store group commit answer lost; the group committed units=%d", len(units)
                 )
+                self._fence.committed()
                 return GroupReport(
                     outcomes=settled,
                     seconds=time.perf_counter() - started,
@@ -418,6 +443,7 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
                 committed=False,
                 fatal=error if is_corruption(error) else None,
             )
+        self._fence.committed()
         return GroupReport(
             outcomes=settled, seconds=time.perf_counter() - started, committed=True, fatal=None
         )

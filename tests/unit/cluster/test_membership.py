@@ -260,6 +260,27 @@ async def test_the_lease_ends_on_the_own_clock_ttl_less_the_margin_after_the_las
         await membership.close()
 
 
+async def test_a_committed_write_group_counts_as_a_beat_while_the_beats_themselves_wait() -> None:
+    clock, host = FakeClock(), Host()
+    table = FakeTable(clock)
+    membership = await start(table, clock, host)
+    try:
+        # The beats fail (as if waiting behind the writer's group on the replica's row), but
+        # the writer's groups commit, each stamping the beat: the lease holds.
+        table.unavailable = True
+        for _ in range(8):
+            await step(clock, 1.0)
+            membership.beat_committed(clock.monotonic())
+        assert host.lost == []
+        # Once the groups stop too, the lease ends TTL less the margin after the last one.
+        await step(clock, 4.5)
+        assert host.lost == []
+        await step(clock, 1.0)
+        assert host.lost == [LeaseLoss.EXPIRED]
+    finally:
+        await membership.close()
+
+
 async def test_a_beat_that_matches_no_row_loses_the_lease_once_and_stops_the_loops() -> None:
     clock, host = FakeClock(), Host()
     table = FakeTable(clock)
