@@ -21,8 +21,8 @@ from gateway.cluster.partitions import home_partition
 from gateway.engine import protocol as p
 from gateway.testing_cluster import ClusterFiles, random_name, run_replicas
 from gateway.testing_proxy import RoundRobinProxy
-from tests.support import eventually
 from tests.servers import PostgresServer
+from tests.support import eventually
 
 BOUND = 30.0
 """Seconds a step may take: claims wait one lease TTL (6 s) of fresh beats first."""
@@ -120,7 +120,9 @@ async def test_every_member_holds_the_same_chain_certified_across_replicas(
             elif not here and bob is None:
                 bob = (name, token, agent_id)
         async with (
-            await harness_client.connect(proxy.address, token=alice[1], options=OWN_CONNECTION) as a,
+            await harness_client.connect(
+                proxy.address, token=alice[1], options=OWN_CONNECTION
+            ) as a,
             await harness_client.connect(proxy.address, token=bob[1], options=OWN_CONNECTION) as b,
         ):
             for round_ in range(5):
@@ -132,8 +134,7 @@ async def test_every_member_holds_the_same_chain_certified_across_replicas(
                 )
         store = replicas[0].components.store
         conversation_ids = {
-            row.conversation_id
-            for row in (await store.snapshot(alice[2])).conversations
+            row.conversation_id for row in (await store.snapshot(alice[2])).conversations
         }
         assert len(conversation_ids) == 1
         conversation_id = conversation_ids.pop()
