@@ -313,15 +313,17 @@ async def test_an_unauthenticated_endpoint_call_keeps_its_rich_status_code(real:
     # The interceptor counts once the server finished the call, which may be just after the
     # client read its status.
     await until(
-        lambda: value(
-            metrics,
-            "grpc_server_handled_total",
-            "unary",
-            ENDPOINT,
-            "ReadSend",
-            grpc_code="UNAUTHENTICATED",
+        lambda: (
+            value(
+                metrics,
+                "grpc_server_handled_total",
+                "unary",
+                ENDPOINT,
+                "ReadSend",
+                grpc_code="UNAUTHENTICATED",
+            )
+            == 1
         )
-        == 1
     )
 
 
