@@ -13,7 +13,7 @@ SOURCES := gateway clients/python/src contract/src clients/examples tests proto/
 # runs serially.
 PARALLEL ?= -n auto --dist worksteal
 
-.PHONY: install serve test test-fast check lint typecheck generate check-generated manifests bench clean node-install node-build test-node
+.PHONY: install serve test test-slow test-fast check lint typecheck generate check-generated manifests bench clean node-install node-build test-node
 
 install: $(STAMP)
 
@@ -46,10 +46,15 @@ test-node: $(STAMP) $(NODE_STAMP)
 serve: $(STAMP)
 	$(BIN)/harness-gateway serve $(ARGS)
 
-# The polyglot e2e test runs the Node example agent, so the client is built first.
+# The polyglot e2e test runs the Node example agent, so the client is built first. The tests
+# marked `slow` (cluster faults and scenarios through three replicas, NATS node kills,
+# PostgreSQL outages) are `make test-slow`; CI runs both (`make check`).
 test: $(STAMP) node-build
-	$(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) -m "not slow" $(PYTEST_ARGS)
 	npm test --workspace clients/node
+
+test-slow: $(STAMP) node-build
+	$(BIN)/python -m pytest $(PARALLEL) -m slow $(PYTEST_ARGS)
 
 # Skips the end-to-end tests that start real daemon processes, and the slow cluster tests
 # (marked `slow`: NATS node kills, leader failover). CI runs everything (`make check`).
@@ -78,7 +83,7 @@ check-generated: $(STAMP) $(NODE_STAMP)
 manifests: $(STAMP)
 	$(BIN)/python deploy/kubernetes/render.py
 
-check: lint typecheck check-generated test
+check: lint typecheck check-generated test test-slow
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
