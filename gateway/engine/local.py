@@ -83,6 +83,12 @@ UNIT_RETRY_FIRST: Final = 0.05
 A network store's outage is transient and nothing of the unit was written, so its
 conversation waits and tries again rather than being set aside or left for a restart."""
 
+SIGN_BUDGET: Final = 2_000
+"""Signatures one sequencer pass makes before it lets the event loop run other tasks (beats,
+streams, answers to peers): about 0.1 s at 17,000 signatures/s (engine.md §8.8), so a pass over
+many busy conversations never holds the loop long enough to cost a cluster replica its lease
+(cluster.md §5.2)."""
+
 RECENT_UNITS: Final = 16
 """Units per conversation whose posts the sequencer remembers, so a cluster's admission read
 issued before one of them committed does not queue its posts again (cluster.md §5.2)."""
@@ -432,6 +438,7 @@ class LocalOrder:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            signed = 0
             for conversation_id in list(self._ready):
                 conversation = self._conversations.get(conversation_id)
                 if conversation is None:
@@ -458,6 +465,10 @@ class LocalOrder:
                 task.set_name("local-unit")
                 self._units.add(task)
                 task.add_done_callback(self._units.discard)
+                signed += 2 * len(unit.posts) * len(conversation.member_ids)
+                if signed >= SIGN_BUDGET:
+                    signed = 0
+                    await asyncio.sleep(0)  # let beats, streams and peers run (see above)
 
     def _build(self, conversation: _Conversation, posts: list[_Intent]) -> LocalUnit:
         """Every row of these posts at every member, built in memory; nothing changes."""

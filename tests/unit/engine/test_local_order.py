@@ -10,6 +10,7 @@ import pytest
 from harness_contract.content import multicast_content
 
 from gateway.clock import FakeClock
+from gateway.engine import local as local_module
 from gateway.engine.local import UNIT_RETRY_MOST
 from gateway.engine.state import BindRefused
 from gateway.store.errors import ConstraintViolation, StoreUnavailable
@@ -150,3 +151,33 @@ async def test_a_bind_whose_caller_is_cancelled_mid_commit_certifies_and_its_con
             within=BOUND,
         )
         assert [row.depth for row in rows] == [1, 2]
+
+
+async def test_a_pass_past_its_signature_budget_lets_other_tasks_run_between_units(
+    world, monkeypatch
+):
+    # Every unit here signs 4 statements (2 members, 1 post): a budget of 4 yields after each.
+    monkeypatch.setattr(local_module, "SIGN_BUDGET", 4)
+    await started(world, "alice", "bob", "carol", "dave")
+    local = world.network.local
+    pairs = [("alice", "bob"), ("carol", "dave"), ("alice", "carol")]
+    bound: list[tuple[str, str]] = []
+    latches = []
+    for author, other in pairs:
+        descriptor = world.descriptor(author, other)
+        await local.prepare(descriptor)
+        post_id, writes = local.bind(
+            world.members[author], descriptor, multicast_content("hi"), now=0.0
+        )
+        latches.append(world.network.latch(post_id))
+        await world.store.apply(writes)
+        bound.append((descriptor.conversation_id, post_id))
+    seen: list[int] = []
+
+    async def probe() -> None:
+        # Scheduled after the sequencer was woken: it runs at the sequencer's first yield.
+        seen.append(len(local._units))
+
+    local.bound(bound)
+    await asyncio.gather(asyncio.ensure_future(probe()), *latches)
+    assert seen == [1], "the pass should yield after the first unit's signatures"
