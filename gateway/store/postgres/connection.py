@@ -45,6 +45,9 @@ KEEPALIVE_OPTIONS: Final = {
 An idle lease connection issues no query, so only keepalives notice a peer that vanished
 without closing the socket: within about 10 + 5 × 3 = 25 s."""
 
+WRITER_ROLE: Final = "writer"
+"""The write connection's role: its `application_name` is `harness-writer:<owner>`."""
+
 APPLICATION_NAME_BYTES: Final = 63
 """PostgreSQL keeps at most NAMEDATALEN - 1 bytes of `application_name`."""
 
@@ -104,7 +107,9 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _application_name(role: str, owner: str) -> str:
+def application_name(role: str, owner: str) -> str:
+    """The `application_name` of `owner`'s sessions of `role` (`harness-<role>:<owner>`, cut
+    to what PostgreSQL keeps)."""
     name = f"harness-{role}:{owner}".encode()[:APPLICATION_NAME_BYTES]
     return name.decode(errors="ignore")
 
@@ -166,7 +171,7 @@ class ConnectSettings:
             "autocommit": True,
             # libpq counts whole seconds and treats 1 as 2; our own bound is the float.
             "connect_timeout": max(2, round(self.connect_timeout)),
-            "application_name": _application_name(role, self.owner),
+            "application_name": application_name(role, self.owner),
         }
 
     async def connect(self, role: str) -> Connection:

@@ -28,7 +28,11 @@ module. Callers may rely on:
   its own (after the partition's last unit), or `PostgresMembershipTable.release` directly.
 - **Sessions** of this module set `idle_in_transaction_session_timeout`
   (`IDLE_IN_TRANSACTION_TIMEOUT`); `WRITER_SESSION_SETTINGS` is the same for the writer's
-  session, so a replica paused inside a group releases its row lock (cluster.md §3.1).
+  session, so a replica paused between the statements of a transaction releases its locks
+  (cluster.md §3.1). That timeout never fires for a writer paused inside a *pipeline* (the
+  server waits for the pipeline's Sync, not idle in transaction): so a claim that gives way on
+  a lock ends the sessions of the holders it found dead in database time whose transaction is
+  older than the lease TTL (`_REAP_STUCK`), and its next pass finds the locks gone.
 - Each operation is bounded (`OPERATION_TIMEOUT`); a failure to reach the database is
   `MembershipUnavailable` with the DSN's password scrubbed, and the session reconnects at its
   next operation.
@@ -55,7 +59,13 @@ from gateway.cluster.table import (
     View,
 )
 from gateway.store.errors import StoreError
-from gateway.store.postgres.connection import CONNECT_TIMEOUT, Connection, ConnectSettings
+from gateway.store.postgres.connection import (
+    CONNECT_TIMEOUT,
+    WRITER_ROLE,
+    Connection,
+    ConnectSettings,
+    application_name,
+)
 from gateway.store.postgres.tables import Statement
 
 logger = logging.getLogger(__name__)
@@ -222,6 +232,22 @@ _COMPARE_AND_SET: Final = (
     "AND p.incarnation IS NOT DISTINCT FROM c.incarnation "
     "RETURNING p.partition, p.epoch"
 )
+
+_REAP_STUCK: Final = (
+    "SELECT h.replica_id, pg_terminate_backend(a.pid) "
+    "FROM unnest(%s::text[], %s::text[]) AS h(replica_id, application_name) "
+    "JOIN replicas r ON r.replica_id = h.replica_id "
+    "AND now() - r.beat > %s * interval '1 second' "
+    "JOIN pg_stat_activity a ON a.application_name = h.application_name "
+    "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
+    "AND a.xact_start < now() - %s * interval '1 second'"
+)
+"""End the sessions of holders dead in database time whose transaction began more than a
+lease TTL ago; parameters (replica ids, their sessions' application names, TTL, TTL). A live
+replica's transactions are never that old, and a restarted one beats again, so only a stopped
+process's locks go; nothing committed is touched (the transaction rolls back)."""
+_REAPED_ROLES: Final = (WRITER_ROLE, CLAIM_ROLE, BEAT_ROLE)
+"""The sessions that take row locks on `replicas` and `partitions`."""
 
 _LOST_RACE_STATES: Final = frozenset({"55P03", "40P01", "40001"})
 """SQLSTATEs that end a claim with nothing claimed, to be tried again: lock_not_available
@@ -469,10 +495,13 @@ class PostgresMembershipTable(AsyncClosing):
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
+        holders: set[str] = set()
         async with self._claim.connected("claiming partitions") as connection:
             try:
                 async with connection.transaction():
-                    claimed = await _claim(connection, replica_id, incarnation, wanted, lease_ttl)
+                    claimed = await _claim(
+                        connection, replica_id, incarnation, wanted, lease_ttl, holders
+                    )
             except psycopg.Error as error:
                 if error.sqlstate not in _LOST_RACE_STATES:
                     raise
@@ -482,6 +511,7 @@ class PostgresMembershipTable(AsyncClosing):
                     len(wanted),
                     error.sqlstate,
                 )
+                await _reap_stuck(connection, sorted(holders), lease_ttl)
                 return {}
         if claimed:
             logger.info(
@@ -518,8 +548,10 @@ async def _claim(
     incarnation: int,
     wanted: list[int],
     lease_ttl: float,
+    holders_seen: set[str],
 ) -> dict[int, int]:
-    """The claim transaction's statements (inside an open transaction)."""
+    """The claim transaction's statements (inside an open transaction); adds each other
+    holder it read to `holders_seen`."""
     await connection.execute(_CLAIM_LOCK_TIMEOUT, (CLAIM_LOCK_TIMEOUT,))
     # Our own row first, locked as a group would lock it: a claimer fenced meanwhile claims
     # nothing, and a fencer of this incarnation waits for this claim to end.
@@ -533,6 +565,7 @@ async def _claim(
             if holder is not None and (holder, held) != (replica_id, incarnation)
         }
     )
+    holders_seen.update(holder for holder, _ in holders)
     alive: set[tuple[str, int]] = set()
     for holder, held in holders:
         # Fencing before locking any partition row: the holder's group locks its replica row
@@ -563,6 +596,28 @@ async def _claim(
         ),
     )
     return {int(partition): int(epoch) for partition, epoch in await cursor.fetchall()}
+
+
+async def _reap_stuck(connection: Connection, holders: list[str], lease_ttl: float) -> None:
+    """After a claim gave way: end the stuck transactions of the dead among `holders`
+    (`_REAP_STUCK`), so the next claim pass does not wait on them again."""
+    if not holders:
+        return
+    names = [
+        (holder, application_name(role, holder)) for holder in holders for role in _REAPED_ROLES
+    ]
+    cursor = await connection.execute(
+        _REAP_STUCK,
+        ([holder for holder, _ in names], [name for _, name in names], lease_ttl, lease_ttl),
+    )
+    ended = await cursor.fetchall()
+    if ended:
+        logger.warning(
+            "cluster claim ended %d stuck sessions of dead replicas=%s "
+            "(a stopped process held its locks)",
+            len(ended),
+            ",".join(sorted({str(row[0]) for row in ended})),
+        )
 
 
 def _timestamp(value: object) -> datetime.datetime:

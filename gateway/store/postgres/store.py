@@ -42,11 +42,15 @@ from gateway.closing import AsyncClosing
 from gateway.store.errors import ClusterModeMismatch, StoreClosed, StoreError
 from gateway.store.observer import StoreObserver
 from gateway.store.postgres import cluster_reads, schema, tables
-from gateway.store.postgres.connection import CONNECT_TIMEOUT, Connection, ConnectSettings
+from gateway.store.postgres.connection import (
+    CONNECT_TIMEOUT,
+    WRITER_ROLE,
+    Connection,
+    ConnectSettings,
+)
 from gateway.store.postgres.lease import LEASE_RETRY_INTERVAL, Lease, LeaseState
 from gateway.store.postgres.membership import PartitionCountMismatch
 from gateway.store.postgres.writer import (
-    WRITER_ROLE,
     IncarnationFence,
     LeaseFence,
     PostgresWriter,

@@ -69,6 +69,7 @@ from gateway.store.errors import (
 )
 from gateway.store.observer import NullStoreObserver, StoreObserver
 from gateway.store.postgres.connection import (
+    WRITER_ROLE,
     Connection,
     ConnectSettings,
     is_connection_error,
@@ -103,9 +104,6 @@ WRITE_TIMEOUT: Final = 15.0
 
 Far above a healthy group's few milliseconds; below it a stuck server or a silent network
 is only noticed by TCP keepalives (about 25 s)."""
-
-WRITER_ROLE: Final = "writer"
-"""The write connection's role: its `application_name` is `harness-writer:<owner>`."""
 
 RESOLVE_LOCK_TIMEOUT: Final = "2s"
 """How long the ambiguous-COMMIT read waits for the lost group's row lock (a PostgreSQL

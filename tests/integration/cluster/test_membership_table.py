@@ -5,7 +5,9 @@ never claimed from."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+import psycopg
 import pytest
 
 from gateway.store.postgres.membership import (
@@ -285,3 +287,139 @@ async def test_rows_of_silent_replicas_holding_nothing_are_deleted_and_their_ids
         again = await gone.join("gone", "gone:2")
         assert again.incarnation > max(i_gone, i_holding, ia)
         assert await gone.beat("gone", i_gone) is None
+
+
+async def test_a_claim_ends_the_pipeline_a_stopped_holder_left_open_and_claims_at_its_next_pass(
+    postgres_server: PostgresServer,
+) -> None:
+    # A writer stopped (SIGSTOP) inside a pipeline: the server has run its BEGIN and fence and
+    # waits for the pipeline's Sync, so `idle_in_transaction_session_timeout` never fires and
+    # the row locks stay until someone ends the session (cluster.md §3.1).
+    dsn = await membership_database(postgres_server, 2)
+    async with (
+        PostgresMembershipTable.for_dsn(dsn, replica_id="stopped") as stopped,
+        PostgresMembershipTable.for_dsn(dsn, replica_id="a") as a,
+    ):
+        i_stopped = (await stopped.join("stopped", "stopped:1")).incarnation
+        assert await stopped.claim("stopped", i_stopped, [0], LONG_TTL) == {0: 1}
+        writer = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, application_name="harness-writer:stopped"
+        )
+        try:
+            await writer.execute("SET idle_in_transaction_session_timeout = '500ms'")
+            pid = writer.info.backend_pid
+            fence_sql, fence_parameters = group_fence("stopped", i_stopped, 1)
+            release_sql, release_parameters = release_statement(0, "stopped", i_stopped)
+            pgconn = writer.pgconn
+            pgconn.enter_pipeline_mode()
+            for sql, parameters in (
+                ("BEGIN", ()),
+                (fence_sql, fence_parameters),
+                (release_sql, release_parameters),
+            ):
+                pgconn.send_query_params(
+                    sql.replace("%s", "{}")
+                    .format(*(f"${n + 1}" for n in range(len(parameters))))
+                    .encode(),
+                    [str(value).encode() for value in parameters],
+                )
+            pgconn.send_flush_request()
+            assert pgconn.flush() == 0  # a few hundred bytes: all sent at once
+            ia = (await a.join("a", "a:1")).incarnation
+
+            async def stopped_is_dead() -> bool:
+                await a.beat("a", ia)
+                return not (await a.read_view(SHORT_TTL)).replicas["stopped"].live
+
+            await eventually(stopped_is_dead)
+            # The locks outlive the idle timeout: the server is not idle in that transaction.
+            assert await backend_alive(postgres_server, dsn, pid)
+            # The first pass waits on the stopped group's lock, gives way, and ends its session.
+            assert await a.claim("a", ia, [0, 1], SHORT_TTL) == {}
+            assert not await backend_alive(postgres_server, dsn, pid)
+            # The next pass fences the stopped incarnation and claims both partitions.
+            assert await a.claim("a", ia, [0, 1], SHORT_TTL) == {0: 2, 1: 1}
+        finally:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await writer.close()
+        assert (await a.read_view(LONG_TTL)).replicas["stopped"].fenced
+
+
+async def test_a_claim_that_gives_way_ends_only_the_dead_holders_old_transactions(
+    postgres_server: PostgresServer,
+) -> None:
+    dsn = await membership_database(postgres_server, 2)
+    ttl = 1.0
+    async with (
+        PostgresMembershipTable.for_dsn(dsn, replica_id="live") as live,
+        PostgresMembershipTable.for_dsn(dsn, replica_id="dead") as dead,
+        PostgresMembershipTable.for_dsn(dsn, replica_id="a") as a,
+    ):
+        i_live = (await live.join("live", "live:1")).incarnation
+        i_dead = (await dead.join("dead", "dead:1")).incarnation
+        assert await live.claim("live", i_live, [0], LONG_TTL) == {0: 1}
+        assert await dead.claim("dead", i_dead, [1], LONG_TTL) == {1: 1}
+        ia = (await a.join("a", "a:1")).incarnation
+        sessions = {
+            name: await psycopg.AsyncConnection.connect(
+                dsn, autocommit=True, application_name=f"harness-writer:{name}"
+            )
+            for name in ("live", "dead")
+        }
+
+        async def keep_beating() -> None:
+            while True:
+                await live.beat("live", i_live)
+                await asyncio.sleep(0.1)
+
+        beating = asyncio.ensure_future(keep_beating())
+        try:
+            # Both hold an old transaction; only the dead one's locks its replica row.
+            await sessions["live"].execute("BEGIN")
+            await sessions["live"].execute(
+                "SELECT 1 FROM partitions WHERE partition = 0 FOR UPDATE"
+            )
+            await sessions["dead"].execute("BEGIN")
+            sql, parameters = group_fence("dead", i_dead, 1)
+            await sessions["dead"].execute(sql, parameters)
+            pids = {name: session.info.backend_pid for name, session in sessions.items()}
+
+            async def dead_is_dead_and_both_transactions_old() -> bool:
+                view = await a.read_view(ttl)
+                return (
+                    not view.replicas["dead"].live
+                    and await transactions_older_than(postgres_server, dsn, ttl) == 2
+                )
+
+            await eventually(dead_is_dead_and_both_transactions_old)
+            assert await a.claim("a", ia, [0, 1], ttl) == {}
+            assert not await backend_alive(postgres_server, dsn, pids["dead"])
+            assert await backend_alive(postgres_server, dsn, pids["live"])
+            assert await a.claim("a", ia, [0, 1], ttl) == {1: 2}
+        finally:
+            beating.cancel()
+            for session in sessions.values():
+                with contextlib.suppress(psycopg.Error, OSError):
+                    await session.close()
+        assert (await holders(dsn))[0] == ("live", i_live, 1)
+
+
+async def transactions_older_than(server: PostgresServer, dsn: str, seconds: float) -> int:
+    """How many `harness-writer:` sessions hold a transaction older than `seconds`."""
+    out = await asyncio.to_thread(
+        server.sql,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'harness-writer:%' "
+        f"AND xact_start < now() - interval '{float(seconds)} seconds'",
+        dsn.rsplit("/", 1)[1],
+    )
+    return int(out.strip() or 0)
+
+
+async def backend_alive(server: PostgresServer, dsn: str, pid: int) -> bool:
+    """Whether the server still runs the backend `pid`."""
+    out = await asyncio.to_thread(
+        server.sql,
+        f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(pid)}",
+        dsn.rsplit("/", 1)[1],
+    )
+    return int(out.strip() or 0) > 0
