@@ -407,28 +407,61 @@ def _check_config(settings: Settings) -> int:
 
 
 async def _setup_cluster(settings: Settings) -> int:
-    """`harness-gateway migrate --cluster` (cluster.md §12.1): one JSON line `{component,
-    backend, target, partitions, state}`; exit 1 when refused (another seed key, a
-    network-mode database)."""
-    from gateway.cluster.seeds import SeedKey, SeedKeyFileError, SeedKeyMismatch
+    """`harness-gateway migrate --cluster` (cluster.md §12.1, §12.2): one JSON line
+    `{component, backend, target, partitions, state}` (`state`: `current`, or `migrated` with
+    the owners, counts and set-aside conversations of a network-mode database moved in);
+    progress on stderr; exit 1 when refused (another seed key, a network daemon running,
+    clashing names, missing cards)."""
+    from gateway.cluster.seeds import SeedKey, SeedKeyError
+    from gateway.cluster_migration import MigrationState, migrate_to_cluster
     from gateway.settings import redact_url
     from gateway.store import StoreError
-    from gateway.store.postgres.schema import setup_cluster
 
     assert settings.store is not None
     assert settings.seed_key_file is not None
     target = redact_url(settings.store)
+
+    def progress(text: str) -> None:
+        print(f"harness-gateway: migrate --cluster at {target}: {text}", file=sys.stderr)
+
     try:
         key = SeedKey.load(settings.seed_key_file)
-        meta = await setup_cluster(
-            settings.store, partitions=settings.cluster_partitions, key_check=key.key_check()
+        outcome = await migrate_to_cluster(
+            settings.store,
+            partitions=settings.cluster_partitions,
+            seed_key=key,
+            progress=progress,
         )
-        key.verify_check(meta.key_check)
-    except (SeedKeyFileError, SeedKeyMismatch, StoreError, OSError) as error:
+        key.verify_check(outcome.meta.key_check)
+    except (SeedKeyError, StoreError, OSError) as error:
         print(f"harness-gateway: migrate --cluster at {target}: {error}", file=sys.stderr)
         return 1
-    report = {"component": "cluster", "backend": "postgresql", "target": target}
-    print(json.dumps({**report, "partitions": meta.partitions, "state": "current"}))
+    report: dict[str, object] = {
+        "component": "cluster",
+        "backend": "postgresql",
+        "target": target,
+        "partitions": outcome.meta.partitions,
+        "state": outcome.state.value,
+    }
+    if outcome.state is MigrationState.MIGRATED:
+        report |= {
+            "owners": list(outcome.owners),
+            "identities": outcome.identities,
+            "conversations_moved": outcome.moved,
+            "set_aside": [
+                {
+                    "conversation_id": item.conversation_id,
+                    "members": list(item.member_agent_ids),
+                    "reason": item.reason,
+                }
+                for item in outcome.set_aside
+            ],
+        }
+        for item in outcome.set_aside:
+            progress(f"set aside conversation {item.conversation_id}: {item.reason}")
+    else:
+        progress("nothing to change: the database is a cluster's")
+    print(json.dumps(report))
     return 0
 
 
