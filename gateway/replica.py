@@ -53,6 +53,7 @@ from gateway.store.records import (
     PutIntent,
     ReleasePartitions,
     Write,
+    set_aside_reason,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,11 @@ HANDOVER_TIMEOUT: Final = 10.0
 
 MEMBERSHIP_CACHE: Final = 65_536
 """Conversations whose stored MembershipHash is remembered for binds sequenced elsewhere."""
+
+MEMBERSHIP_TTL: Final = 1.0
+"""Seconds a remembered foundation is trusted for binds sequenced elsewhere before its rows are
+read again, so a home refuses binds to a conversation set aside meanwhile within about this
+long (cluster.md §5.4); an intent bound in that window is refused by the sequencer."""
 
 TOKEN_CACHE: Final = 65_536
 """Token digests remembered with their AgentId for routing (never their revocation: the home
@@ -118,6 +124,8 @@ class SettlingPort(Protocol):
 
     def settle(self, post_id: str, record_hash: str) -> None: ...
 
+    def refuse(self, post_id: str) -> None: ...
+
 
 class ClusterSequencing:
     """The engine's `Sequencing` for this replica (cluster.md §5)."""
@@ -141,7 +149,10 @@ class ClusterSequencing:
         self._replica_id = replica_id
         self._admit_here = admit_here
         self._keys: dict[str, SigningKey] = {}
-        self._memberships: dict[str, str] = {}
+        self._memberships: dict[str, tuple[str, str | None, float]] = {}
+        """ConversationId → (stored MembershipHash, why it is set aside, when read)."""
+        self.refused_here: Callable[[str], None] = lambda post_id: None
+        """Answers a refused post's sends when its author is homed here (set by the replica)."""
         self.releasing: set[int] = set()
         """Partitions being handed over: nothing new is sequenced or hosted for them."""
 
@@ -169,16 +180,20 @@ class ClusterSequencing:
         if self.here(descriptor):
             return
         conversation_id = descriptor.conversation_id
+        now = asyncio.get_running_loop().time()
         stored = self._memberships.get(conversation_id)
-        if stored is None:
+        if stored is None or now - stored[2] > MEMBERSHIP_TTL:
             rows = await self._rows.conversation_rows(conversation_id)
             if not rows:
                 return  # not founded yet: the sequencer founds it with its first unit
-            stored = next(iter(rows.values())).membership_hash
+            membership_hash = next(iter(rows.values())).membership_hash
+            stored = (membership_hash, set_aside_reason(rows.values()), now)
             if len(self._memberships) >= MEMBERSHIP_CACHE:
                 self._memberships.clear()
             self._memberships[conversation_id] = stored
-        if stored != p.membership_hash(descriptor):
+        if stored[1] is not None:
+            raise BindRefused("the conversation is set aside")  # cluster.md §5.4
+        if stored[0] != p.membership_hash(descriptor):
             raise BindRefused("the stored conversation has another membership")
 
     async def stored(self, conversation_id: str) -> dict[str, ConversationRow]:
@@ -208,6 +223,20 @@ class ClusterSequencing:
             self._admit_here(descriptor.conversation_id)
             return
         self._hints.hint(route.address, conversations=(descriptor.conversation_id,))
+
+    def refused(self, posts: list[tuple[str, str]]) -> None:
+        for author, post_id in posts:
+            partition = home_partition(author, self._partitions)
+            route = self._membership.route(partition)
+            if (
+                partition in self._membership.owned()
+                or route is None
+                or route.replica_id == self._replica_id
+            ):
+                # Homed here, or nowhere now: the home's poll reads the refusal in any case.
+                self.refused_here(post_id)
+            else:
+                self._hints.hint(route.address, settled_posts=(settled_post(author, post_id),))
 
 
 class ClusterRoutes:
@@ -303,6 +332,7 @@ class ClusterReplica:
         self._poller: asyncio.Task[None] | None = None
         self._claimed = asyncio.Lock()
         """Serialises claims and releases: a partition's agents are hosted or unhosted whole."""
+        sequencing.refused_here = settling.refuse
 
     # --- membership callbacks (cluster.md §3.2) --------------------------------------------
 
@@ -391,6 +421,8 @@ class ClusterReplica:
         for _agent, post_id, state, record_hash in await self._rows.intent_states(post_ids):
             if state is IntentState.COMPLETED and record_hash is not None:
                 self._settling.settle(post_id, record_hash)
+            elif state is IntentState.REFUSED:
+                self._settling.refuse(post_id)  # cluster.md §5.2, §5.4
 
     def on_hint(
         self,

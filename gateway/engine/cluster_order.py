@@ -16,6 +16,14 @@ with every member's key although most members are homed elsewhere. `ClusterOrder
   was issued, and the posts of units committed since are skipped (cluster.md §5.2).
 - **Keys and order.** Members not hosted here sign with the keys `Sequencing` loaded; the
   database orders deliveries at insert, so units carry no commit sequence.
+- **Backstops.** Units move heads only `WHERE depth = $old` and complete intents only `WHERE
+  state = 'open'`; a unit that matches no row, or that a unique backstop refuses, is stale:
+  its conversation is rebuilt from rows (cluster.md §5.2).
+- **Refusals and set-aside as rows.** An intent bound with another membership than the
+  conversation's foundation is refused; a conversation set aside is written so at every
+  member's row, and its open intents are refused, now and whenever admission meets more of
+  them. Their authors' homes are told (`Sequencing.refused`), and their sends answer
+  `certification-unavailable` (cluster.md §5.2, §5.4).
 - **Release.** `forget` drops the conversations of a partition being released, leaving those
   with a unit in flight for the caller to retry once it committed.
 """
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 
 from harness_contract.ids import RandomId, agent_id_order_key
 from harness_contract.values import Content
@@ -35,10 +43,14 @@ from gateway.engine.certifier import Certifier
 from gateway.engine.effects import Effects
 from gateway.engine.local import (
     RECENT_UNITS,
+    UNIT_RETRY_FIRST,
+    UNIT_RETRY_MOST,
     LocalObserver,
     LocalOrder,
     LocalUnit,
+    SetAside,
     _Conversation,
+    _conversation_write,
     _Intent,
     _restored_conversation,
     _Unloadable,
@@ -46,15 +58,26 @@ from gateway.engine.local import (
 from gateway.engine.sequencing import OpenIntent, Sequencing
 from gateway.engine.state import BindRefused
 from gateway.identity.keys import SigningKey
-from gateway.store.errors import ConstraintViolation
+from gateway.store.errors import ConstraintViolation, StoreUnavailable
 from gateway.store.port import Store
-from gateway.store.records import ConversationRow, IntentRow, IntentState, PutIntent, Write
+from gateway.store.records import (
+    ConversationRow,
+    IntentRow,
+    IntentState,
+    PutIntent,
+    RefuseIntent,
+    SetAsideRow,
+    Write,
+    set_aside_reason,
+)
 
 logger = logging.getLogger(__name__)
 
 
 class ClusterOrder(LocalOrder):
     """`LocalOrder` for one replica of a cluster (cluster.md §5)."""
+
+    _conditional = True  # another sequencer may have written the rows (cluster.md §5.2)
 
     def __init__(
         self,
@@ -83,7 +106,8 @@ class ClusterOrder(LocalOrder):
         committed (then the sequencer is hinted) or definitely failed."""
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._reloads: set[asyncio.Task[None]] = set()
-        """Conversations being rebuilt from rows after a stale unit."""
+        """Conversations being rebuilt from rows after a stale unit, and refusals and
+        set-asides being written."""
 
     # --- binding (cluster.md §5.1) ---------------------------------------------------------
 
@@ -192,6 +216,8 @@ class ClusterOrder(LocalOrder):
         replicas, never one already queued or certified."""
         for _ in range(RECENT_UNITS):
             if conversation_id in self._set_aside:
+                # Intents bound before their homes saw the set-aside row (cluster.md §5.4).
+                await self._refuse_open(conversation_id)
                 return
             conversation = self._conversations.get(conversation_id)
             generation = 0 if conversation is None else conversation.units
@@ -199,7 +225,9 @@ class ClusterOrder(LocalOrder):
             if not intents:
                 return
             if conversation is None:
-                if not await self._found_for(intents[0]):
+                if not await self._found_for(intents[0]) and (
+                    conversation_id not in self._set_aside
+                ):
                     return
                 continue  # read again, with a generation to compare against
             if self._conversations.get(conversation_id) is not conversation:
@@ -232,6 +260,21 @@ class ClusterOrder(LocalOrder):
         if not rows or conversation_id in self._conversations:
             return  # no unit yet: the first bind or admission founds it in memory
         members = frozenset(descriptor.member_agent_ids)
+        reason = set_aside_reason(rows.values())
+        if reason is not None:
+            # Set aside by an earlier holder (cluster.md §5.4): stays so, and is not written again.
+            self._set_aside.setdefault(
+                conversation_id,
+                SetAside(
+                    conversation_id=conversation_id,
+                    member_agent_ids=tuple(sorted(members, key=agent_id_order_key)),
+                    reason=reason,
+                ),
+            )
+            logger.warning(
+                "conversation found set aside conversation=%s: %s", conversation_id, reason
+            )
+            return
         try:
             self._conversations[conversation_id] = _restored_conversation(
                 rows, members.__contains__
@@ -293,6 +336,7 @@ class ClusterOrder(LocalOrder):
             ),
         )
         added = False
+        refused: list[tuple[str, str]] = []
         for item in ordered:
             row = item.row
             if row.post_id in done or row.post_id in queued:
@@ -308,12 +352,14 @@ class ClusterOrder(LocalOrder):
                 return
             if intent.membership_hash != conversation.membership_hash:
                 # Two homes bound first posts from different cards (cluster.md §5.2): this one
-                # cannot certify here; it stays open and its send answers at its bound.
+                # never certifies here; it is refused, and its send answers
+                # `certification-unavailable`.
                 logger.warning(
-                    "intent with another membership left open conversation=%s post=%s",
+                    "intent with another membership refused conversation=%s post=%s",
                     conversation.id,
                     row.post_id,
                 )
+                refused.append((item.author_id, row.post_id))
                 continue
             conversation.queue.append(
                 _Intent(
@@ -327,6 +373,8 @@ class ClusterOrder(LocalOrder):
                 )
             )
             added = True
+        if refused:
+            self._background(self._write_refusals(conversation.id, refused, []), "local-refuse")
         if added:
             self._ready[conversation.id] = None
             self._wake.set()
@@ -342,11 +390,90 @@ class ClusterOrder(LocalOrder):
         if self._conversations.get(conversation_id) is unit.conversation:
             del self._conversations[conversation_id]
             self._ready.pop(conversation_id, None)
-        task = asyncio.ensure_future(self.admit(conversation_id))
-        task.set_name("local-reload")
+        self._background(self.admit(conversation_id), "local-reload")
+        return True
+
+    def abandon(self, unit: LocalUnit) -> None:
+        """The bind carrying this unit did not commit, perhaps because its rows were stale
+        (cluster.md §5.2): the conversation is rebuilt from rows, unless the bind was
+        founding it (then `unbind` forgets it)."""
+        super().abandon(unit)
+        if unit.conversation.founding is None:
+            self._stale(unit, ConstraintViolation("the bind carrying the unit failed"))
+
+    # --- refusals and set-aside as rows (cluster.md §5.2, §5.4) ---------------------------
+
+    def set_aside(self, conversation_id: str, members: tuple[str, ...], reason: str) -> None:
+        """As `LocalOrder.set_aside`, and written into every member's row with its open
+        intents refused, so that homes refuse new binds and a later holder of the
+        sequencing partition finds it set aside (cluster.md §5.4)."""
+        if conversation_id in self._set_aside:
+            return
+        conversation = self._conversations.get(conversation_id)
+        super().set_aside(conversation_id, members, reason)
+        item = self._set_aside[conversation_id]
+        rows: list[Write] = [
+            SetAsideRow(
+                agent_id=member,
+                conversation_id=conversation_id,
+                reason=reason,
+                foundation=None
+                if conversation is None
+                else _conversation_write(conversation, member, head=None, depth=0, moved_from=0),
+            )
+            for member in item.member_agent_ids
+        ]
+        self._background(self._write_refusals(conversation_id, None, rows), "local-set-aside")
+
+    async def _refuse_open(self, conversation_id: str) -> None:
+        """Refuse the open intents of a conversation set aside (cluster.md §5.4)."""
+        await self._write_refusals(conversation_id, None, [])
+
+    async def _write_refusals(
+        self,
+        conversation_id: str,
+        posts: list[tuple[str, str]] | None,
+        rows: list[Write],
+    ) -> None:
+        """Write `rows` with these (author, PostId) intents refused (None: every open intent
+        of the conversation, read now), retrying while the store is unavailable, then tell
+        the authors' homes. An intent no longer open is left as it is."""
+        delay = UNIT_RETRY_FIRST
+        while True:
+            try:
+                if posts is None:
+                    posts = [
+                        (intent.author_id, intent.row.post_id)
+                        for intent in await self._sequencing.open_intents(conversation_id)
+                    ]
+                writes = [
+                    *rows,
+                    *(RefuseIntent(agent_id=author, post_id=post) for author, post in posts),
+                ]
+                if writes:
+                    await self._store.apply(writes)
+                break
+            except StoreUnavailable:  # nothing written: the rows say nothing yet, so again
+                logger.warning(
+                    "refusals not written yet; retrying in %.2f s conversation=%s",
+                    delay,
+                    conversation_id,
+                )
+                await self._clock.sleep(delay)
+                delay = min(UNIT_RETRY_MOST, delay * 2)
+            except Exception:  # shutdown, a fence lost, a defect: admission refuses them later
+                logger.warning(
+                    "refusals not written conversation=%s", conversation_id, exc_info=True
+                )
+                return
+        if posts:
+            self._sequencing.refused(posts)
+
+    def _background(self, coroutine: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.ensure_future(coroutine)
+        task.set_name(name)
         self._reloads.add(task)
         task.add_done_callback(self._reloads.discard)
-        return True
 
     async def close(self) -> None:
         """Stop rebuilding conversations, then as `LocalOrder.close`."""

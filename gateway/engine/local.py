@@ -32,6 +32,7 @@ Callers may rely on:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -66,6 +67,7 @@ from gateway.store.records import (
     IntentState,
     PutConversation,
     PutDelivery,
+    PutIntent,
     PutRecord,
     Write,
 )
@@ -161,6 +163,11 @@ class LocalObserver:
 
 class LocalOrder:
     """The daemon's order for its local conversations, and the sequencer task."""
+
+    _conditional: bool = False
+    """Whether units move heads only `WHERE depth = $old` and complete intents only `WHERE
+    state = 'open'` (a cluster, where another sequencer may have written the rows first,
+    cluster.md §5.2); here the daemon alone writes them, so rows are upserted."""
 
     def __init__(
         self,
@@ -277,8 +284,10 @@ class LocalOrder:
             conversation = _Conversation.genesis(descriptor, membership_hash, self.instance_id)
             conversation.founding = asyncio.get_running_loop().create_future()
             self._conversations[conversation_id] = conversation
+            moved_from = 0 if self._conditional else None
             writes.extend(
-                _foundation_write(conversation, member) for member in conversation.member_ids
+                _conversation_write(conversation, member, head=None, depth=0, moved_from=moved_from)
+                for member in conversation.member_ids
             )
         elif conversation.membership_hash != membership_hash:
             raise BindRefused("the stored conversation has another membership")
@@ -481,6 +490,7 @@ class LocalOrder:
         size = 0
         taken: list[_Intent] = []
         descriptor_bytes = conversation.foundation_bytes()[0]
+        conditional = self._conditional
         for post in posts:
             action = conversation.action_on(head, post.intent)
             # A local conversation stays on its GenesisAnchor until its first record.
@@ -543,7 +553,11 @@ class LocalOrder:
                     )
                 )
                 if member == post.author_id:
-                    writes.append(post.write(post.author_id, IntentState.COMPLETED, record_hash))
+                    completion = post.write(post.author_id, IntentState.COMPLETED, record_hash)
+                    if conditional:
+                        assert isinstance(completion, PutIntent)
+                        completion = dataclasses.replace(completion, from_open=True)
+                    writes.append(completion)
                     effects.certified.append(post.certified(member, record_hash, conversation.kind))
                 else:
                     if projection is None:
@@ -563,8 +577,10 @@ class LocalOrder:
                     )
                     effects.deliveries.add(member)
         assert head is not None
+        moved_from = conversation.depth if conditional else None
         writes.extend(
-            _conversation_write(conversation, member, head=head, depth=depth) for member in members
+            _conversation_write(conversation, member, head=head, depth=depth, moved_from=moved_from)
+            for member in members
         )
         return LocalUnit(
             conversation=conversation,
@@ -715,13 +731,14 @@ def _ready_prefix(queue: list[_Intent]) -> list[_Intent]:
     return ready
 
 
-def _foundation_write(conversation: _Conversation, member: str) -> Write:
-    return _conversation_write(conversation, member, head=None, depth=0)
-
-
 def _conversation_write(
-    conversation: _Conversation, member: str, *, head: str | None, depth: int
-) -> Write:
+    conversation: _Conversation,
+    member: str,
+    *,
+    head: str | None,
+    depth: int,
+    moved_from: int | None = None,
+) -> PutConversation:
     descriptor, anchor = conversation.foundation_bytes()
     return PutConversation(
         agent_id=member,
@@ -732,4 +749,5 @@ def _conversation_write(
         anchor_hash=conversation.anchor_hash,
         head=head,
         depth=depth,
+        moved_from=moved_from,
     )

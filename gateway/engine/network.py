@@ -27,7 +27,7 @@ import random
 from asyncio import Future
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final
 
 from harness_contract.errors import SendError, SendErrorReason
 from harness_contract.values import Content
@@ -40,6 +40,7 @@ from gateway.engine.effects import Certified, Effects, OutboundEnvelope
 from gateway.engine.local import LocalObserver, LocalOrder
 from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
+from gateway.engine.waiters import Waiters
 from gateway.router import (
     Accepted,
     Batch,
@@ -61,8 +62,6 @@ from gateway.store.port import Store
 from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 SUBSCRIPTION: Final = "main"
 """The name of the daemon's one Router subscription in the store."""
@@ -172,8 +171,8 @@ class Network:
         self._version_mismatch = asyncio.Event()
         self._recipients_changed = asyncio.Event()
         self._drain: asyncio.Queue[OutboundEnvelope] = asyncio.Queue(maxsize=DRAIN_QUEUE_SIZE)
-        self._latches: _Waiters[str] = _Waiters()
-        self._drained: _Waiters[None] = _Waiters()
+        self._latches: Waiters[str] = Waiters()
+        self._drained: Waiters[None] = Waiters()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._failed: BaseException | None = None
@@ -522,6 +521,18 @@ class Network:
         being read). Nothing happens when no latch waits."""
         self._latches.resolve(post_id, record_hash)
 
+    def refuse(self, post_id: str) -> None:
+        """The post's stored intent was refused and never certifies (a cluster's sequencer
+        refused it, cluster.md §5.2, §5.4): its waiting sends answer
+        `certification-unavailable`. Nothing happens when no latch waits."""
+        self._latches.fail(
+            post_id,
+            SendError(
+                SendErrorReason.CERTIFICATION_UNAVAILABLE,
+                "the conversation's sequencer refused the post",
+            ),
+        )
+
     def drained(self, post_id: str) -> asyncio.Future[None]:
         """A future of the caller's own, resolved when the Router accepts an envelope of
         this post's proposal."""
@@ -756,45 +767,3 @@ class Network:
             return None, False
         record = p.decode(rows[0].record, p.CertifiedRecord)
         return record, len(rows) > 1
-
-
-class _Waiters(Generic[_T]):
-    """The futures waiting for one event of each post, one per waiter: a waiter that stops
-    waiting drops its own future and cancels no one else's (a send that answered
-    `delivery-pending` must not end the task that settles the same post later)."""
-
-    def __init__(self) -> None:
-        self._by_post: dict[str, list[asyncio.Future[_T]]] = {}
-
-    def add(self, post_id: str) -> asyncio.Future[_T]:
-        """A new future for this post, resolved with the next `resolve`."""
-        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
-        self._by_post.setdefault(post_id, []).append(future)
-        return future
-
-    def resolve(self, post_id: str, value: _T) -> None:
-        """Resolve and drop every future waiting for this post."""
-        for future in self._by_post.pop(post_id, ()):
-            if not future.done():
-                future.set_result(value)
-
-    def drop(self, post_id: str, future: asyncio.Future[_T]) -> None:
-        """One waiter is gone: cancel its future (if still pending) and forget it."""
-        if not future.done():
-            future.cancel()
-        waiting = self._by_post.get(post_id)
-        if waiting is not None and future in waiting:
-            waiting.remove(future)
-            if not waiting:
-                del self._by_post[post_id]
-
-    def posts(self) -> list[str]:
-        """Every post with a waiter."""
-        return list(self._by_post)
-
-    def cancel_all(self) -> None:
-        """Shutdown: cancel every pending future (they are kept; nothing resolves them)."""
-        for waiting in self._by_post.values():
-            for future in waiting:
-                if not future.done():
-                    future.cancel()

@@ -47,7 +47,7 @@ class Sequencing(Protocol):
     async def prepare(self, descriptor: p.MembershipDescriptor) -> None:
         """Load what a bind or a unit of this conversation needs: every member's key here;
         raise `BindRefused` when a stored foundation of the conversation (sequenced
-        elsewhere) has another membership."""
+        elsewhere) has another membership or is set aside."""
         ...
 
     async def stored(self, conversation_id: str) -> dict[str, ConversationRow]:
@@ -65,6 +65,12 @@ class Sequencing(Protocol):
 
     def handed_off(self, descriptor: p.MembershipDescriptor) -> None:
         """Intents of this conversation were bound here and committed: hint its sequencer."""
+        ...
+
+    def refused(self, posts: list[tuple[str, str]]) -> None:
+        """These (author, PostId) intents were refused and the refusal committed: their
+        authors' homes answer their sends `certification-unavailable` (cluster.md §5.2,
+        §5.4)."""
         ...
 
 

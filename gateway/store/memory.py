@@ -56,11 +56,13 @@ from gateway.store.records import (
     PutToken,
     ReanchorRow,
     RecordRow,
+    RefuseIntent,
     ReleasePartitions,
     ReplaceInboxItem,
     ResetConversation,
     RevokeTokens,
     SendRow,
+    SetAsideRow,
     SetDeliveryState,
     SetOutboxState,
     SetSendOutcome,
@@ -444,7 +446,7 @@ def _apply(state: _State, write: Write) -> None:
                     inbox[seq] = replace(
                         row, state=InboxState.REPLACED, replacement_token=write.replacement_token
                     )
-        case ReleasePartitions():
+        case ReleasePartitions() | SetAsideRow() | RefuseIntent():
             raise ConstraintViolation(NOT_A_CLUSTER)
         case _:
             assert_never(write)

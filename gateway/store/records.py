@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import functools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
@@ -129,6 +130,13 @@ class PutConversation:
     anchor_hash: str
     head: str | None
     depth: int
+    moved_from: int | None = None
+    """In a cluster (cluster.md §5.2): the stored depth this write moves the head from. The
+    row is then never replaced: at 0 (GENESIS) the foundation is inserted `ON CONFLICT DO
+    NOTHING`, and the head moves only `WHERE depth = moved_from` on this foundation, not set
+    aside; where that matches no row the unit fails `ConstraintViolation` (it is stale).
+    None (the embedded and network modes): the whole row is upserted. Only a cluster's
+    PostgreSQL store reads it."""
 
     def row(self) -> ConversationRow:
         """The row this write puts."""
@@ -153,6 +161,10 @@ class PutIntent:
     descriptor: bytes | None = None
     """With `seq_partition`: the JCS bytes of the conversation's MembershipDescriptor, so the
     sequencer can found a conversation no member has a row of yet."""
+    from_open: bool = False
+    """In a cluster (cluster.md §5.2): the sequencer completes the intent only `WHERE state =
+    'open'`; where that matches no row the unit fails `ConstraintViolation` (it is stale).
+    Only a cluster's PostgreSQL store reads it."""
 
     def row(self) -> IntentRow:
         """The row this write puts: a completed intent keeps no payload, since it is in its
@@ -452,8 +464,38 @@ class ReleasePartitions:
     incarnation: int
 
 
-NOT_A_CLUSTER: Final = "releasing partitions is a cluster's write; this store is not a cluster's"
-"""Why a store outside a cluster refuses `ReleasePartitions` (a defect in its caller)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetAsideRow:
+    """A cluster's sequencer sets a conversation aside at one member (cluster.md §5.4): the
+    member's `conversations` row keeps the reason, so homes refuse new binds to it and a later
+    holder of its sequencing partition finds it set aside. A member without a row yet gets
+    the foundation (`ON CONFLICT DO NOTHING`) first. Only a cluster's PostgreSQL store takes
+    it; every other store refuses it (`ConstraintViolation`)."""
+
+    agent_id: str
+    conversation_id: str
+    reason: str
+    foundation: PutConversation | None = None
+    """The member's foundation, for a conversation whose first unit never committed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefuseIntent:
+    """A cluster's sequencer refuses an open intent it will never certify (cluster.md §5.2,
+    §5.4: its conversation is set aside, or it was bound with another membership): the
+    intent becomes `refused` where it is still `open`, and nothing happens where it is not.
+    Only a cluster's PostgreSQL store takes it; every other store refuses it."""
+
+    agent_id: str
+    post_id: str
+
+
+NOT_A_CLUSTER: Final = (
+    "releasing partitions and setting conversations aside as rows are a cluster's writes; "
+    "this store is not a cluster's"
+)
+"""Why a store outside a cluster refuses `ReleasePartitions`, `SetAsideRow` and `RefuseIntent`
+(a defect in its caller)."""
 
 
 Write: TypeAlias = (
@@ -486,6 +528,8 @@ Write: TypeAlias = (
     | SetSendOutcome
     | ReplaceInboxItem
     | ReleasePartitions
+    | SetAsideRow
+    | RefuseIntent
 )
 
 
@@ -514,6 +558,23 @@ class ConversationRow:
     anchor_hash: str
     head: str | None
     depth: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredConversation(ConversationRow):
+    """A member's row of a conversation as a cluster's read returns it: with the reason it
+    was set aside (cluster.md §5.4), None while it is served."""
+
+    set_aside: str | None = None
+
+
+def set_aside_reason(rows: Iterable[ConversationRow]) -> str | None:
+    """The reason a cluster's sequencer set this conversation aside, from any member's row
+    (cluster.md §5.4); None when no row says so (every row outside a cluster)."""
+    for row in rows:
+        if isinstance(row, StoredConversation) and row.set_aside is not None:
+            return row.set_aside
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

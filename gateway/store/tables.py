@@ -523,7 +523,7 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
                     records.InboxState.UNREAD.value,
                 ),
             )
-        case records.ReleasePartitions():
+        case records.ReleasePartitions() | records.SetAsideRow() | records.RefuseIntent():
             raise ConstraintViolation(records.NOT_A_CLUSTER)
         case _:
             assert_never(write)

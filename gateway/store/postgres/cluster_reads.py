@@ -10,6 +10,7 @@ row types, enum members, bytes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from typing import Final
 
@@ -27,14 +28,21 @@ _OPEN_INTENTS: Final = (
 async def read_conversation_rows(
     connection: Connection, conversation_id: str
 ) -> dict[str, records.ConversationRow]:
-    """Every member's row of a conversation, by AgentId."""
+    """Every member's row of a conversation, by AgentId, with the reason it was set aside
+    (`StoredConversation`, cluster.md §5.4)."""
     rows = await rows_of(
         connection,
-        f"SELECT agent_id, {_CONVERSATIONS.columns} FROM conversations "  # noqa: S608 - fixed columns
+        f"SELECT agent_id, set_aside, {_CONVERSATIONS.columns} FROM conversations "  # noqa: S608 - fixed columns
         "WHERE conversation_id = %s",
         (conversation_id,),
     )
-    return {str(row[0]): _CONVERSATIONS.read(row[1:]) for row in rows}
+    return {
+        str(row[0]): records.StoredConversation(
+            **dataclasses.asdict(_CONVERSATIONS.read(row[2:])),
+            set_aside=None if row[1] is None else str(row[1]),
+        )
+        for row in rows
+    }
 
 
 async def read_open_intents_of(

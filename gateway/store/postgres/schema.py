@@ -60,8 +60,10 @@ SCHEMA_VERSION: Final = 3
 2: `sends.bound` and `sends.resumable`: a keyed send's bind writes what it bound into its
 row, so a reservation a restart cut is resumed (engine.md §9.1).
 3: cluster mode's tables and columns (cluster.md §3.6): `replicas`, `partitions`, the
-partition columns and their partial indexes, `harness_commit_order`, and the backstops
-against certifying or delivering twice. Network-mode rows keep NULL partition columns."""
+partition columns and their partial indexes, `harness_commit_order`, the backstops
+against certifying or delivering twice (with `harness_stale`, which a cluster's conditional
+writes call when they match no row), and `conversations.set_aside` (the reason a cluster's
+sequencer set a conversation aside). Network-mode rows keep NULL partition columns."""
 
 META_TABLE: Final = "harness_meta"
 """The table of schema-wide facts; its presence marks a harness-gateway database."""
@@ -112,6 +114,14 @@ _DELIVERIES_CLUSTER: Final = (
 _CONVERSATIONS_CLUSTER: Final = (
     # A sequencer loads a conversation from every member's row (cluster.md §5.2).
     "CREATE INDEX conversations_by_conversation ON conversations (conversation_id)"
+)
+_STALE: Final = (
+    # A cluster's conditional writes (a head `WHERE depth = $old`, an intent completion `WHERE
+    # state = 'open'`, cluster.md §5.2) call it when they match no row: the unit fails alone
+    # as a constraint violation and the sequencer rebuilds the conversation from rows.
+    "CREATE FUNCTION harness_stale(what TEXT) RETURNS INTEGER LANGUAGE plpgsql AS $$ BEGIN "
+    "RAISE EXCEPTION 'stale unit: %', what USING ERRCODE = 'integrity_constraint_violation'; "
+    "END $$"
 )
 _RECORDS_BACKSTOP: Final = (
     # Backstop against certifying one post twice at one member (cluster.md §5.2).
@@ -164,8 +174,10 @@ DDL: Final = (
         anchor_hash TEXT NOT NULL,
         head TEXT,
         depth BIGINT NOT NULL,
+        set_aside TEXT,
         PRIMARY KEY (agent_id, conversation_id))""",
     _CONVERSATIONS_CLUSTER,
+    _STALE,
     """CREATE TABLE post_intents (
         agent_id TEXT NOT NULL,
         post_id TEXT NOT NULL,
@@ -319,6 +331,8 @@ def _cluster_columns() -> Migration:
             "ALTER TABLE identities ADD COLUMN home_partition INTEGER",
             *_IDENTITIES_CLUSTER,
             _CONVERSATIONS_CLUSTER,
+            "ALTER TABLE conversations ADD COLUMN set_aside TEXT",
+            _STALE,
             "ALTER TABLE post_intents ADD COLUMN seq_partition INTEGER",
             "ALTER TABLE post_intents ADD COLUMN descriptor BYTEA",
             *_INTENTS_CLUSTER,

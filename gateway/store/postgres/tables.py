@@ -37,6 +37,7 @@ from gateway.store.layout import (
     elide_membership,
     record_row,
 )
+from gateway.store.postgres import cluster_writes
 from gateway.store.postgres.connection import Connection
 
 if TYPE_CHECKING:
@@ -335,9 +336,16 @@ def _plan(
                 )
             )
         case records.PutConversation():
-            out.append(_CONVERSATIONS.put(write.row(), key=write.agent_id))
+            if write.moved_from is None:
+                out.append(_CONVERSATIONS.put(write.row(), key=write.agent_id))
+            else:
+                out.extend(cluster_writes.conversation(write))
         case records.PutIntent():
-            out.append(_INTENTS.put(write.row(), key=write.agent_id, extra=_intent_columns(write)))
+            if write.from_open:
+                out.append(cluster_writes.complete_open(write))
+            else:
+                extra = _intent_columns(write)
+                out.append(_INTENTS.put(write.row(), key=write.agent_id, extra=extra))
         case records.PutLock():
             out.append(_LOCKS.put(write.row(), key=write.agent_id))
         case records.PutStaged():
@@ -485,6 +493,14 @@ def _plan(
                     ),
                 )
             )
+        case records.SetAsideRow():
+            if partitions is None:
+                raise ConstraintViolation(records.NOT_A_CLUSTER)
+            out.extend(cluster_writes.set_aside(write))
+        case records.RefuseIntent():
+            if partitions is None:
+                raise ConstraintViolation(records.NOT_A_CLUSTER)
+            out.append(cluster_writes.refuse_open(write))
         case records.ReleasePartitions():
             if partitions is None:
                 raise ConstraintViolation(records.NOT_A_CLUSTER)

@@ -79,6 +79,8 @@ UNDO_VERSION_3 = (
     "DROP INDEX identities_by_home",
     "ALTER TABLE identities DROP COLUMN home_partition",
     "DROP INDEX conversations_by_conversation",
+    "ALTER TABLE conversations DROP COLUMN set_aside",
+    "DROP FUNCTION harness_stale(TEXT)",
     "DROP INDEX post_intents_sequencing",
     "DROP INDEX post_intents_by_post",
     "ALTER TABLE post_intents DROP COLUMN seq_partition",

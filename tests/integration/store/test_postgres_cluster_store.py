@@ -7,6 +7,7 @@ cluster's reads return what the rows say."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ from gateway.store.postgres.membership import PartitionCountMismatch, PostgresMe
 from gateway.store.postgres.schema import CLUSTER_OWNER, setup_cluster
 from gateway.store.postgres.writer import IncarnationFence
 from gateway.store.records import (
-    ConversationRow,
     DeliveryState,
     IdentityRow,
     IntentRow,
@@ -41,8 +41,11 @@ from gateway.store.records import (
     PutIntent,
     PutRecord,
     PutToken,
+    RefuseIntent,
     ReleasePartitions,
+    SetAsideRow,
     SetDeliveryState,
+    StoredConversation,
     Write,
 )
 from gateway.store.sqlite_store import SqliteStore
@@ -528,7 +531,7 @@ async def test_conversation_rows_are_every_members_row(postgres_server: Postgres
         )
         rows = await cluster.store.conversation_rows("cnv-1")
         assert sorted(rows) == sorted([A, B])
-        assert rows[A] == ConversationRow(
+        assert rows[A] == StoredConversation(
             conversation_id="cnv-1",
             descriptor=b"d",
             membership_hash="m",
@@ -536,6 +539,7 @@ async def test_conversation_rows_are_every_members_row(postgres_server: Postgres
             anchor_hash="ah",
             head=None,
             depth=0,
+            set_aside=None,
         )
         assert await cluster.store.conversation_rows("cnv-none") == {}
 
@@ -650,3 +654,135 @@ async def test_identities_in_partitions_and_one_identity_are_read_as_stored(
             agent_id=B, agent_name="bob", signed_card=b"{}", seed=b"sealed", created_at="t"
         )
         assert await cluster.store.identity(RandomId.AGENT.mint()) is None
+
+
+# --- the sequencer's backstops and set-aside rows (cluster.md §5.2, §5.4) -------------------
+
+
+def moved(
+    agent_id: str, head: str | None, depth: int, moved_from: int, *, membership: str = "m"
+) -> PutConversation:
+    return dataclasses.replace(
+        conversation(agent_id, "cnv-1"),
+        membership_hash=membership,
+        head=head,
+        depth=depth,
+        moved_from=moved_from,
+    )
+
+
+async def heads(cluster: Cluster) -> dict[str, tuple[str | None, int, str]]:
+    rows = await cluster.store.conversation_rows("cnv-1")
+    return {agent: (row.head, row.depth, row.membership_hash) for agent, row in rows.items()}
+
+
+async def test_a_head_moves_only_from_the_depth_its_unit_was_built_on(
+    postgres_server: PostgresServer,
+) -> None:
+    async with cluster_store(postgres_server) as cluster:
+        await cluster.store.apply([moved(A, "rh-1", 1, 0), moved(B, "rh-1", 1, 0)])
+        assert await heads(cluster) == {A: ("rh-1", 1, "m"), B: ("rh-1", 1, "m")}
+        results = await asyncio.gather(
+            # Built on GENESIS again (memory older than the rows): stale, and alone.
+            cluster.store.apply([moved(A, "rh-x", 1, 0), moved(B, "rh-x", 1, 0)]),
+            cluster.store.apply([moved(A, "rh-2", 2, 1), moved(B, "rh-2", 2, 1)]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], ConstraintViolation)
+        assert "stale unit: the head moved" in str(results[0])
+        assert results[1] is None
+        assert await heads(cluster) == {A: ("rh-2", 2, "m"), B: ("rh-2", 2, "m")}
+        with pytest.raises(ConstraintViolation, match="stale unit"):
+            await cluster.store.apply([moved(A, "rh-3", 3, 1)])  # someone else moved it
+        assert cluster.fatal.errors == []
+
+
+async def test_a_foundation_at_genesis_keeps_the_stored_one_and_no_head_moves_on_another(
+    postgres_server: PostgresServer,
+) -> None:
+    async with cluster_store(postgres_server) as cluster:
+        await cluster.store.apply([moved(A, None, 0, 0)])  # a bind's foundation alone
+        await cluster.store.apply([moved(A, None, 0, 0, membership="other")])
+        assert await heads(cluster) == {A: (None, 0, "m")}
+        with pytest.raises(ConstraintViolation, match="stale unit"):
+            await cluster.store.apply([moved(A, "rh-1", 1, 0, membership="other")])
+        assert await heads(cluster) == {A: (None, 0, "m")}
+
+
+async def test_an_intent_completes_only_while_it_is_open(postgres_server: PostgresServer) -> None:
+    async with cluster_store(postgres_server) as cluster:
+        await cluster.store.apply([intent(A, "p-1", 1)])
+        completion = dataclasses.replace(
+            intent(A, "p-1", 1, state=IntentState.COMPLETED, record_hash="rh-1"), from_open=True
+        )
+        await cluster.store.apply([completion])
+        [(_, _, state, record_hash)] = await cluster.store.intent_states(["p-1"])
+        assert (state, record_hash) == (IntentState.COMPLETED, "rh-1")
+        again = dataclasses.replace(completion, record_hash="rh-2")
+        with pytest.raises(ConstraintViolation, match="stale unit: the intent is not open"):
+            await cluster.store.apply([again])
+        [(_, _, state, record_hash)] = await cluster.store.intent_states(["p-1"])
+        assert (state, record_hash) == (IntentState.COMPLETED, "rh-1")
+
+
+async def test_a_conversation_set_aside_is_in_every_members_row_and_its_open_intents_refused(
+    postgres_server: PostgresServer,
+) -> None:
+    async with cluster_store(postgres_server) as cluster:
+        await cluster.store.apply(
+            [
+                moved(A, "rh-1", 1, 0),
+                intent(A, "p-1", 1),
+                intent(B, "p-2", 1, state=IntentState.COMPLETED, record_hash="rh-1"),
+            ]
+        )
+        await cluster.store.apply(
+            [
+                SetAsideRow(agent_id=A, conversation_id="cnv-1", reason="first"),
+                # B has no row yet: its foundation first.
+                SetAsideRow(
+                    agent_id=B,
+                    conversation_id="cnv-1",
+                    reason="first",
+                    foundation=moved(B, None, 0, 0),
+                ),
+                RefuseIntent(agent_id=A, post_id="p-1"),
+                RefuseIntent(agent_id=B, post_id="p-2"),  # not open: left as it is
+            ]
+        )
+        await cluster.store.apply(
+            [SetAsideRow(agent_id=A, conversation_id="cnv-1", reason="second")]
+        )
+        rows = await cluster.store.conversation_rows("cnv-1")
+        assert {agent: (row.depth, row.set_aside) for agent, row in rows.items()} == {
+            A: (1, "first"),
+            B: (0, "first"),
+        }
+        states = await cluster.store.intent_states(["p-1", "p-2"])
+        assert {post: state for _, post, state, _ in states} == {
+            "p-1": IntentState.REFUSED,
+            "p-2": IntentState.COMPLETED,
+        }
+        assert await cluster.store.open_intents_of("cnv-1") == []
+        with pytest.raises(ConstraintViolation, match="stale unit"):
+            await cluster.store.apply([moved(A, "rh-2", 2, 1)])  # set aside: no head moves
+
+
+async def test_set_aside_rows_and_refusals_are_refused_by_every_store_outside_a_cluster(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    for write in (
+        SetAsideRow(agent_id=A, conversation_id="cnv-1", reason="r"),
+        RefuseIntent(agent_id=A, post_id="p-1"),
+    ):
+        async with opened(postgres_server.create_database()) as network:
+            with pytest.raises(ConstraintViolation, match="cluster"):
+                await network.apply([write])
+        with pytest.raises(ConstraintViolation, match="cluster"):
+            await MemoryStore().apply([write])
+        sqlite = await SqliteStore.open(tmp_path / f"{type(write).__name__}.db")
+        try:
+            with pytest.raises(ConstraintViolation, match="cluster"):
+                await sqlite.apply([write])
+        finally:
+            await sqlite.close()
