@@ -24,7 +24,9 @@ Callers may rely on:
   database is refused with `ClusterModeMismatch` (naming `--cluster`).
 - `setup_cluster(dsn, ...)` makes an empty database a cluster's (or returns the cluster it
   already is) under the same lock; a network-mode database or an older version is refused
-  with `ClusterModeMismatch`, nothing written.
+  with `ClusterModeMismatch`, nothing written. Moving a network-mode database is
+  `cluster_migration.py`'s (cluster.md §12.2), which shares `setup_locked` and
+  `write_cluster_meta`.
 """
 
 from __future__ import annotations
@@ -556,8 +558,8 @@ async def read_cluster_meta(connection: Connection, store: str) -> ClusterMeta:
         raise ClusterModeMismatch(
             store,
             "the database is not set up for a cluster; run `harness-gateway migrate "
-            "--cluster` on an empty database first (moving a network-mode database into a "
-            "cluster is not built yet)",
+            "--cluster` first (on an empty database, or on a network-mode one with every "
+            "network daemon stopped, cluster.md §12.2)",
         )
     cursor = await connection.execute(
         "SELECT value FROM owner_meta WHERE owner = %s AND key = %s",
@@ -577,7 +579,7 @@ async def read_cluster_meta(connection: Connection, store: str) -> ClusterMeta:
     )
 
 
-async def _network_rows(connection: Connection) -> bool:
+async def network_rows(connection: Connection) -> bool:
     """Whether a network daemon has used the database: an identity or an owner's lease."""
     cursor = await connection.execute(
         "SELECT EXISTS (SELECT 1 FROM identities) OR EXISTS (SELECT 1 FROM leases)"
@@ -586,7 +588,7 @@ async def _network_rows(connection: Connection) -> bool:
     return row is not None and bool(row[0])
 
 
-async def _setup_locked(
+async def setup_locked(
     connection: Connection, store: str, *, partitions: int, key_check: str
 ) -> ClusterMeta:
     """Inside the caller's transaction: take the migrate lock, then set up or read."""
@@ -600,22 +602,41 @@ async def _setup_locked(
             meta = await _meta(connection)
             if meta.get(MODE_KEY) == CLUSTER_MODE:
                 return await read_cluster_meta(connection, store)
-            if await _network_rows(connection):
+            if await network_rows(connection):
                 raise ClusterModeMismatch(
                     store,
                     "the database is a network-mode store (it holds identities or owner "
-                    "leases); moving a network-mode database into a cluster is not built yet",
+                    "leases); stop every network daemon and run `harness-gateway migrate "
+                    "--cluster` to move it into a cluster (cluster.md §12.2)",
                 )
         case SchemaState.OLDER:
             raise ClusterModeMismatch(
                 store,
                 f"the database has schema version {status.found_value}; run "
-                f"`harness-gateway migrate --store {store}` first (moving a network-mode "
-                "database into a cluster is not built yet)",
+                f"`harness-gateway migrate --store {store}` first, then `migrate --cluster`",
             )
         case SchemaState.REFUSED:
             raise refusal(status, store)
-    local_instance_id = RandomId.ROUTER_INSTANCE.mint()
+    return await write_cluster_meta(
+        connection,
+        store,
+        partitions=partitions,
+        key_check=key_check,
+        local_instance_id=RandomId.ROUTER_INSTANCE.mint(),
+    )
+
+
+async def write_cluster_meta(
+    connection: Connection,
+    store: str,
+    *,
+    partitions: int,
+    key_check: str,
+    local_instance_id: str,
+) -> ClusterMeta:
+    """Inside the caller's transaction: what makes a database a cluster's (cluster.md
+    §12.1) — `harness_meta`'s mode, P and key check, the cluster's local instance id, the
+    partition rows."""
     await connection.execute(
         "INSERT INTO harness_meta (key, value) VALUES (%s, %s), (%s, %s), (%s, %s)",
         (
@@ -663,7 +684,7 @@ async def setup_cluster(
     connection = await settings.connect("migrate")
     try:
         async with connection.transaction():
-            return await _setup_locked(
+            return await setup_locked(
                 connection, settings.redacted, partitions=partitions, key_check=key_check
             )
     except psycopg.Error as error:
