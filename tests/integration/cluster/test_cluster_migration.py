@@ -243,6 +243,14 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
             assert "carol to alice, in the cluster" in texts(await delivered(alice, 3))
             await send(erin, "bob", "erin to bob, in the cluster")
             assert "erin to bob, in the cluster" in texts(await delivered(bob, 3))
+            # The conversation with an agent outside the cluster stays set aside.
+            # (refused with no effect, so the client tries again until its deadline)
+            with pytest.raises(harness_client.SendError) as refused:
+                await alice.send(
+                    MessageInput(to="agent:dave", text="alice to dave, from the cluster"),
+                    deadline=3.0,
+                )
+            assert refused.value.reason == "certification-unavailable", refused.value
             await send(alice, "erin", "alice to erin, a new conversation")
             assert texts(await delivered(erin, 2))[1] == "alice to erin, a new conversation"
     # The chain continues: the cluster's first post in alice and bob's conversation follows

@@ -125,7 +125,9 @@ async def test_a_network_mode_database_is_refused_by_set_up_and_left_untouched(
     async with opened(dsn) as store:
         await store.apply([identity(A, "alice")])
     before = meta(postgres_server, dsn)
-    with pytest.raises(ClusterModeMismatch, match="not built yet"):
+    with pytest.raises(
+        ClusterModeMismatch, match="run `harness-gateway migrate --cluster` to move it"
+    ):
         await setup_cluster(dsn, partitions=8, key_check="k")
     assert meta(postgres_server, dsn) == before
     assert database_sql(postgres_server, dsn, "SELECT count(*) FROM partitions").strip() == "0"
