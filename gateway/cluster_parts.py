@@ -39,8 +39,13 @@ from gateway.registry.postgres import PostgresRegistry, read_signing_seed
 from gateway.replica import ClusterReplica, ClusterRoutes, ClusterSequencing
 from gateway.rpc.cluster_client import ClusterHintClient
 from gateway.rpc.cluster_service import ClusterPeerService
-from gateway.rpc.forward import ForwardingInterceptor, ForwardObserver, HomeChannels
-from gateway.rpc.peer import PeerGuard, open_peer_channel, read_peer_token
+from gateway.rpc.forward import (
+    ForwardingInterceptor,
+    ForwardObserver,
+    HomeChannels,
+    open_home_channel,
+)
+from gateway.rpc.peer import PeerGuard, read_peer_token
 from gateway.rpc.server import ENDPOINT_SERVICE, MANAGEMENT_SERVICE, ServiceBinding
 from gateway.rpc.tls import peer_channel_credentials
 from gateway.settings import Settings
@@ -129,11 +134,8 @@ class ClusterBase:
         # One close for everything below, last opened first: pushed onto the root's stack
         # for a failed start, called by the shutdown after the store closed otherwise.
         opened.push_async_callback(closing.aclose)
-        channels = HomeChannels(
-            lambda target: open_peer_channel(
-                f"grpcs://{target}" if tls is not None else target, tls=tls
-            )
-        )
+        # The peer keepalive finds a home that vanished without a reset (cluster.md §9.1).
+        channels = HomeChannels(lambda target: open_home_channel(target, tls=tls))
         closing.push_async_callback(channels.close)
         client = ClusterHintClient.connect(
             replica_id=settings.replica, peer_token=peer_token, channels=channels

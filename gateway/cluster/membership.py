@@ -33,7 +33,8 @@ which runs three loops: beats, the lease watch and claim passes. Callers may rel
   its writer after that partition's last unit (cluster.md §3.2) and then calls
   `released(partition)`; until then the partition stays here.
 - **Routing**: `route(p)` answers from the last view (or from this replica's own holdings): the
-  live holder's id, address and epoch, or None when no live replica holds p. The view is read
+  live holder's id, address and epoch, or None when no live replica holds p or its holder's
+  beat is older than `ROUTE_BEAT_AGE` (cluster.md §9.1). The view is read
   every `claim_interval`; `await refresh()` reads one now (concurrent callers share a read that
   started after they asked), `refresh_soon()` asks the loop to read one at once. `holds(p,
   epoch)` says whether this incarnation holds p at exactly that epoch.
@@ -57,6 +58,7 @@ from typing import Final, TypeVar
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.cluster.partitions import assignment, rendezvous_owner
+from gateway.cluster.routing import ROUTE_BEAT_AGE
 from gateway.cluster.table import MembershipTable, MembershipUnavailable, View
 
 logger = logging.getLogger(__name__)
@@ -357,7 +359,8 @@ class Membership:
         return live and self._owned.get(partition) == epoch
 
     def route(self, partition: int) -> Route | None:
-        """Where `partition` is answered, or None when no live replica holds it."""
+        """Where `partition` is answered, or None when no live replica holds it or its
+        holder's beat is older than `ROUTE_BEAT_AGE`."""
         epoch = self._owned.get(partition)
         if epoch is not None:
             return Route(self.replica_id, self.address, epoch)
@@ -366,6 +369,8 @@ class Membership:
         row = self._view.partitions[partition]
         holder = self._view.live_holder(row)
         if holder is None or holder.replica_id == self.replica_id:
+            return None
+        if holder.beat_age > ROUTE_BEAT_AGE:  # maybe a vanished node (cluster.md §9.1)
             return None
         return Route(holder.replica_id, holder.address, row.epoch)
 

@@ -14,6 +14,9 @@ rows; it asks a `HomeRoutes` two questions:
 
 `routes.refresh()` is called after a home refused NOT_OWNER, so the next answer reflects the
 partitions table as it is now, not as it was cached.
+
+A holder whose beat is older than `ROUTE_BEAT_AGE` is not routed to (cluster.md §9.1): the
+membership's `route(p)` answers as while no live replica holds p.
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ class Local(enum.Enum):
 
 HERE: Final = Local.HERE
 """Answer the call here."""
+
+ROUTE_BEAT_AGE: Final = 3.0
+"""Seconds since its last beat (database time, as the last view read it) past which a holder
+gets no forwarded call and no hint (cluster.md §9.1). Two beat intervals (1.5 s) missed: a
+home that vanished without resetting its connections (SIGSTOP, a lost node) is skipped well
+before its lease (6 s) lets another replica claim its partitions. Its agents' calls are then
+answered as while nobody holds their partition: UNAVAILABLE `NOT_OWNER` before any effect,
+and the client retries until the new home has claimed it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,7 @@ def parse_route(text: str) -> tuple[int, int] | None:
 
 __all__ = [
     "HERE",
+    "ROUTE_BEAT_AGE",
     "HomeRoutes",
     "Local",
     "Placement",

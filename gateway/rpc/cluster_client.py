@@ -8,9 +8,10 @@ cluster's peer token, `harness-version`) and `from_replica` set to this replica'
 
 Channels come from a `HomeChannels` (`gateway/rpc/forward.py`): one per address, the least
 recently used closed beyond its bound. Hints go to the same agent port forwarded calls do,
-so a replica may share the forwarder's; without one the client opens its own with
-`open_peer_channel` and closes it in `close()`. The call does not wait for a connection
-(`wait_for_ready=False`): a target that is down fails at once, not at the deadline.
+so a replica may share the forwarder's; without one the client opens its own, pinging as the
+cluster's peer channels do (`open_home_channel`, cluster.md §9.1), and closes them in
+`close()`. The call does not wait for a connection (`wait_for_ready=False`): a target that
+is down fails at once, not at the deadline.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from harness_contract._gen.harness.v1 import cluster_pb2, cluster_pb2_grpc
 
 from gateway.closing import AsyncClosing
 from gateway.cluster.hints import HintUnsent
-from gateway.rpc.forward import HomeChannels
+from gateway.rpc.forward import HomeChannels, open_home_channel
 from gateway.rpc.keepalive import KeepalivePolicy
 from gateway.rpc.peer import (
     answered_version,
@@ -82,11 +83,14 @@ class ClusterHintClient(AsyncClosing):
 
         With `channels` it uses (and never closes) the caller's; otherwise it opens its own:
         TLS with `tls` when given (`tls.peer_channel_credentials`), plaintext otherwise,
-        pinging as `keepalive` says."""
+        pinging as `keepalive` says (by default as the cluster's peer channels do,
+        `CLUSTER_PEER_KEEPALIVE`)."""
         if channels is not None:
             return cls(channels, replica_id=replica_id, peer_token=peer_token, owns_channels=False)
 
         def open_channel(address: str) -> grpc.aio.Channel:
+            if keepalive is None:
+                return open_home_channel(address, tls=tls)
             if tls is None:
                 return open_peer_channel(address, keepalive=keepalive)
             return open_peer_channel(

@@ -25,7 +25,11 @@ Callers may rely on:
   UNAVAILABLE and a stream's cut ends it UNAVAILABLE (its client reconnects and
   unacknowledged items replay with their tokens).
 - Channels to homes are cached per address (at most `MAX_CHANNELS`, the least recently used
-  closed first) and closed by `close()`.
+  closed first) and closed by `close()`. `open_home_channel` opens them with the cluster's
+  peer keepalive (cluster.md §9.1): a forwarded call, a `Messages` stream included, whose
+  home stops answering pings (a SIGSTOPped or lost node, no RST) is cut within about 7 s
+  and ends as a cut above, so its client reconnects, through the Service, to whichever
+  replica then forwards it to the new home.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ from harness_contract.errors import SendError, SendErrorReason, UnavailableError
 from gateway.cluster.routing import HERE, HomeRoutes, Remote, parse_route, route_text
 from gateway.rpc.auth import AUTHORIZATION_KEY, BEARER_SCHEME
 from gateway.rpc.errors import Context
+from gateway.rpc.keepalive import CLUSTER_PEER_KEEPALIVE
+from gateway.rpc.peer import open_peer_channel, peer_target
+from gateway.settings import PEER_TLS_SCHEME
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +112,18 @@ class ForwardObserver:
 
     def on_forward(self, method: str, outcome: str) -> None:
         """A forwarded call ended: `ok`, the status code's name, `not-owner` or `cut`."""
+
+
+def open_home_channel(
+    address: str, *, tls: grpc.ChannelCredentials | None = None
+) -> grpc.aio.Channel:
+    """A channel to the agent port of the replica at `address` (`HOST:PORT`): TLS with `tls`
+    when given, plaintext otherwise, pinging as `CLUSTER_PEER_KEEPALIVE` says; no I/O yet."""
+    if tls is None:
+        return open_peer_channel(address, keepalive=CLUSTER_PEER_KEEPALIVE)
+    return open_peer_channel(
+        f"{PEER_TLS_SCHEME}{peer_target(address)}", tls=tls, keepalive=CLUSTER_PEER_KEEPALIVE
+    )
 
 
 class HomeChannels:
@@ -560,4 +579,5 @@ __all__ = [
     "ForwardObserver",
     "ForwardingInterceptor",
     "HomeChannels",
+    "open_home_channel",
 ]

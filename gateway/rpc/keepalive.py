@@ -6,6 +6,14 @@ end, so the two can never be chosen apart. `from_settings(settings)` is the poli
 process: its server accepts `keepalive_min_client_interval`, and both its server and its
 peer clients (Router and Registry channels) ping every `keepalive_time`.
 
+A cluster's peer channels (forwarding to a home and hints, cluster.md §9.1) ping faster, as
+`CLUSTER_PEER_KEEPALIVE` says: every `CLUSTER_PEER_TIME` while a call is open, so a home that
+vanished without resetting its connections (SIGSTOP, a lost node: its kernel still acknowledges
+TCP, or nothing answers at all) is found within `CLUSTER_PEER_TIME + CLUSTER_PEER_TIMEOUT`
+instead of when TCP gives up minutes later. A replica's server therefore accepts pings
+`CLUSTER_PEER_KEEPALIVE.min_client_interval` apart (`from_settings` with `cluster` set), which
+agents' clients, pinging every 30 s, never come near.
+
 The rule that keeps `GOAWAY ENHANCE_YOUR_CALM too_many_pings` away: a client pings at least
 `CLIENT_INTERVAL_MARGIN` times the interval the server accepts. The server counts a strike
 for every client PING that arrives sooner than its accepted interval after the previous one
@@ -56,6 +64,7 @@ PERMIT_WITHOUT_CALLS: Final = "grpc.keepalive_permit_without_calls"
 MAX_PINGS_WITHOUT_DATA: Final = "grpc.http2.max_pings_without_data"
 MIN_RECV_PING_INTERVAL: Final = "grpc.http2.min_ping_interval_without_data_ms"
 MAX_PING_STRIKES_ARG: Final = "grpc.http2.max_ping_strikes"
+PING_TIMEOUT: Final = "grpc.http2.ping_timeout_ms"
 OPTION_NAMES: Final = (
     KEEPALIVE_TIME,
     KEEPALIVE_TIMEOUT,
@@ -63,6 +72,7 @@ OPTION_NAMES: Final = (
     MAX_PINGS_WITHOUT_DATA,
     MIN_RECV_PING_INTERVAL,
     MAX_PING_STRIKES_ARG,
+    PING_TIMEOUT,
 )
 """Every channel argument this module sets (gRPC ignores unknown names silently)."""
 
@@ -90,6 +100,14 @@ class KeepalivePolicy:
     """Fastest client ping interval the server accepts without a strike."""
     max_ping_strikes: int = MAX_PING_STRIKES
     """Strikes tolerated before GOAWAY `too_many_pings` (0: never)."""
+    permit_without_calls: bool = True
+    """Whether clients ping with no call open (`grpc.keepalive_permit_without_calls`)."""
+    ping_timeout: float | None = None
+    """Seconds a client's ping may go unanswered before its connection is closed
+    (`grpc.http2.ping_timeout_ms`), or None for C-core's 60 s. grpcio 1.85's C-core closes a
+    connection whose keepalive ping is unanswered only after this timeout, whatever
+    `client_timeout` says (`tests/integration/cluster/test_cluster_keepalive.py` fails
+    without it)."""
 
     def __post_init__(self) -> None:
         for name in ("client_time", "client_timeout", "server_time", "server_timeout"):
@@ -99,6 +117,8 @@ class KeepalivePolicy:
             raise ValueError(
                 f"keepalive min_client_interval must be positive, got {self.min_client_interval}"
             )
+        if self.ping_timeout is not None and not self.ping_timeout > 0:
+            raise ValueError(f"keepalive ping_timeout must be positive, got {self.ping_timeout}")
         if self.max_ping_strikes < 0:
             raise ValueError(f"max_ping_strikes must not be negative, got {self.max_ping_strikes}")
         if self.client_time < CLIENT_INTERVAL_MARGIN * self.min_client_interval:
@@ -115,13 +135,17 @@ class KeepalivePolicy:
     def from_settings(cls, settings: Settings) -> KeepalivePolicy:
         """The policy of one process: its server accepts `keepalive_min_client_interval`,
         its server and its peer clients ping every `keepalive_time` and wait
-        `keepalive_timeout` for the acknowledgement."""
+        `keepalive_timeout` for the acknowledgement. A cluster replica's server accepts its
+        peers' faster pings too (`CLUSTER_PEER_KEEPALIVE`, cluster.md §9.1)."""
+        accepted = settings.keepalive_min_client_interval
+        if settings.cluster:
+            accepted = min(accepted, CLUSTER_PEER_KEEPALIVE.min_client_interval)
         return cls(
             client_time=settings.keepalive_time,
             client_timeout=settings.keepalive_timeout,
             server_time=settings.keepalive_time,
             server_timeout=settings.keepalive_timeout,
-            min_client_interval=settings.keepalive_min_client_interval,
+            min_client_interval=accepted,
         )
 
     def server_options(self) -> list[tuple[str, int]]:
@@ -140,16 +164,41 @@ class KeepalivePolicy:
 
     def client_options(self) -> list[tuple[str, int]]:
         """A client channel's keepalive channel arguments."""
-        return [
+        options = [
             (KEEPALIVE_TIME, _ms(self.client_time)),
             (KEEPALIVE_TIMEOUT, _ms(self.client_timeout)),
-            (PERMIT_WITHOUT_CALLS, 1),
+            (PERMIT_WITHOUT_CALLS, int(self.permit_without_calls)),
             # Without it a client stops pinging after two pings until data flows, and an
             # idle stream's half-open connection would go unnoticed.
             (MAX_PINGS_WITHOUT_DATA, 0),
         ]
+        if self.ping_timeout is not None:
+            options.append((PING_TIMEOUT, _ms(self.ping_timeout)))
+        return options
 
 
 DEFAULT_KEEPALIVE: Final = KeepalivePolicy()
 """The embedded defaults: clients every 30 s (10 s timeout), the server every 30 s, pings
 accepted 10 s apart, two strikes."""
+
+
+CLUSTER_PEER_TIME: Final = 5.0
+"""Seconds between the pings of a cluster's peer channels while a call is open (cluster.md
+§9.1)."""
+CLUSTER_PEER_TIMEOUT: Final = 2.0
+"""Seconds a cluster peer channel waits for a ping acknowledgement: a forwarded stream to a
+vanished home ends UNAVAILABLE within `CLUSTER_PEER_TIME + CLUSTER_PEER_TIMEOUT` (7 s)."""
+
+CLUSTER_PEER_KEEPALIVE: Final = KeepalivePolicy(
+    client_time=CLUSTER_PEER_TIME,
+    client_timeout=CLUSTER_PEER_TIMEOUT,
+    min_client_interval=CLUSTER_PEER_TIME / CLIENT_INTERVAL_MARGIN,
+    # An idle channel carries nothing to lose: a call opened on it is pinged at the next
+    # tick, so a dead connection still fails that call within 7 s, and N replicas' N × (N - 1)
+    # mostly idle channels do not ping each other for nothing.
+    permit_without_calls=False,
+    # Without it the unanswered ping is given C-core's 60 s, not `client_timeout`.
+    ping_timeout=CLUSTER_PEER_TIMEOUT,
+)
+"""The keepalive of a cluster's peer channels (forwarding and hints, cluster.md §9.1); its
+`min_client_interval` is what every replica's server accepts."""

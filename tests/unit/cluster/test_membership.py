@@ -20,6 +20,7 @@ from gateway.cluster.membership import (
     Route,
 )
 from gateway.cluster.partitions import assignment
+from gateway.cluster.routing import ROUTE_BEAT_AGE
 from gateway.cluster.table import (
     Joined,
     MembershipUnavailable,
@@ -361,6 +362,32 @@ async def test_a_newcomer_is_offered_its_partitions_once_it_served_one_ttl_and_g
         await membership.refresh()
         assert membership.route(first) is None
         assert membership.route(max(set(range(P)) - due)) == Route("a", "a:7443", 1)
+        assert host.lost == []
+    finally:
+        await membership.close()
+
+
+async def test_a_holder_whose_beat_is_older_than_three_seconds_is_not_routed_to() -> None:
+    # cluster.md §9.1: a node that vanished (SIGSTOP, lost) is skipped before its lease ends.
+    clock, host = FakeClock(), Host()
+    table = FakeTable(clock)
+    membership = await start(table, clock, host)
+    try:
+        b = await table.join("b", "b:7443")
+        await table.set_serving("b", b.incarnation, True)
+        table.rows[3] = ["b", b.incarnation, 1]
+        await membership.refresh()
+        assert membership.route(3) == Route("b", "b:7443", 1)
+        await step(clock, ROUTE_BEAT_AGE - 0.5)
+        await membership.refresh()
+        assert membership.route(3) == Route("b", "b:7443", 1)
+        await step(clock, 1.0)
+        await membership.refresh()
+        assert membership.route(3) is None
+        assert membership.status().unowned == P - 1  # still live: nobody may claim it yet
+        table.replicas["b"]["beat"] = clock.time()
+        await membership.refresh()
+        assert membership.route(3) == Route("b", "b:7443", 1)
         assert host.lost == []
     finally:
         await membership.close()

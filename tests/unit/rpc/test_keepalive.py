@@ -8,8 +8,15 @@ import grpc
 import pytest
 from harness_client import _channel
 
-from gateway.rpc.keepalive import DEFAULT_KEEPALIVE, OPTION_NAMES, KeepalivePolicy
+from gateway.rpc.keepalive import (
+    CLIENT_INTERVAL_MARGIN,
+    CLUSTER_PEER_KEEPALIVE,
+    DEFAULT_KEEPALIVE,
+    OPTION_NAMES,
+    KeepalivePolicy,
+)
 from gateway.rpc.peer import channel_options as peer_channel_options
+from gateway.rpc.server import server_options
 from gateway.settings import Settings
 
 
@@ -77,3 +84,32 @@ def test_an_extra_client_option_replaces_the_default_of_its_name():
     assert len(names) == len(set(names))
     assert dict(options)["grpc.keepalive_time_ms"] == 1_000
     assert dict(options)["grpc.x"] == 1
+
+
+def test_cluster_peer_channels_ping_every_5_s_with_a_2_s_timeout_while_a_call_is_open():
+    # cluster.md §9.1: a home that vanished without a reset is found within 7 s.
+    options = dict(peer_channel_options(CLUSTER_PEER_KEEPALIVE))
+    assert options["grpc.keepalive_time_ms"] == 5_000
+    assert options["grpc.keepalive_timeout_ms"] == 2_000
+    assert options["grpc.keepalive_permit_without_calls"] == 0
+    assert options["grpc.http2.max_pings_without_data"] == 0
+    # C-core gives an unanswered keepalive ping this timeout, not the keepalive timeout.
+    assert options["grpc.http2.ping_timeout_ms"] == 2_000
+
+
+def test_a_cluster_replicas_server_accepts_its_peers_pings_and_agents_clients_alike():
+    accepted = dict(server_options(Settings(cluster=True)))[
+        "grpc.http2.min_ping_interval_without_data_ms"
+    ]
+    assert accepted <= 5_000
+    # Each client pings at least twice the accepted interval, so no GOAWAY too_many_pings:
+    # the replicas' peer channels, and the agents' own clients with the shipped numbers.
+    for client_ping_ms in (
+        CLUSTER_PEER_KEEPALIVE.client_options()[0][1],
+        dict(_channel.channel_options())["grpc.keepalive_time_ms"],
+    ):
+        assert client_ping_ms >= CLIENT_INTERVAL_MARGIN * accepted
+    # Outside a cluster nothing changes.
+    assert dict(server_options(Settings()))["grpc.http2.min_ping_interval_without_data_ms"] == (
+        10_000
+    )
