@@ -16,8 +16,8 @@ left alone. A network-mode database is moved, offline and one way:
    conversation whose members are all cluster agents and whose anchor is not the cluster's
    local instance — the Router path's, and other owners' local ones — moves onto it (its
    outbox rows, locks, staged records and evidence discarded). A conversation with a member
-   outside the cluster (no identity row), or whose members' chains differ, is set aside:
-   left as it is and listed;
+   outside the cluster (no identity row), or whose members' chains differ, is set aside
+   (cluster.md §5.4: the reason in its members' rows, its open intents refused) and listed;
 4. the rows become a cluster's (`adopt`: owner, sealed seeds, partition columns, open
    intents placed at their sequencers, fences bumped, commit order moved past the old rows)
    and `harness_meta` says `mode = cluster`, P and the seed key check
@@ -228,7 +228,15 @@ async def _move(
         if conversation_id not in aside
         and (place := _place(conversation_id, descriptor, certifiers, partitions)) is not None
     ]
-    await adopt(connection, partitions=partitions, sealed=sealed, places=places)
+    await adopt(
+        connection,
+        partitions=partitions,
+        sealed=sealed,
+        places=places,
+        set_aside={
+            item.conversation_id: f"moved into a cluster: {item.reason}" for item in set_aside
+        },
+    )
     meta = await write_cluster_meta(
         connection,
         store,

@@ -15,8 +15,9 @@ holds its statements, each inside that transaction:
   offline: reads and `apply` on the migrating transaction (snapshots on a second, read-only
   session: `read_snapshot` runs its own transaction).
 - `adopt` makes the rows a cluster's: the owner `cluster`, sealed seeds, the partition
-  columns, every lease's fence bumped, the Router cursors dropped, `harness_commit_order`
-  past every stored commit sequence.
+  columns, the conversations the move set aside marked as a cluster marks them, every
+  lease's fence bumped, the Router cursors dropped, `harness_commit_order` past every
+  stored commit sequence.
 
 Every refusal is a `ClusterModeMismatch` whose text says what to do; nothing was changed.
 """
@@ -224,13 +225,16 @@ async def adopt(
     partitions: int,
     sealed: Mapping[str, bytes],
     places: Iterable[OpenIntentPlace],
+    set_aside: Mapping[str, str],
 ) -> None:
     """Make the rows a cluster's (cluster.md §3.6): every identity the cluster's, its seed
     `sealed[agent_id]`, its home partition stored; every pending delivery's home partition;
     each open intent of a cluster conversation placed at its sequencer (`places`); every
     lease's fence bumped, so a forgotten network daemon's next group fails (`engine.md`
     §8.7); the Router cursors dropped; the commit order past every stored commit sequence,
-    so the cluster's deliveries follow the old ones."""
+    so the cluster's deliveries follow the old ones. Each conversation of `set_aside`
+    (conversation id to reason) is set aside as a cluster's sequencer sets one aside
+    (cluster.md §5.4): the reason in every member's row, its open intents refused."""
     agents = list(sealed)
     homes = [home_partition(agent_id, partitions) for agent_id in agents]
     await connection.execute(
@@ -255,6 +259,18 @@ async def adopt(
             [place.seq_partition for place in placed],
             [place.descriptor for place in placed],
         ),
+    )
+    aside = list(set_aside)
+    await connection.execute(
+        "UPDATE conversations c SET set_aside = COALESCE(c.set_aside, u.reason) "
+        "FROM unnest(%s::text[], %s::text[]) AS u(conversation_id, reason) "
+        "WHERE c.conversation_id = u.conversation_id",
+        (aside, [set_aside[conversation_id] for conversation_id in aside]),
+    )
+    await connection.execute(
+        "UPDATE post_intents SET state = 'refused', descriptor = NULL "
+        "WHERE conversation_id = ANY(%s::text[]) AND state = 'open'",
+        (aside,),
     )
     await connection.execute("UPDATE leases SET fence = fence + 1")
     await connection.execute("DELETE FROM router_cursor")

@@ -198,6 +198,12 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
     [aside] = report["set_aside"]  # type: ignore[misc]
     assert "members outside the cluster" in aside["reason"]
     assert "moving 4 identities of 2 owners" in err
+    # Set aside as a cluster's sequencer sets a conversation aside (cluster.md §5.4).
+    assert await query(
+        dsn,
+        "SELECT agent_id, set_aside IS NOT NULL FROM conversations WHERE conversation_id = %s",
+        (aside["conversation_id"],),  # type: ignore[index]
+    ) == [(alice_id, True)]
     assert await query(dsn, "SELECT owner, fence FROM leases ORDER BY owner") == [
         (owner, fence + 1) for owner, fence in owners
     ]
