@@ -120,6 +120,7 @@ async def send(endpoint: harness_client.Endpoint, to: str, text: str) -> None:
     await asyncio.wait_for(endpoint.send(MessageInput(to=f"agent:{to}", text=text)), BOUND)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_history_and_chains(
     postgres_server: PostgresServer, tmp_path: Path
@@ -127,7 +128,10 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
     dsn = postgres_server.create_database("network")
     files = ClusterFiles.create(tmp_path / "cluster")
     tokens: dict[str, str] = {}
-    async with run_network(daemons=2, store=dsn) as network:
+    # A send waits 2 s for its certification, then answers delivery-pending, still bound.
+    async with run_network(
+        daemons=2, store=dsn, daemon_args=["--send-certify-timeout", "2s"]
+    ) as network:
         first, second = network.daemons
         # A daemon on its own (SQLite) store: its agent has a card but no identity row here.
         outside_dir = tmp_path / "outside"
@@ -168,6 +172,11 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
                 assert texts(await delivered(bob, 1)) == ["alice to bob, via the Router"]
                 assert texts(await delivered(carol, 1)) == ["alice to carol, locally"]
                 assert texts(await delivered(erin, 1)) == ["bob to erin, locally"]
+                # bob's daemon stops: alice's next post to him stays bound, not certified.
+                await second.stop()
+                with pytest.raises(harness_client.SendError) as pending:
+                    await send(alice, "bob", "alice to bob, while bob's daemon is down")
+                assert pending.value.reason == "delivery-pending", pending.value
         finally:
             await outside.close()
         # The cluster's Registry signs with the network Registry's key (cluster.md §1).
@@ -186,6 +195,12 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
         )
     )
     assert len(heads) == 1  # alice and bob's one conversation, on the Router path
+    [(conversation_id, old_head)] = heads.items()
+    open_intent = (
+        "SELECT seq_partition IS NOT NULL FROM post_intents WHERE agent_id = %s "
+        "AND conversation_id = %s AND state = 'open'"
+    )
+    assert await query(dsn, open_intent, (alice_id, conversation_id)) == [(False,)]
 
     code, report, err = await migrate_cluster(dsn, files.seed_key)
     assert code == 0, err
@@ -198,6 +213,11 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
     [aside] = report["set_aside"]  # type: ignore[misc]
     assert "members outside the cluster" in aside["reason"]
     assert "moving 4 identities of 2 owners" in err
+    # The open intent waits at its sequencer (cluster.md §5.1); the Router's outbox is gone.
+    assert await query(dsn, open_intent, (alice_id, conversation_id)) == [(True,)]
+    assert await query(
+        dsn, "SELECT count(*) FROM outbox WHERE conversation_id = %s", (conversation_id,)
+    ) == [(0,)]
     # Set aside as a cluster's sequencer sets a conversation aside (cluster.md §5.4).
     assert await query(
         dsn,
@@ -236,19 +256,24 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
             connected(replicas[1].address, tokens["erin"]) as erin,
         ):
             # The old history replays: the unacknowledged items of network mode.
-            assert texts(await delivered(bob, 1)) == ["alice to bob, via the Router"]
+            # The post bound in network mode certifies in the cluster.
+            assert texts(await delivered(bob, 2)) == [
+                "alice to bob, via the Router",
+                "alice to bob, while bob's daemon is down",
+            ]
             assert texts(await delivered(carol, 1)) == ["alice to carol, locally"]
             await send(alice, "bob", "alice to bob, in the cluster")
             await send(bob, "alice", "bob to alice, in the cluster")
-            assert texts(await delivered(bob, 2)) == [
+            assert texts(await delivered(bob, 3)) == [
                 "alice to bob, via the Router",
+                "alice to bob, while bob's daemon is down",
                 "alice to bob, in the cluster",
             ]
             assert "bob to alice, in the cluster" in texts(await delivered(alice, 2))
             await send(carol, "alice", "carol to alice, in the cluster")
             assert "carol to alice, in the cluster" in texts(await delivered(alice, 3))
             await send(erin, "bob", "erin to bob, in the cluster")
-            assert "erin to bob, in the cluster" in texts(await delivered(bob, 3))
+            assert "erin to bob, in the cluster" in texts(await delivered(bob, 4))
             # The conversation with an agent outside the cluster stays set aside.
             # (refused with no effect, so the client tries again until its deadline)
             with pytest.raises(harness_client.SendError) as refused:
@@ -261,14 +286,13 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
             assert texts(await delivered(erin, 2))[1] == "alice to erin, a new conversation"
     # The chain continues: the cluster's first post in alice and bob's conversation follows
     # the head network mode left, under the anchor the move completed.
-    [(conversation_id, old_head)] = heads.items()
     depth_rows = await query(
         dsn,
         f"SELECT {RECORD_COLUMNS} FROM {RECORD_FROM} "
         "WHERE r.agent_id = %s AND r.conversation_id = %s ORDER BY r.depth",
         (bob_id, conversation_id),
     )
-    assert len(depth_rows) == 4
+    assert len(depth_rows) == 5
     after_move = p.decode(record_row(depth_rows[2]).record, p.CertifiedRecord)
     action = after_move.action_certified_record.record_core.action
     assert action.previous_record_hash == old_head
