@@ -360,3 +360,20 @@ async def test_the_move_is_refused_listing_agent_names_two_owners_use(
         ("daemon-a",),
         ("daemon-b",),
     ]
+
+
+async def test_the_move_is_refused_naming_agents_whose_cards_are_not_in_the_database(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    dsn = postgres_server.create_database("cards")
+    files = ClusterFiles.create(tmp_path / "cluster")
+    # An embedded daemon keeps its Registry in its own SQLite file, not in this database.
+    daemon = await network_daemon(tmp_path, dsn, "daemon-a")
+    try:
+        await daemon.components.agents.register("alice")
+    finally:
+        await daemon.shutdown(skip_waits=True)
+    code, report, err = await migrate_cluster(dsn, files.seed_key)
+    assert (code, report) == (1, {})
+    assert "the Registry tables of this database hold no card for alice" in err
+    assert await query(dsn, "SELECT owner, length(seed) FROM identities") == [("daemon-a", 32)]
