@@ -66,6 +66,9 @@ HANDOVER_TIMEOUT: Final = 10.0
 """Seconds a release may wait for the partition's units in flight before releasing anyway
 (cluster.md §3.2): the writer commits in order, so waiting only keeps memory tidy."""
 
+FORGET_POLL: Final = 0.05
+"""Seconds between tries to drop a released partition's conversation whose unit is in flight."""
+
 MEMBERSHIP_CACHE: Final = 65_536
 """Conversations whose stored MembershipHash is remembered for binds sequenced elsewhere."""
 
@@ -103,6 +106,10 @@ class ClusterRows(Protocol):
     async def token(self, token_digest: str) -> tuple[str, bool] | None: ...
 
     async def apply(self, writes: Iterable[Write]) -> None: ...
+
+    def hold(self, partitions: Iterable[int]) -> None:
+        """These partitions are held now; the first call arms the store seam (cluster.md §3.2)."""
+        ...
 
 
 class HostingPort(Protocol):
@@ -332,12 +339,16 @@ class ClusterReplica:
         self._poller: asyncio.Task[None] | None = None
         self._claimed = asyncio.Lock()
         """Serialises claims and releases: a partition's agents are hosted or unhosted whole."""
+        # From here on the store refuses a unit of a partition not held (cluster.md §3.2).
+        rows.hold(membership.owned())
         sequencing.refused_here = settling.refuse
 
     # --- membership callbacks (cluster.md §3.2) --------------------------------------------
 
     def on_claimed(self, partitions: Mapping[int, int]) -> None:
         """Partitions were claimed: host their agents and pick up their work."""
+        # Before anything can submit a unit of them (the store seam, cluster.md §3.2).
+        self._rows.hold(partitions)
         self._spawn(self._take(frozenset(partitions)), "cluster-claim")
 
     def on_surplus(self, partitions: Collection[int]) -> None:
@@ -387,6 +398,18 @@ class ClusterReplica:
                 self._membership.released(partition)
             self._on_released(len(partitions))
             logger.info("partitions released count=%d", len(partitions))
+        if busy:
+            self._spawn(self._forget_later(busy), "cluster-forget")
+
+    async def _forget_later(self, conversation_ids: list[str]) -> None:
+        """Drop conversations of a released partition whose unit was still in flight at the
+        release: the store refuses that unit (`PartitionNotHeld`, cluster.md §3.2) or it
+        committed before the release; either way it ends and the conversation goes, and its
+        open intents certify at the new holder from rows."""
+        busy = self._order.forget(conversation_ids)
+        while busy:
+            await asyncio.sleep(FORGET_POLL)
+            busy = self._order.forget(busy)
 
     # --- the poll and the hints (cluster.md §3.4) -------------------------------------------
 

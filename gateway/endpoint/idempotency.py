@@ -51,6 +51,7 @@ from gateway.endpoint.api import (
     SendReturned,
     SendState,
 )
+from gateway.store.errors import PartitionNotHeld
 from gateway.store.port import Store
 from gateway.store.records import PutSend, SendRow, SetSendOutcome
 
@@ -258,6 +259,12 @@ class SendLedger:
             outcome = await execute()
         except (SendError, CollectiveError, FirewallSendError) as error:
             outcome = error
+        except PartitionNotHeld:
+            # The store refused the send's unit: this replica released the partition
+            # meanwhile (cluster.md §3.2). No outcome is stored: the reservation stays
+            # resumable, and the call, answered NOT_OWNER, resumes it at the new home (§8).
+            self._live.pop(key, None)
+            raise
         except Exception:
             logger.exception("a keyed send failed with a defect")
             outcome = SendError(SendErrorReason.OUTCOME_UNKNOWN)

@@ -27,7 +27,10 @@ Beyond the contract: a malformed request (`InvalidRequestError`), an invalid ide
 (`MALFORMED_REQUEST`, answered by `gateway/rpc/decoding.py` before any handler runs) and a
 management `invalid-name` or `invalid-address` are INVALID_ARGUMENT, `not-found` NOT_FOUND,
 `name-taken` ALREADY_EXISTS (each `ManagementErrorReason` declares its code). Not ready and
-shutting down carry a `RetryInfo` of one second: the call had no effect. The statuses are
+shutting down carry a `RetryInfo` of one second: the call had no effect. In a cluster, a call
+for an agent homed elsewhere (`NotHome`) or whose unit the store refused because its partition
+was released meanwhile (`PartitionNotHeld`, cluster.md §3.2) is UNAVAILABLE `NOT_OWNER`: it
+had no effect, and the forwarder retries it at the new home. The statuses are
 packed by `harness_contract.wire.status_of`, which the Python client reads back with
 `error_of_status`.
 """
@@ -64,6 +67,7 @@ from gateway.endpoint.api import (
     StreamEndReason,
 )
 from gateway.rpc.auth import AuthRefused, authentication_reason
+from gateway.store.errors import PartitionNotHeld
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +127,16 @@ def status_for(error: BaseException) -> status_pb2.Status | None:
                 UnavailableError(
                     UnavailableReason.NOT_OWNER,
                     "this replica is not the agent's home; retry (the call reaches its home)",
+                )
+            )
+        case PartitionNotHeld():
+            # The store seam refused the call's unit: its partition was released meanwhile
+            # (cluster.md §3.2); nothing of it was written, so it is retried at the new home.
+            return wire.status_of(
+                UnavailableError(
+                    UnavailableReason.NOT_OWNER,
+                    "this replica no longer holds the call's partition; retry (the call "
+                    "reaches its home)",
                 )
             )
         case StreamEnded(reason=StreamEndReason.SHUTDOWN):

@@ -7,6 +7,7 @@ the write it concerns is the point of the tree:
     StoreError                  base of every failure raised by `gateway.store`
     ├── DataDirLocked           another process holds `<data-dir>/LOCK`; nothing was opened
     ├── StoreClosed             refused: the store is closing or closed; nothing was written
+    │   └── PartitionNotHeld    refused: a cluster replica's unit for a partition it does not hold
     ├── StoreFailed             refused or abandoned after a fatal store error; nothing written
     │   ├── StoreUnavailable    PostgreSQL could not take the write; nothing written, retry later
     │   ├── StoreLeaseLost      another daemon took this owner's lease; this one must stop
@@ -68,6 +69,28 @@ class StoreClosed(StoreError):
     def __init__(self, what: str, state: str) -> None:
         self.state = state
         super().__init__(f"{what} is {state}")
+
+
+class PartitionNotHeld(StoreClosed):
+    """A cluster replica's store refused a unit that writes as a partition this replica does
+    not hold (cluster.md §3.2, the store seam): it was released by a unit submitted before
+    this one, or claimed again after this one was submitted (memory from an earlier holding).
+    Nothing of the unit was written; the rest of its group commits.
+
+    The store is closed to those partitions, hence a `StoreClosed`: whoever stops quietly at
+    a closing store (the sequencer, the classification pass) stops here too. A call whose
+    unit it was answers UNAVAILABLE `NOT_OWNER`, so the forwarder retries it at the new home;
+    a keyed send's reservation stays resumable (cluster.md §8). `partitions` are those of
+    the unit not held.
+    """
+
+    partitions: tuple[int, ...]
+
+    def __init__(self, partitions: tuple[int, ...]) -> None:
+        self.partitions = partitions
+        shown = ", ".join(str(partition) for partition in partitions)
+        noun = "partition" if len(partitions) == 1 else "partitions"
+        super().__init__(f"{noun} {shown}", "not held by this replica")
 
 
 class StoreFailed(StoreError):

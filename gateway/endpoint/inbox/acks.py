@@ -20,7 +20,7 @@ from harness_contract.kinds import DeliveryItem
 from harness_contract.values import AcknowledgeResult
 
 from gateway.endpoint.inbox.observer import AckResult, InboxObserver
-from gateway.store.errors import StoreError
+from gateway.store.errors import PartitionNotHeld, StoreError
 from gateway.store.port import Store
 from gateway.store.records import (
     AcknowledgeItem,
@@ -71,6 +71,10 @@ class AckApplier:
         if writes:
             try:
                 await self._store.apply(writes)
+            except PartitionNotHeld:
+                # The agent's partition was released meanwhile (cluster.md §3.2): nothing
+                # was written; the call answers NOT_OWNER and is retried at the new home.
+                raise
             except StoreError:
                 logger.exception("acknowledge write failed")
                 failed = True

@@ -21,7 +21,8 @@ is a cluster replica's store (cluster.md §3.6): no lease (the replica's incarna
 before, fences every group instead: `StoreFenced` is fatal, and an ambiguous COMMIT is resolved
 from the replica row), the owner `CLUSTER_OWNER` shared by every replica, identities and
 deliveries stored with their home partitions and the cluster's reads (`cluster_reads.py`)
-besides every `Store` read.
+besides every `Store` read. Once its replica arms the seam (`hold`), a unit writing as a
+partition the replica does not hold is refused `PartitionNotHeld` (cluster.md §3.2).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from gateway.store.postgres.connection import (
     Connection,
     ConnectSettings,
 )
+from gateway.store.postgres.held import HeldPartitions
 from gateway.store.postgres.lease import LEASE_RETRY_INTERVAL, Lease, LeaseState
 from gateway.store.postgres.membership import PartitionCountMismatch
 from gateway.store.postgres.writer import (
@@ -141,6 +143,8 @@ class PostgresStore(AsyncClosing):
         """The owner's durable local instance id (engine.md §5.10): never changes."""
         self.partitions: int | None = partitions
         """A cluster's P (cluster.md §2); None in network mode."""
+        self._held: HeldPartitions | None = None
+        """The partitions its replica holds, once `hold` armed the seam (cluster.md §3.2)."""
 
     @classmethod
     async def open(
@@ -360,13 +364,35 @@ class PostgresStore(AsyncClosing):
         """The writer's state (FAILED after a lost lease or damaged data)."""
         return self._writer.state
 
+    def hold(self, partitions: Iterable[int]) -> None:
+        """A cluster replica holds `partitions` now: a claim of them committed, or they are
+        what it holds when it arms the seam with its first call (cluster.md §3.2). From that
+        call on, a unit writing as a partition not held, or submitted before the claim that
+        holds it now, fails `PartitionNotHeld` with nothing written; a `ReleasePartitions`
+        unit gives its partitions up in submission order.
+
+        Raises:
+            StoreError: not a cluster's store.
+        """
+        if self.partitions is None:
+            raise StoreError("only a cluster replica's store holds partitions")
+        held = self._held
+        if held is None:
+            held = self._held = HeldPartitions(self.partitions)
+            self._writer.guard(held)
+        held.claim(partitions)
+
     async def apply(self, writes: Iterable[Write]) -> None:
-        """Commit `writes` atomically as one unit of a group commit (see `PostgresWriter.submit`)."""
+        """Commit `writes` atomically as one unit of a group commit (see `PostgresWriter.submit`).
+
+        Raises besides: `PartitionNotHeld` once `hold` armed the seam (nothing written)."""
         unit = tuple(writes)
         if not unit:
             return
         self._check_open()
-        await self._writer.submit(tables.plan_unit(self._owner, unit, self.partitions))
+        plan = tables.plan_unit(self._owner, unit, self.partitions)
+        held = self._held
+        await self._writer.submit(plan if held is None else held.scoped(plan, unit))
 
     async def identities(self) -> list[IdentityRow]:
         return await self._read(lambda c: tables.read_identities(c, self._owner))

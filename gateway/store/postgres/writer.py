@@ -14,6 +14,11 @@ lease (`FENCE_CHECK`, engine.md §8.7); a cluster replica's `IncarnationFence` n
 and stamps it on its replica row (`GROUP_FENCE`, cluster.md §3.1), which matches no row once
 the incarnation is fenced.
 
+A cluster replica's writer, once guarded (`guard`), checks each `ScopedUnit` when its group
+runs, in submission order (`gateway.store.postgres.held`, cluster.md §3.2): a unit writing as a
+partition not held fails `PartitionNotHeld` without a statement sent, and the rest of the group
+runs; a release unit gives its partitions up at its turn.
+
 A unit that fails on its own (a unique, foreign-key or data error: `ConstraintViolation`)
 is rolled back to its savepoint and only its caller fails; the units after it are sent
 again in a new pipeline of the same transaction (one more round trip per failing unit).
@@ -53,7 +58,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -61,6 +66,7 @@ from psycopg.pq import TransactionStatus
 from gateway.store.errors import (
     CommitAmbiguous,
     ConstraintViolation,
+    PartitionNotHeld,
     StoreError,
     StoreFailed,
     StoreFenced,
@@ -75,6 +81,7 @@ from gateway.store.postgres.connection import (
     is_connection_error,
     is_corruption,
 )
+from gateway.store.postgres.held import HeldPartitions, ScopedUnit
 from gateway.store.postgres.membership import (
     WRITER_SESSION_SETTINGS,
     group_fence,
@@ -278,9 +285,10 @@ class _GroupFailed(Exception):
         self.settled = settled
 
 
-class PostgresWriter(GroupCommitter[UnitPlan]):
+class PostgresWriter(GroupCommitter[UnitPlan | ScopedUnit]):
     """Owns the write connection and commits planned units in groups, each fenced by its
-    first statement (`WriterFence`).
+    first statement (`WriterFence`). A cluster replica's writer also checks each
+    `ScopedUnit` against the partitions held (`guard`, cluster.md §3.2).
 
     Obtain one with `PostgresWriter.start(...)`; an async context manager whose exit
     calls `close()`.
@@ -304,6 +312,9 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         self._backend_pid = None if connection is None else connection.info.backend_pid
         """The write connection's server process, kept from its connect: after a lost
         COMMIT it is the backend that may still hold the group's locks."""
+        self._held: HeldPartitions | None = None
+        """A cluster replica's partitions held, once `guard` armed the seam; None checks
+        nothing (every other writer)."""
 
     @classmethod
     def start(
@@ -330,7 +341,13 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         writer._start_loop()
         return writer
 
-    async def submit(self, plan: UnitPlan) -> None:
+    def guard(self, held: HeldPartitions) -> None:
+        """From now on check every `ScopedUnit` against `held` when its group runs, in
+        submission order (cluster.md §3.2): a release unit gives its partitions up there,
+        a unit writing as a partition not held fails `PartitionNotHeld` alone."""
+        self._held = held
+
+    async def submit(self, plan: UnitPlan | ScopedUnit) -> None:
         """Queue `plan` and return once its group has committed.
 
         Raises:
@@ -341,6 +358,8 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
             StoreFenced: the replica's incarnation was fenced; not committed (FAILED now).
             CommitAmbiguous: the group's COMMIT failed; the unit may or may not be durable.
             ConstraintViolation: this unit broke a constraint; it alone was rolled back.
+            PartitionNotHeld: a `ScopedUnit` writing as a partition not held (or claimed
+                again since it was submitted); nothing of it was run.
         """
         await self._submit(plan)
 
@@ -376,7 +395,51 @@ class PostgresWriter(GroupCommitter[UnitPlan]):
         self._backend_pid = connection.info.backend_pid
         return connection
 
-    async def _run_group(self, units: Sequence[UnitPlan]) -> GroupReport:
+    async def _run_group(self, units: Sequence[UnitPlan | ScopedUnit]) -> GroupReport:
+        held = self._held
+        if held is None:
+            # Only a guarded writer is given `ScopedUnit`s (`PostgresStore.hold`).
+            return await self._run_plans(cast("Sequence[UnitPlan]", units))
+        return await self._run_held(units, held)
+
+    async def _run_held(
+        self, units: Sequence[UnitPlan | ScopedUnit], held: HeldPartitions
+    ) -> GroupReport:
+        """Run the units whose partitions are held; the others fail `PartitionNotHeld`
+        alone, nothing of them sent (cluster.md §3.2). Checked here, in submission order,
+        so a release unit refuses every unit queued after it. A group left with nothing to
+        run commits vacuously."""
+        refusals: list[PartitionNotHeld | None] = []
+        plans: list[UnitPlan] = []
+        for unit in units:
+            refused = held.admit(unit) if isinstance(unit, ScopedUnit) else None
+            refusals.append(refused)
+            if refused is None:
+                plans.append(unit.plan if isinstance(unit, ScopedUnit) else unit)
+        if len(plans) == len(units):
+            return await self._run_plans(plans)
+        for refused in refusals:
+            if refused is not None:
+                logger.warning(
+                    "store unit refused: its partition is not held here partitions=%s",
+                    ",".join(str(partition) for partition in refused.partitions),
+                )
+        report = (
+            await self._run_plans(plans)
+            if plans
+            else GroupReport(outcomes=(), seconds=0.0, committed=True, fatal=None)
+        )
+        ran = iter(report.outcomes)
+        return GroupReport(
+            outcomes=[
+                next(ran) if refused is None else UnitRaised(refused) for refused in refusals
+            ],
+            seconds=report.seconds,
+            committed=report.committed,
+            fatal=report.fatal,
+        )
+
+    async def _run_plans(self, units: Sequence[UnitPlan]) -> GroupReport:
         started = time.perf_counter()
         try:
             connection = await self._connected()

@@ -24,6 +24,7 @@ from gateway.endpoint.idempotency import (
     binding,
     bound_bytes,
 )
+from gateway.store.errors import PartitionNotHeld
 from gateway.store.memory import MemoryStore
 from gateway.store.records import PutSend
 from tests.support import eventually
@@ -182,6 +183,22 @@ async def test_a_defect_in_the_send_is_kept_as_outcome_unknown(store):
     state = await ledger.read("k")
     assert isinstance(state, SendReturned)
     assert state.outcome == SendError(SendErrorReason.OUTCOME_UNKNOWN)
+
+
+async def test_a_send_whose_unit_the_partition_seam_refused_stays_resumable_under_its_key(store):
+    # Its partition was released meanwhile (cluster.md §3.2): no outcome is kept, and the call
+    # under the same key at the new home resumes the reservation (§8).
+    ledger = ledger_on(store, [])
+    with pytest.raises(PartitionNotHeld):
+        await ledger.run("k", HELLO, FailureDelivery.RESULT, Sends(PartitionNotHeld((7,))))
+    row = await store.send_row(AGENT, "k")
+    assert row is not None
+    assert row.outcome is None
+    assert row.resumable
+    resumes = Resumes()
+    elsewhere = ledger_on(store, [], run_id="run-elsewhere", resume=resumes)
+    assert await elsewhere.run("k", HELLO, FailureDelivery.RESULT, Sends()) == RESULT
+    assert [resumption.bound for resumption in resumes.seen] == [None]
 
 
 async def test_a_reservation_from_before_schema_3_is_indeterminate_and_never_runs_again(store):

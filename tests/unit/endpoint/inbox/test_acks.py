@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from harness_contract.errors import DeliveryAcknowledgeErrorReason
 from harness_contract.values import AcknowledgeResult
 
 from gateway.endpoint.inbox.acks import AckApplier
 from gateway.endpoint.inbox.coordinator import AgentInbox
-from gateway.store.errors import StoreFailed
+from gateway.store.errors import PartitionNotHeld, StoreFailed
 from gateway.store.memory import MemoryStore
 from gateway.store.records import InboxRow, InboxState, ReplaceInboxItem, Write
 from tests.unit.endpoint.inbox.support import AGENT, OTHER_AGENT, Recorded, item
@@ -25,10 +26,11 @@ class FailingReads(MemoryStore):
 
 class FailingWrites(MemoryStore):
     refuse = False
+    failure: Exception = StoreFailed("write refused")
 
     async def apply(self, writes: Sequence[Write]) -> None:
         if self.refuse:
-            raise StoreFailed("write refused")
+            raise self.failure
         await super().apply(writes)
 
 
@@ -106,3 +108,16 @@ async def test_a_failed_write_is_persistence_failed_only_for_the_items_it_would_
     assert row is not None
     assert row.state is InboxState.UNREAD
     assert recorded.acknowledged == ["multicast"]
+
+
+async def test_a_write_refused_because_the_partition_was_released_fails_the_call_not_the_tokens():
+    # cluster.md §3.2: the call answers NOT_OWNER and is retried at the new home.
+    store = FailingWrites()
+    [unread] = await publish(store, "unread")
+    store.refuse, store.failure = True, PartitionNotHeld((3,))
+    acks = AckApplier(agent_id=AGENT, store=store, observer=Recorded().observer())
+    with pytest.raises(PartitionNotHeld):
+        await acks.apply([unread])
+    row = await store.inbox_item(AGENT, unread)
+    assert row is not None
+    assert row.state is InboxState.UNREAD
