@@ -3,8 +3,8 @@ release unit (cluster.md §3.2): the store seam refuses the unit, nothing of it 
 the call answers UNAVAILABLE `NOT_OWNER` (retried at the new home), never INTERNAL.
 
 One real in-process replica on a real PostgreSQL; the send is held inside its bind's read of
-the members' identity rows by a table lock the test takes, while the replica leaves assignment
-(`withdraw`, the SIGTERM path of §9.3) and hands every partition over."""
+the members' identity rows by a table lock the test takes, while the replica shuts down and
+hands every partition over (§9.3)."""
 
 from __future__ import annotations
 
@@ -88,11 +88,12 @@ async def test_a_send_whose_unit_follows_its_partitions_release_answers_not_owne
                 )
                 sent = asyncio.ensure_future(call)  # type: ignore[arg-type]
                 await eventually(lambda: blocked_on_identities(dsn), bool, within=BOUND)
-                await cluster.membership.withdraw()
+                stopping = asyncio.ensure_future(replica.shutdown())
                 await eventually(owned, lambda held: held == 0, within=BOUND)
                 await locker.rollback()
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await asyncio.wait_for(sent, BOUND)
+            await asyncio.wait_for(stopping, BOUND)
         failure = harness_client.decode_status(raised.value)
         assert isinstance(failure, UnavailableError), failure
         assert failure.reason == UnavailableReason.NOT_OWNER
