@@ -29,11 +29,13 @@ from gateway.endpoint.api import (
     GatewayState,
     ManagementError,
     ManagementErrorReason,
+    NotHome,
     NotServing,
 )
 from gateway.endpoint.inbox import StreamEnded, StreamEndReason
 from gateway.rpc import errors
 from gateway.rpc.auth import AuthRefused
+from gateway.store.errors import PartitionNotHeld
 from tests.unit.rpc.samples import CLOSED_ERRORS
 from tests.unit.rpc.support import as_rpc_error
 
@@ -232,6 +234,19 @@ def test_a_gateway_not_serving_is_unavailable_with_a_one_second_retry(state, rea
     decoded = harness_client.decode_status(as_rpc_error(status))
     assert isinstance(decoded, harness_client.UnavailableError)
     assert decoded.reason == reason.lower().replace("_", "-")
+
+
+@pytest.mark.parametrize(
+    "error", [NotHome("agt_x"), PartitionNotHeld((3,))], ids=["not-home", "partition-not-held"]
+)
+def test_a_call_this_replica_no_longer_homes_is_unavailable_not_owner(error):
+    # cluster.md §3.2, §4.1: no effect here; the forwarder retries it at the new home.
+    status = status_of(error)
+    assert status.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert error_info(status).reason == "NOT_OWNER"
+    decoded = harness_client.decode_status(as_rpc_error(status))
+    assert isinstance(decoded, harness_client.UnavailableError)
+    assert decoded.reason == "not-owner"
 
 
 # The management reasons beyond the contract (the module docstring of gateway/rpc/errors.py),
