@@ -79,8 +79,8 @@ class ScopedUnit:
 class HeldPartitions:
     """The partitions a cluster replica's writer may write as (module docstring).
 
-    Changed only on the event loop: `claim` by the replica, `release` and `refusal` by the
-    writer's group, in submission order."""
+    Changed only on the event loop: `claim` by the replica, `admit` by the writer as it
+    reaches each unit of a group, in submission order."""
 
     def __init__(self, partitions: int) -> None:
         self._partitions = partitions
