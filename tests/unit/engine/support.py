@@ -14,6 +14,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
 from gateway.engine.network import Network
+from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import Identity
 from gateway.identity.keys import SigningKey, VerifyCache
 from gateway.registry import MemoryRegistry, Registered, RegistryClient
@@ -65,9 +66,11 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def world_on(store: MemoryStore, *, clock: Clock = SYSTEM_CLOCK) -> AsyncIterator[World]:
+async def world_on(
+    store: MemoryStore, *, clock: Clock = SYSTEM_CLOCK, sequencing: Sequencing | None = None
+) -> AsyncIterator[World]:
     """Members in one process on `store`, a memory Registry and the in-process Router, with
-    the network's timers on `clock`."""
+    the network's timers on `clock` (and a cluster's order when `sequencing` is given)."""
     registry = MemoryRegistry()
     cache = VerifyCache()
     client = RegistryClient(
@@ -75,7 +78,11 @@ async def world_on(store: MemoryStore, *, clock: Clock = SYSTEM_CLOCK) -> AsyncI
     )
     router = InProcessRouter(RegistryEnvelopeVerifier(client, cache=cache))
     network = Network(
-        router=router, store=store, local_instance_id=store.local_instance_id, clock=clock
+        router=router,
+        store=store,
+        local_instance_id=store.local_instance_id,
+        clock=clock,
+        sequencing=sequencing,
     )
     built = World(registry, client, cache, router, store, network, {})
     try:
