@@ -26,6 +26,17 @@ from gateway.engine import protocol as p
 from gateway.engine.network import PostHandle
 from gateway.store.records import PutInboxItem, Write
 
+
+def refusal_of(latch: asyncio.Future[str]) -> SendError | None:
+    """The `SendError` an own post's latch failed with — a cluster's sequencer refused the
+    post, which never certifies (cluster.md §5.2, §5.4) — else None (waiting, certified or
+    cancelled at shutdown)."""
+    if not latch.done() or latch.cancelled():
+        return None
+    error = latch.exception()
+    return error if isinstance(error, SendError) else None
+
+
 COLLECTIVE_SEND_WAIT: Final = 20.0
 """Seconds a gather or all_gather send waits for its request posts.
 

@@ -48,6 +48,7 @@ from gateway.collectives.port import (
     Classified,
     CollectiveAgent,
     CollectiveRefusal,
+    refusal_of,
 )
 from gateway.collectives.state import (
     RETENTION_MS,
@@ -202,6 +203,11 @@ class Responder:
         try:
             record_hash = await self._posting.await_certified(handle)
         except SendError as error:
+            if error.send_reason is SendErrorReason.CERTIFICATION_UNAVAILABLE:
+                # Refused by a cluster's sequencer (cluster.md §5.4): the answer never
+                # certifies, so the request is open again for another answer.
+                await self._reopen(request)
+                raise CollectiveRefusal(error, operation_id=request.id, to=refusal_to) from None
             # delivery-pending: the request stays claimed until the post settles, so the
             # model cannot post a second answer meanwhile. The send's own waiter was
             # cancelled when it gave up; the settle task follows the post with its own,
@@ -219,7 +225,19 @@ class Responder:
         await asyncio.wait({latch})
         if latch.cancelled():
             return  # shutdown: `resume` follows the post again after the restart
+        if refusal_of(latch) is not None:
+            await self._reopen(request)
+            return
         await self._answered(request, latch.result())
+
+    async def _reopen(self, request: Request) -> None:
+        """The answer's post was refused and never certifies: the request is open again."""
+        if request.state is not RequestState.SENDING:
+            return
+        request.state = RequestState.OPEN
+        request.answer_post_id = None
+        request.answer_content = None
+        await self._posting.commit([self._request_write(request)])
 
     async def _answered(self, request: Request, record_hash: str) -> None:
         if request.state is not RequestState.SENDING:

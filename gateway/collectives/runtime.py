@@ -71,6 +71,7 @@ from gateway.collectives.port import (
     CollectiveAgent,
     CollectiveRefusal,
     PostingPort,
+    refusal_of,
 )
 from gateway.collectives.responder import Responder
 from gateway.collectives.state import (
@@ -383,6 +384,10 @@ class Collectives:
         wait = self._wait_bound(operation)
         if handles:
             await asyncio.wait([handle.certified for handle in handles], timeout=wait)
+        for name, handle in zip(reachable, handles, strict=False):
+            # A request post a cluster's sequencer refused never reaches its member.
+            if (failed := refusal_of(handle.certified)) is not None:
+                refused[name] = failed
         for name in refused:
             if name not in operation.outcomes:
                 operation.outcomes[name] = NoAnswer()
@@ -437,7 +442,8 @@ class Collectives:
                 failure = error
         if handle is not None:
             await asyncio.wait({handle.certified}, timeout=self._wait_bound(operation))
-            if handle.certified.done() and not handle.certified.cancelled():
+            failure = refusal_of(handle.certified)
+            if failure is None and handle.certified.done() and not handle.certified.cancelled():
                 operation.requests_settled = True
                 return
         if self._operations.get(operation.id) is not operation:
@@ -603,6 +609,9 @@ class Collectives:
     async def _finish_close(self, operation: Operation, latch: asyncio.Future[str]) -> None:
         remaining = (operation.deadline_at + CLOSE_RETENTION_MS - self._agent.now_ms()) / 1000
         await asyncio.wait({latch}, timeout=max(0.0, remaining))
+        if (failure := refusal_of(latch)) is not None:
+            await self._fail_close(operation, failure)
+            return
         if latch.done() and not latch.cancelled():
             operation.state = OperationState.DONE
             self._timers.pop(operation.id, None)

@@ -97,6 +97,7 @@ from gateway.store.records import (
     BindSend,
     DeliveryRow,
     DeliveryState,
+    IntentState,
     PutInboxItem,
     PutOperation,
     PutReceivedRequest,
@@ -373,6 +374,9 @@ class AgentPosting:
         row = await self._parts.store.intent(self._parts.identity.agent_id, post_id)
         if row is not None and row.record_hash is not None:
             network.settle(post_id, row.record_hash)
+        elif row is not None and row.state is IntentState.REFUSED:
+            # A cluster's sequencer refused it (cluster.md §5.2, §5.4): it never certifies.
+            network.refuse(post_id)
         return latch
 
     def prepare_item(

@@ -55,6 +55,8 @@ class FakePosting:
     """Names whose lookup fails with this error instead of resolving."""
     bind_failure: SendError | None = None
     auto_certify: bool = True
+    auto_refuse: bool = False
+    """Refuse each post as it is bound, as a cluster's sequencer does (cluster.md §5.4)."""
     completed: dict[str, str] = field(default_factory=dict)
     """Post ids whose intent completed while the daemon was down, and their record hashes."""
     posts: list[BoundPost] = field(default_factory=list)
@@ -116,7 +118,9 @@ class FakePosting:
             handle = PostHandle(post_id=post_id, certified=self.latch(post_id), drained=drained)
             self.posts.append(BoundPost(descriptor=descriptor, content=content, handle=handle))
             handles.append(handle)
-            if self.auto_certify:
+            if self.auto_refuse:
+                self.refuse(post_id)
+            elif self.auto_certify:
                 self.certify(post_id)
         return handles
 
@@ -194,6 +198,13 @@ class FakePosting:
             if not latch.done():
                 latch.set_result(record_hash)
         return record_hash
+
+    def refuse(self, post_id: str) -> None:
+        """A cluster's sequencer refused the post (cluster.md §5.4): every latch still waiting
+        for it fails `certification-unavailable`, as `Network.refuse` does."""
+        for latch in self._latches.pop(post_id, ()):
+            if not latch.done():
+                latch.set_exception(SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE))
 
     def item_of(self, writes: Sequence[Write]) -> list[InboundItem]:
         """The items whose inbox writes are among `writes`, in order."""

@@ -231,6 +231,36 @@ async def test_an_answer_whose_post_is_refused_reopens_the_request(bob):
     assert await bob.answer()
 
 
+async def test_an_answer_whose_post_a_sequencer_refused_reopens_the_request(bob):
+    bob.receive()
+    bob.member.posting.auto_refuse = True
+    failure = await refused(bob.answer())
+    assert isinstance(failure, SendError)
+    assert failure.send_reason is SendErrorReason.CERTIFICATION_UNAVAILABLE
+    assert [request.state for request in stored_requests(bob).values()] == [RequestState.OPEN]
+
+    bob.member.posting.auto_refuse = False
+    assert await bob.answer()
+
+
+async def test_an_answer_refused_after_its_send_gave_up_reopens_the_request(bob):
+    bob.receive()
+    bob.member.posting.auto_certify = False
+    failure = await refused(bob.answer())
+    assert isinstance(failure, SendError)
+    assert failure.send_reason is SendErrorReason.DELIVERY_PENDING
+
+    [posted] = bob.member.posting.posts
+    bob.member.posting.refuse(posted.handle.post_id)
+    await eventually(
+        lambda: asyncio.sleep(0, list(stored_requests(bob).values())),
+        lambda requests: requests[0].state is RequestState.OPEN,
+    )
+    bob.member.posting.auto_certify = True
+    assert await bob.answer()
+    await bob.collectives.close()
+
+
 async def test_an_answer_still_certifying_keeps_its_request_claimed_until_it_certifies(bob):
     bob.receive()
     bob.member.posting.auto_certify = False

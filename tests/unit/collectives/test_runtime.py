@@ -236,6 +236,62 @@ async def test_an_all_gather_whose_close_cannot_be_bound_reports_operation_faile
     assert alice.posting.published_kinds == ["operationFailed"]
 
 
+async def test_a_gather_whose_every_request_post_a_sequencer_refused_is_refused_unreachable(
+    alice,
+):
+    alice.posting.auto_certify = False
+    asked = asyncio.ensure_future(ask(alice, CollectiveOp.GATHER, "group:bob,carol"))
+    posts = await eventually(lambda: asyncio.sleep(0, alice.posting.posts), lambda p: len(p) == 2)
+    for posted in posts:
+        alice.posting.refuse(posted.handle.post_id)
+    with pytest.raises(CollectiveRefusal) as refused:
+        await asked
+
+    error = refused.value.error
+    assert isinstance(error, CollectiveError)
+    assert isinstance(error.failure, MembersUnreachable)
+    assert {member.reason for member in error.failure.members} == {
+        SendErrorReason.CERTIFICATION_UNAVAILABLE
+    }
+    assert alice.collectives.open_counts() == {"gather": 0, "all_gather": 0}
+
+
+async def test_a_gather_member_whose_request_post_was_refused_counts_as_no_answer(alice):
+    alice.posting.auto_certify = False
+    asked = asyncio.ensure_future(ask(alice, CollectiveOp.GATHER, "group:bob,carol"))
+    to_bob, to_carol = await eventually(
+        lambda: asyncio.sleep(0, alice.posting.posts), lambda p: len(p) == 2
+    )
+    alice.posting.certify(to_bob.handle.post_id)
+    alice.posting.refuse(to_carol.handle.post_id)
+    operation_id = await asked
+
+    done = answer(alice, operation_id, "bob")
+    [item] = alice.posting.item_of(done.writes)
+    assert isinstance(item, CollectiveResultItem)
+    assert [member.outcome for member in item.outcomes] == [
+        Answered(content={"slot": "mon"}),
+        NoAnswer(),
+    ]
+
+
+async def test_an_all_gather_whose_close_a_sequencer_refused_reports_operation_failed(alice):
+    group = group_address(["alice", "bob", "carol"])
+    operation_id = await ask(alice, CollectiveOp.ALL_GATHER, "group:bob,carol")
+    alice.posting.auto_certify = False
+
+    answer(alice, operation_id, "bob", to=group)
+    answer(alice, operation_id, "carol", to=group)
+    [close] = await eventually(lambda: asyncio.sleep(0, alice.posting.posts[1:]))
+    alice.posting.refuse(close.handle.post_id)
+    [failed] = await eventually(lambda: asyncio.sleep(0, alice.posting.committed_items()))
+
+    assert isinstance(failed, OperationFailedItem)
+    assert failed.id == operation_id
+    assert alice.outcomes.results == [("all_gather", "failed")]
+    assert results(alice) == []
+
+
 async def test_a_restored_open_operation_completes_at_its_deadline_after_a_restart(alice):
     operation_id = await ask(alice, CollectiveOp.GATHER, "group:bob,carol", deadline=600)
     # The endpoint commits what classification wrote: the counted answer is in the row.
