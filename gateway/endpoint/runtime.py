@@ -86,7 +86,6 @@ from gateway.firewall import Firewall
 from gateway.firewall.subjects import outgoing
 from gateway.registry import Found, RegistryClient, RegistryError, RegistryVersionMismatch
 from gateway.store.errors import (
-    PartitionNotHeld,
     StoreClosed,
     StoreError,
     StoreFailed,
@@ -250,22 +249,14 @@ class AgentPosting:
         )
         if owned is not None and owned.key is not None:
             writes = self._binding_send(owned, owned.key, extra_writes)
-        try:
-            handles = await self._parts.network.bind(
-                self._parts.certifier,
-                posts,
-                extra_writes=writes,
-                attach_within=max(0.0, min(self._parts.timeouts.attach, within)),
-            )
-        except SendError as error:
-            # `Network.bind` answers a bind the store did not take `persistence-failed`; the
-            # store failure it handled is the error's context. Refused because this replica
-            # released the partition meanwhile (cluster.md §3.2), nothing was bound: the call
-            # answers NOT_OWNER and is retried at the new home instead.
-            refused = error.__context__
-            if isinstance(refused, PartitionNotHeld):
-                raise refused from None
-            raise
+        # Raises `PartitionNotHeld` (nothing bound) when this replica released the partition
+        # meanwhile (cluster.md §3.2): the call answers NOT_OWNER and is retried at the new home.
+        handles = await self._parts.network.bind(
+            self._parts.certifier,
+            posts,
+            extra_writes=writes,
+            attach_within=max(0.0, min(self._parts.timeouts.attach, within)),
+        )
         if invocation is not None:
             invocation.posts.extend(handles)
         if owned is not None:

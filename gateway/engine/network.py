@@ -57,7 +57,7 @@ from gateway.router import (
     SendMode,
     envelope_digest,
 )
-from gateway.store.errors import CommitAmbiguous, StoreError
+from gateway.store.errors import CommitAmbiguous, PartitionNotHeld, StoreError
 from gateway.store.port import Store
 from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
 
@@ -412,7 +412,8 @@ class Network:
         and need no Router; when any post crosses daemons, the Router attachment is waited
         for first (at most `attach_within` seconds). Raises `SendError` when nothing is
         bound (`network-unavailable`, `version-mismatch`, `certification-unavailable`,
-        `persistence-failed`) or when the commit's outcome is unknown (`outcome-unknown`)."""
+        `persistence-failed`) or when the commit's outcome is unknown (`outcome-unknown`);
+        `PartitionNotHeld` when a cluster replica's store refused it, nothing bound."""
         local = self.local
         routes = [local.accepts(descriptor) for descriptor, _ in posts]
         if not all(routes) and not await self.wait_attached(attach_within):
@@ -494,6 +495,10 @@ class Network:
             settle(commit)
             if isinstance(error, CommitAmbiguous) or isinstance(error.__cause__, CommitAmbiguous):
                 raise SendError(SendErrorReason.OUTCOME_UNKNOWN) from None
+            if isinstance(error, PartitionNotHeld):
+                # Nothing bound: this replica released the partition meanwhile (cluster.md
+                # §3.2); the caller answers NOT_OWNER and the call is retried at the new home.
+                raise
             raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
         settle(commit)
         return handles
