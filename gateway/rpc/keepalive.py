@@ -104,10 +104,10 @@ class KeepalivePolicy:
     """Whether clients ping with no call open (`grpc.keepalive_permit_without_calls`)."""
     ping_timeout: float | None = None
     """Seconds a client's ping may go unanswered before its connection is closed
-    (`grpc.http2.ping_timeout_ms`), or None for C-core's 60 s. grpcio 1.85's C-core closes a
-    connection whose keepalive ping is unanswered only after this timeout, whatever
-    `client_timeout` says (`tests/integration/cluster/test_cluster_keepalive.py` fails
-    without it)."""
+    (`grpc.http2.ping_timeout_ms`); None: `client_timeout`. grpcio 1.85's C-core closes a
+    connection whose keepalive ping is unanswered only after this timeout (60 s unless set),
+    whatever `client_timeout` says (`tests/integration/cluster/test_cluster_keepalive.py`
+    fails without it), so both ends always set it."""
 
     def __post_init__(self) -> None:
         for name in ("client_time", "client_timeout", "server_time", "server_timeout"):
@@ -160,6 +160,7 @@ class KeepalivePolicy:
             (PERMIT_WITHOUT_CALLS, 1),
             (MIN_RECV_PING_INTERVAL, _ms(self.min_client_interval)),
             (MAX_PING_STRIKES_ARG, self.max_ping_strikes),
+            (PING_TIMEOUT, _ms(self.server_timeout)),
         ]
 
     def client_options(self) -> list[tuple[str, int]]:
@@ -171,9 +172,11 @@ class KeepalivePolicy:
             # Without it a client stops pinging after two pings until data flows, and an
             # idle stream's half-open connection would go unnoticed.
             (MAX_PINGS_WITHOUT_DATA, 0),
+            (
+                PING_TIMEOUT,
+                _ms(self.client_timeout if self.ping_timeout is None else self.ping_timeout),
+            ),
         ]
-        if self.ping_timeout is not None:
-            options.append((PING_TIMEOUT, _ms(self.ping_timeout)))
         return options
 
 

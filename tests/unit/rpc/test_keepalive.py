@@ -33,6 +33,9 @@ def test_peer_channels_ping_as_the_policy_they_are_given():
     assert options["grpc.keepalive_timeout_ms"] == 1_000
     assert options["grpc.keepalive_permit_without_calls"] == 1
     assert options["grpc.http2.max_pings_without_data"] == 0
+    # C-core gives an unanswered ping `ping_timeout_ms` (60 s unless set), not the keepalive
+    # timeout: a half-open connection is found within time + timeout only with both.
+    assert options["grpc.http2.ping_timeout_ms"] == 1_000
 
 
 def test_the_default_settings_give_the_default_policy():
@@ -43,6 +46,7 @@ def test_the_default_settings_give_the_default_policy():
         "grpc.keepalive_permit_without_calls": 1,
         "grpc.http2.min_ping_interval_without_data_ms": 10_000,
         "grpc.http2.max_ping_strikes": 2,
+        "grpc.http2.ping_timeout_ms": 10_000,
     }
 
 

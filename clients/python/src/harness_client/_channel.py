@@ -99,6 +99,9 @@ def channel_options(extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, An
     options: dict[str, Any] = {
         "grpc.keepalive_time_ms": round(KEEPALIVE_TIME * 1000),
         "grpc.keepalive_timeout_ms": round(KEEPALIVE_TIMEOUT * 1000),
+        # C-core gives an unanswered keepalive ping this long (60 s unless set), whatever
+        # the keepalive timeout says.
+        "grpc.http2.ping_timeout_ms": round(KEEPALIVE_TIMEOUT * 1000),
         # Pings with no call open keep an idle channel's connection checked too.
         "grpc.keepalive_permit_without_calls": 1,
         # Otherwise a channel stops pinging after two pings until data flows.
