@@ -165,7 +165,7 @@ class KeepalivePolicy:
 
     def client_options(self) -> list[tuple[str, int]]:
         """A client channel's keepalive channel arguments."""
-        options = [
+        return [
             (KEEPALIVE_TIME, _ms(self.client_time)),
             (KEEPALIVE_TIMEOUT, _ms(self.client_timeout)),
             (PERMIT_WITHOUT_CALLS, int(self.permit_without_calls)),
@@ -177,7 +177,6 @@ class KeepalivePolicy:
                 _ms(self.client_timeout if self.ping_timeout is None else self.ping_timeout),
             ),
         ]
-        return options
 
 
 DEFAULT_KEEPALIVE: Final = KeepalivePolicy()

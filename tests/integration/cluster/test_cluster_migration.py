@@ -94,7 +94,7 @@ async def delivered(endpoint: harness_client.Endpoint, count: int) -> list[Inbou
             items.append(await asyncio.wait_for(anext(stream), BOUND))
     finally:
         with contextlib.suppress(Exception):
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
     return items
 
 
@@ -185,15 +185,16 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
     assert [owner for owner, _ in owners] == ["daemon-1", "daemon-2"]
     [(alice_id,)] = await query(dsn, "SELECT agent_id FROM identities WHERE agent_name = 'alice'")
     [(bob_id,)] = await query(dsn, "SELECT agent_id FROM identities WHERE agent_name = 'bob'")
-    heads = dict(
-        await query(
+    heads = {
+        row[0]: row[1]
+        for row in await query(
             dsn,
             "SELECT c.conversation_id, c.head FROM conversations c "
             "JOIN conversations a USING (conversation_id) "
             "WHERE c.agent_id = %s AND a.agent_id = %s AND c.depth > 0",
             (bob_id, alice_id),
         )
-    )
+    }
     assert len(heads) == 1  # alice and bob's one conversation, on the Router path
     [(conversation_id, old_head)] = heads.items()
     open_intent = (
@@ -210,7 +211,10 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
     # alice-bob from the Router, bob-erin from daemon-2's local instance; alice-carol stays
     # on daemon-1's, which the cluster keeps (daemon-1 has the most agents, a tie by name).
     assert report["conversations_moved"] == 2
-    [aside] = report["set_aside"]  # type: ignore[misc]
+    set_aside = report["set_aside"]
+    assert isinstance(set_aside, list)
+    [aside] = set_aside
+    assert isinstance(aside, dict)
     assert "members outside the cluster" in aside["reason"]
     assert "moving 4 identities of 2 owners" in err
     # The open intent waits at its sequencer (cluster.md §5.1); the Router's outbox is gone.
@@ -222,10 +226,10 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
     assert await query(
         dsn,
         "SELECT agent_id, set_aside IS NOT NULL FROM conversations WHERE conversation_id = %s",
-        (aside["conversation_id"],),  # type: ignore[index]
+        (aside["conversation_id"],),
     ) == [(alice_id, True)]
     assert await query(dsn, "SELECT owner, fence FROM leases ORDER BY owner") == [
-        (owner, fence + 1) for owner, fence in owners
+        (owner, int(str(fence)) + 1) for owner, fence in owners
     ]
     rows = await query(dsn, "SELECT owner, length(seed), home_partition FROM identities")
     assert {(owner, size) for owner, size, _ in rows} == {("cluster", 61)}
@@ -301,7 +305,8 @@ async def test_a_network_mode_database_moves_into_a_cluster_with_its_tokens_hist
         "SELECT anchor FROM conversations WHERE agent_id = %s AND conversation_id = %s",
         (alice_id, conversation_id),
     )
-    assert isinstance(p.decode(bytes(anchor), p.CompletedReanchor), p.CompletedReanchor)  # type: ignore[arg-type]
+    assert isinstance(anchor, bytes)
+    assert isinstance(p.decode(anchor, p.CompletedReanchor), p.CompletedReanchor)
 
 
 async def network_daemon(tmp_path: Path, dsn: str, owner: str) -> Gateway:

@@ -79,14 +79,15 @@ async def test_a_send_whose_unit_follows_its_partitions_release_answers_not_owne
         async with endpoint(replica.address) as stub:
             # Alice's token and key are remembered now; carol's key is read at her first bind.
             await asyncio.wait_for(
-                stub.Send(send(f"agent:{bob}", "before"), metadata=bearer(token)), BOUND
+                stub.Send(send(f"agent:{bob}", "before"), metadata=bearer(token)),  # type: ignore[arg-type]
+                BOUND,
             )
             async with await psycopg.AsyncConnection.connect(dsn) as locker:
                 await locker.execute("LOCK TABLE identities IN ACCESS EXCLUSIVE MODE")
                 call = stub.Send(
                     send(f"agent:{carol}", "during the hand-over"), metadata=bearer(token)
                 )
-                sent = asyncio.ensure_future(call)  # type: ignore[arg-type]
+                sent = asyncio.ensure_future(call)  # type: ignore[call-overload]
                 await eventually(lambda: blocked_on_identities(dsn), bool, within=BOUND)
                 stopping = asyncio.ensure_future(replica.shutdown())
                 await eventually(owned, lambda held: held == 0, within=BOUND)

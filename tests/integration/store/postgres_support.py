@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.store.postgres import PostgresStore
+from gateway.store.postgres.membership import PostgresMembershipTable
+from gateway.store.postgres.schema import setup_cluster
 from gateway.store.records import PutIdentity, PutInboxItem
 from tests.servers import PostgresServer
 
@@ -222,3 +224,47 @@ class Proxy:
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await delivering
             writer.close()
+
+
+CLUSTER_PARTITIONS = 8
+CLUSTER_REPLICA = "replica-a"
+
+
+@dataclass
+class Cluster:
+    dsn: str
+    incarnation: int
+    store: PostgresStore
+    fatal: FatalRecorder
+
+
+@asynccontextmanager
+async def cluster_store(
+    server: PostgresServer,
+    proxy: Proxy | None = None,
+    *,
+    partitions: int = CLUSTER_PARTITIONS,
+    replica_id: str = CLUSTER_REPLICA,
+) -> AsyncIterator[Cluster]:
+    """A database set up for a cluster of `partitions` partitions, one joined replica, its store (its
+    connections through `proxy` when given)."""
+    direct = server.create_database()
+    dsn = direct if proxy is None else proxy.dsn(direct)
+    await setup_cluster(dsn, partitions=partitions, key_check="check")
+    table = PostgresMembershipTable.for_dsn(dsn, replica_id=replica_id)
+    try:
+        joined = await table.join(replica_id, "127.0.0.1:1")
+    finally:
+        await table.close()
+    fatal = FatalRecorder()
+    store = await PostgresStore.open_cluster(
+        dsn,
+        replica_id=replica_id,
+        incarnation=joined.incarnation,
+        partitions=partitions,
+        on_fatal=fatal,
+    )
+    try:
+        yield Cluster(dsn=dsn, incarnation=joined.incarnation, store=store, fatal=fatal)
+    finally:
+        await store.close()

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -31,6 +28,7 @@ from gateway.store.postgres.membership import PartitionCountMismatch, PostgresMe
 from gateway.store.postgres.schema import CLUSTER_OWNER, setup_cluster
 from gateway.store.postgres.writer import IncarnationFence
 from gateway.store.records import (
+    ConversationRow,
     DeliveryState,
     IdentityRow,
     IntentRow,
@@ -50,48 +48,24 @@ from gateway.store.records import (
 )
 from gateway.store.sqlite_store import SqliteStore
 from gateway.store.writer import CommitWriterState
-from tests.integration.store.postgres_support import FatalRecorder, Proxy, database_sql, opened
+from tests.integration.store.postgres_support import (
+    CLUSTER_PARTITIONS,
+    CLUSTER_REPLICA,
+    Cluster,
+    Proxy,
+    cluster_store,
+    database_sql,
+    opened,
+)
 from tests.servers import PostgresServer
 
-P = 8
-REPLICA = "replica-a"
+P = CLUSTER_PARTITIONS
+REPLICA = CLUSTER_REPLICA
 LONG_TTL = 60.0
 
 A = RandomId.AGENT.mint()
 B = RandomId.AGENT.mint()
 C = RandomId.AGENT.mint()
-
-
-@dataclass
-class Cluster:
-    dsn: str
-    incarnation: int
-    store: PostgresStore
-    fatal: FatalRecorder
-
-
-@asynccontextmanager
-async def cluster_store(
-    server: PostgresServer, proxy: Proxy | None = None
-) -> AsyncIterator[Cluster]:
-    """A database set up for a cluster of P partitions, one joined replica, its store (its
-    connections through `proxy` when given)."""
-    direct = server.create_database()
-    dsn = direct if proxy is None else proxy.dsn(direct)
-    await setup_cluster(dsn, partitions=P, key_check="check")
-    table = PostgresMembershipTable.for_dsn(dsn, replica_id=REPLICA)
-    try:
-        joined = await table.join(REPLICA, "127.0.0.1:1")
-    finally:
-        await table.close()
-    fatal = FatalRecorder()
-    store = await PostgresStore.open_cluster(
-        dsn, replica_id=REPLICA, incarnation=joined.incarnation, partitions=P, on_fatal=fatal
-    )
-    try:
-        yield Cluster(dsn=dsn, incarnation=joined.incarnation, store=store, fatal=fatal)
-    finally:
-        await store.close()
 
 
 def sql(server: PostgresServer, cluster: Cluster, statement: str) -> list[str]:
@@ -754,7 +728,7 @@ async def test_a_conversation_set_aside_is_in_every_members_row_and_its_open_int
             [SetAsideRow(agent_id=A, conversation_id="cnv-1", reason="second")]
         )
         rows = await cluster.store.conversation_rows("cnv-1")
-        assert {agent: (row.depth, row.set_aside) for agent, row in rows.items()} == {
+        assert {agent: (row.depth, set_aside_of(row)) for agent, row in rows.items()} == {
             A: (1, "first"),
             B: (0, "first"),
         }
@@ -786,3 +760,9 @@ async def test_set_aside_rows_and_refusals_are_refused_by_every_store_outside_a_
                 await sqlite.apply([write])
         finally:
             await sqlite.close()
+
+
+def set_aside_of(row: ConversationRow) -> str | None:
+    """The reason a cluster read says the member's row was set aside (cluster.md §5.4)."""
+    assert isinstance(row, StoredConversation)
+    return row.set_aside

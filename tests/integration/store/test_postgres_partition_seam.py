@@ -7,18 +7,13 @@ is not; registration and releases are exempt."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import pytest
 from harness_contract.ids import RandomId, agent_id_order_key
 
 from gateway.cluster.partitions import home_partition, sequencing_partition
 from gateway.store.errors import PartitionNotHeld
-from gateway.store.postgres import PostgresStore
 from gateway.store.postgres.membership import PostgresMembershipTable
-from gateway.store.postgres.schema import setup_cluster
 from gateway.store.records import (
     DeliveryState,
     IntentState,
@@ -32,43 +27,21 @@ from gateway.store.records import (
     Write,
 )
 from gateway.store.writer import CommitWriterState
-from tests.integration.store.postgres_support import FatalRecorder, database_sql
+from tests.integration.store.postgres_support import (
+    CLUSTER_PARTITIONS,
+    CLUSTER_REPLICA,
+    Cluster,
+    cluster_store,
+    database_sql,
+)
 from tests.servers import PostgresServer
 
-P = 8
-REPLICA = "replica-a"
+P = CLUSTER_PARTITIONS
+REPLICA = CLUSTER_REPLICA
 LONG_TTL = 60.0
 
 
-@dataclass
-class Replica:
-    dsn: str
-    incarnation: int
-    store: PostgresStore
-    fatal: FatalRecorder
-
-
-@asynccontextmanager
-async def replica_store(server: PostgresServer) -> AsyncIterator[Replica]:
-    """A cluster database of P partitions, one joined replica and its store."""
-    dsn = server.create_database()
-    await setup_cluster(dsn, partitions=P, key_check="check")
-    table = PostgresMembershipTable.for_dsn(dsn, replica_id=REPLICA)
-    try:
-        joined = await table.join(REPLICA, "127.0.0.1:1")
-    finally:
-        await table.close()
-    fatal = FatalRecorder()
-    store = await PostgresStore.open_cluster(
-        dsn, replica_id=REPLICA, incarnation=joined.incarnation, partitions=P, on_fatal=fatal
-    )
-    try:
-        yield Replica(dsn=dsn, incarnation=joined.incarnation, store=store, fatal=fatal)
-    finally:
-        await store.close()
-
-
-async def claim(replica: Replica, partitions: list[int]) -> None:
+async def claim(replica: Cluster, partitions: list[int]) -> None:
     """Claim `partitions` in the database, as the membership does (the seam not told)."""
     table = PostgresMembershipTable.for_dsn(replica.dsn, replica_id=REPLICA)
     try:
@@ -78,7 +51,7 @@ async def claim(replica: Replica, partitions: list[int]) -> None:
     assert sorted(claimed) == sorted(partitions)
 
 
-def sql(server: PostgresServer, replica: Replica, statement: str) -> list[str]:
+def sql(server: PostgresServer, replica: Cluster, statement: str) -> list[str]:
     return database_sql(server, replica.dsn, statement).split()
 
 
@@ -165,7 +138,7 @@ def certify(author: str, other: str, post_id: str, depth: int) -> list[Write]:
     return writes
 
 
-def release(replica: Replica, *partitions: int) -> list[Write]:
+def release(replica: Cluster, *partitions: int) -> list[Write]:
     return [
         ReleasePartitions(
             partitions=partitions, replica_id=REPLICA, incarnation=replica.incarnation
@@ -178,7 +151,7 @@ async def test_a_unit_submitted_after_its_partitions_release_is_refused_and_its_
 ) -> None:
     leaving, staying = homed_apart()
     gone, kept = home_partition(leaving, P), home_partition(staying, P)
-    async with replica_store(postgres_server) as replica:
+    async with cluster_store(postgres_server) as replica:
         await claim(replica, [gone, kept])
         replica.store.hold([gone, kept])
         groups = "SELECT last_group FROM replicas"
@@ -215,7 +188,7 @@ async def test_a_claimed_partitions_units_are_accepted_and_one_built_before_the_
 ) -> None:
     author = RandomId.AGENT.mint()
     home = home_partition(author, P)
-    async with replica_store(postgres_server) as replica:
+    async with cluster_store(postgres_server) as replica:
         await claim(replica, [home])
         store = replica.store
         store.hold([])
@@ -236,7 +209,7 @@ async def test_registration_and_a_release_are_written_as_no_partition(
     postgres_server: PostgresServer,
 ) -> None:
     author = RandomId.AGENT.mint()
-    async with replica_store(postgres_server) as replica:
+    async with cluster_store(postgres_server) as replica:
         await claim(replica, [home_partition(author, P)])
         store = replica.store
         store.hold([])
@@ -263,7 +236,7 @@ async def test_a_sequencers_unit_is_written_as_its_conversations_sequencing_part
     first, other = homed_apart()
     sequencer = sequencing_partition([first, other], P)
     assert sequencer == home_partition(first, P) != home_partition(other, P)
-    async with replica_store(postgres_server) as replica:
+    async with cluster_store(postgres_server) as replica:
         await claim(replica, [sequencer])
         store = replica.store
         store.hold([sequencer])
