@@ -31,9 +31,15 @@ from typing import Final
 
 import psycopg
 
-from gateway.store.errors import StoreLeaseHeld, StoreLeaseLost, StoreUnavailable
+from gateway.store.errors import (
+    ClusterModeMismatch,
+    StoreLeaseHeld,
+    StoreLeaseLost,
+    StoreUnavailable,
+)
 from gateway.store.layout import LOCAL_INSTANCE_KEY
 from gateway.store.postgres.connection import Connection, ConnectSettings, advisory_key
+from gateway.store.postgres.schema import CLUSTER_MODE, MODE_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +112,8 @@ class Lease:
 
         Raises:
             StoreLeaseHeld: another session holds the lock; nothing was written.
+            ClusterModeMismatch: the database was moved into a cluster meanwhile; nothing
+                was written.
             StoreUnavailable: the server cannot be reached.
         """
         if retry_interval <= 0:
@@ -119,6 +127,15 @@ class Lease:
                 ).fetchone()
                 raise StoreLeaseHeld(owner, None if row is None else str(row[0]))
             async with connection.transaction():
+                # Checked under the lock: `migrate --cluster` holds every owner's lock while it
+                # moves the database, so a daemon whose schema check ran just before the move
+                # committed finds the cluster here instead of writing into it (cluster.md §12.2).
+                if await _is_cluster(connection):
+                    raise ClusterModeMismatch(
+                        settings.redacted,
+                        "the database was moved into a cluster (harness_meta.mode = cluster); "
+                        "start the gateway with --cluster",
+                    )
                 bumped = await (await connection.execute(_UPSERT_LEASE, (owner, holder))).fetchone()
                 assert bumped is not None
                 await connection.execute(
@@ -300,3 +317,11 @@ async def _wait_closed(connection: Connection) -> None:
             pass
     except psycopg.Error:
         return
+
+
+async def _is_cluster(connection: Connection) -> bool:
+    """Whether `harness_meta` says the database is a cluster's (cluster.md §12.1)."""
+    row = await (
+        await connection.execute("SELECT value FROM harness_meta WHERE key = %s", (MODE_KEY,))
+    ).fetchone()
+    return row is not None and str(row[0]) == CLUSTER_MODE

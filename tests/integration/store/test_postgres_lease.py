@@ -7,13 +7,15 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from gateway.store.errors import StoreFailed, StoreLeaseHeld, StoreLeaseLost
+from gateway.store.errors import ClusterModeMismatch, StoreFailed, StoreLeaseHeld, StoreLeaseLost
 from gateway.store.postgres import LeaseState, PostgresStore
-from gateway.store.postgres.connection import advisory_key
+from gateway.store.postgres.connection import ConnectSettings, advisory_key
+from gateway.store.postgres.lease import Lease
 from gateway.store.records import PutCursor, PutToken
 from gateway.store.writer import CommitWriterState
 from tests.integration.store.postgres_support import (
     FatalRecorder,
+    database_sql,
     identity,
     inbox_item,
     opened,
@@ -198,3 +200,26 @@ async def test_a_lock_connection_that_drops_with_nobody_claiming_is_retaken_and_
         with pytest.raises(StoreLeaseHeld):
             await PostgresStore.open(dsn, owner=OWNER)
     assert fatal.errors == []
+
+
+async def test_a_lease_taken_after_the_database_moved_into_a_cluster_is_refused_writing_nothing(
+    postgres_server: PostgresServer,
+) -> None:
+    # A daemon whose schema check ran just before `migrate --cluster` committed reaches its
+    # lease after the move (cluster.md §12.2): it must not start writing into the cluster.
+    dsn = postgres_server.create_database()
+    async with opened(dsn):
+        pass
+    database_sql(
+        postgres_server,
+        dsn,
+        "INSERT INTO harness_meta (key, value) VALUES ('mode', 'cluster') "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )
+    fences = database_sql(postgres_server, dsn, "SELECT owner || '=' || fence FROM leases")
+    settings = ConnectSettings.parse(dsn, owner=OWNER)
+    with pytest.raises(ClusterModeMismatch, match="--cluster"):
+        await Lease.acquire(settings, holder="late", mint_instance=lambda: "unused")
+    assert database_sql(postgres_server, dsn, "SELECT owner || '=' || fence FROM leases") == fences
+    # The refused lock session was closed: its backend goes within moments.
+    await eventually(lambda: session_pids(postgres_server, LOCK_SESSION), lambda pids: not pids)
