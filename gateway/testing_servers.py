@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import pwd
 import random
@@ -34,6 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+logger = logging.getLogger(__name__)
 
 START_BOUND: Final = 30.0
 """Seconds a server may take to accept connections."""
@@ -276,6 +279,10 @@ class NatsCluster:
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
+PG_START_ATTEMPTS: Final = 2
+"""Starts of a postmaster killed by a signal before it listened (`PostgresServer.start_again`)."""
+
+
 def _as_postgres() -> dict[str, object]:
     """Popen arguments that drop to the `postgres` account when running as root."""
     if os.geteuid() != 0:
@@ -361,8 +368,26 @@ class PostgresServer:
         """Start (or restart after `stop`) on the same port and data folder."""
         if self.running:
             return
+        for attempt in range(1, PG_START_ATTEMPTS + 1):
+            process = self._launch()
+            try:
+                _wait_for_port(self.port, process, self.log, "postgres")
+                break
+            except RuntimeError:
+                code = process.returncode
+                if code is None or code >= 0 or attempt == PG_START_ATTEMPTS:
+                    raise
+                # Killed by a signal before it listened, having logged nothing: once on a
+                # loaded 2-core VM a restarted postmaster died of SIGBUS at exec. Nothing of
+                # the data folder changed, so it is started once more.
+                logger.warning(
+                    "postgres on %d died of signal %d at start; starting again", self.port, -code
+                )
+        self._wait_accepting()
+
+    def _launch(self) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
+            process: subprocess.Popen[bytes] = subprocess.Popen(
                 [
                     str(self.bin_dir / "postgres"),
                     "-D",
@@ -383,8 +408,8 @@ class PostgresServer:
                 stdin=subprocess.DEVNULL,
                 **_as_postgres(),  # type: ignore[call-overload]
             )
-        _wait_for_port(self.port, self.process, self.log, "postgres")
-        self._wait_accepting()
+        self.process = process
+        return process
 
     def _wait_accepting(self) -> None:
         deadline = time.monotonic() + START_BOUND

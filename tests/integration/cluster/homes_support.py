@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Final
 
 from gateway.app import Gateway
-from gateway.cluster.partitions import assignment, home_partition, rendezvous_owner
+from gateway.cluster.partitions import (
+    assignment,
+    home_partition,
+    rendezvous_owner,
+    rendezvous_score,
+)
 from gateway.cluster_parts import ClusterBase
 from gateway.testing_cluster import TEST_TIMING, ClusterFiles, replica_settings
 from gateway.testing_proxy import RoundRobinProxy
@@ -37,9 +42,11 @@ OWN_CONNECTION: Final = (("grpc.use_local_subchannel_pool", 1),)
 """Each Python client its own connection, so the proxy spreads them over the replicas."""
 
 FIRST_REPLICA: Final = "replica-0"
-CANDIDATES: Final = 64
-"""Replica ids tried for the second and third replica: a pair spreads three partitions over
-three replicas with probability 2/9, so 64 candidates (2,016 pairs) never run out."""
+CANDIDATES: Final = 4096
+"""Replica ids tried for the second and third replica. The first replica's id is fixed, and
+when its rendezvous scores for all three homes are low a random pair rarely lets it win one:
+64 candidates ran out once (homes 40, 233, 636). The pairs are searched over scores computed
+once per candidate, so even a long search hashes only 3 × 4,096 times."""
 
 
 def cluster_of(gateway: Gateway) -> ClusterBase:
@@ -89,16 +96,26 @@ def forwards(replica: Gateway) -> float:
 def spread_ids(partitions: int, homes: Sequence[int]) -> tuple[str, str, str]:
     """Replica ids for which rendezvous puts the distinct `homes` on as many replicas as it
     can (all three when there are three or more distinct homes)."""
-    distinct = set(homes)
+    distinct = sorted(set(homes))
     wanted = min(3, len(distinct))
     candidates = [f"replica-{index}" for index in range(1, CANDIDATES + 1)]
+    scores = {
+        replica_id: [rendezvous_score(partition, replica_id) for partition in distinct]
+        for replica_id in (FIRST_REPLICA, *candidates)
+    }
+
+    def owners(ids: tuple[str, str, str]) -> int:
+        # rendezvous_owner's rule: the highest score, equal scores to the larger id.
+        return len({max(ids, key=lambda r: (scores[r][i], r)) for i in range(len(distinct))})
+
     for second, third in itertools.combinations(candidates, 2):
         ids = (FIRST_REPLICA, second, third)
-        owners = {rendezvous_owner(partition, ids) for partition in distinct}
-        shares = assignment(partitions, ids)
-        if len(owners) == wanted and all(shares.values()):
+        if owners(ids) == wanted and all(assignment(partitions, ids).values()):
+            assert {rendezvous_owner(p, ids) for p in distinct} == {
+                max(ids, key=lambda r: (scores[r][i], r)) for i in range(len(distinct))
+            }
             return ids
-    raise AssertionError(f"no replica ids among {CANDIDATES} spread homes {sorted(distinct)}")
+    raise AssertionError(f"no replica ids among {CANDIDATES} spread homes {distinct}")
 
 
 @contextlib.asynccontextmanager
