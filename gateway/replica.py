@@ -55,6 +55,7 @@ from gateway.store.records import (
     Write,
     set_aside_reason,
 )
+from gateway.tasks import OwnedTasks
 
 logger = logging.getLogger(__name__)
 
@@ -335,7 +336,7 @@ class ClusterReplica:
         self._settling = settling
         self._hints = hints
         self._incarnation = incarnation
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = OwnedTasks(self._task_failed)
         self._poller: asyncio.Task[None] | None = None
         self._claimed = asyncio.Lock()
         """Serialises claims and releases: a partition's agents are hosted or unhosted whole."""
@@ -493,24 +494,17 @@ class ClusterReplica:
     # --- lifecycle -------------------------------------------------------------------------
 
     def _spawn(self, coroutine: Coroutine[object, object, None], name: str) -> None:
-        task = asyncio.ensure_future(coroutine)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
+        self._tasks.spawn(coroutine, name)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("cluster task %s failed", task.get_name(), exc_info=task.exception())
+    @staticmethod
+    def _task_failed(task: asyncio.Task[None], error: BaseException) -> None:
+        logger.warning("cluster task %s failed", task.get_name(), exc_info=error)
 
     async def close(self) -> None:
         """Stop the poll and every task started for claims, releases and hints."""
-        tasks = [*self._tasks, *([self._poller] if self._poller is not None else [])]
-        self._poller = None
-        for task in tasks:
-            task.cancel()
+        poller, self._poller = self._poller, None
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._tasks.cancel_all(also=() if poller is None else (poller,))
 
 
 __all__ = [

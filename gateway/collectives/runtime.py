@@ -83,6 +83,7 @@ from gateway.collectives.state import (
 from gateway.engine import protocol as p
 from gateway.engine.network import PostHandle
 from gateway.store.records import PutOperation, Write
+from gateway.tasks import OwnedTasks
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class Collectives:
         self._at_bound = False
         """The bound refused an ask since one was last admitted (one WARNING per episode)."""
         self._timers: dict[str, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = OwnedTasks(self._task_failed)
         self.responder: Final = Responder(self._agent, spawn=self._spawn, asking=self._asks_in)
         """The member's side (§1.5, §2.5, §3.1, §4.3): answers, received requests and closes,
         which callers reach directly; its background tasks are this object's."""
@@ -189,25 +190,15 @@ class Collectives:
 
     async def close(self) -> None:
         """Cancel timers and tasks; operations are rebuilt from the store after restart."""
-        tasks = [*self._timers.values(), *self._tasks]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all(also=self._timers.values())
         self._timers.clear()
-        self._tasks.clear()
 
     def _spawn(self, coroutine: Coroutine[object, object, None], name: str) -> None:
-        task = asyncio.ensure_future(coroutine)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
+        self._tasks.spawn(coroutine, name)
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.error(
-                "collective task failed task=%s", task.get_name(), exc_info=task.exception()
-            )
+    @staticmethod
+    def _task_failed(task: asyncio.Task[None], error: BaseException) -> None:
+        logger.error("collective task failed task=%s", task.get_name(), exc_info=error)
 
     # --- asking (§1.1, §1.3, §1.4) -----------------------------------------------------------
 

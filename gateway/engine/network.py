@@ -60,6 +60,7 @@ from gateway.router import (
 from gateway.store.errors import CommitAmbiguous, PartitionNotHeld, StoreError
 from gateway.store.port import Store
 from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
+from gateway.tasks import OwnedTasks
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class Network:
         self._drain: asyncio.Queue[OutboundEnvelope] = asyncio.Queue(maxsize=DRAIN_QUEUE_SIZE)
         self._latches: Waiters[str] = Waiters()
         self._drained: Waiters[None] = Waiters()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = OwnedTasks(self._task_failed, prefix="network-")
         self._closed = False
         self._failed: BaseException | None = None
         self.local: LocalOrder
@@ -285,11 +286,7 @@ class Network:
         """Cancel and await every task; fail waiting sends' latches. Idempotent."""
         self._closed = True
         await self.local.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
+        await self._tasks.cancel_all()
         self.cancel_waiters()
 
     def cancel_waiters(self) -> None:
@@ -300,17 +297,10 @@ class Network:
         self._drained.cancel_all()
 
     def _spawn(self, coroutine: Coroutine[object, object, None], name: str) -> None:
-        task = asyncio.ensure_future(coroutine)
-        task.set_name(f"network-{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        self._tasks.spawn(coroutine, name)
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None and not self._closed:
+    def _task_failed(self, task: asyncio.Task[None], error: BaseException) -> None:
+        if not self._closed:
             logger.error("network task failed task=%s", task.get_name(), exc_info=error)
             self._fail(error)
 
