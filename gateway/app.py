@@ -73,7 +73,6 @@ from gateway.router import InProcessRouter, RingSettings
 from gateway.router.port import RouterPort
 from gateway.rpc.firewall_client import GrpcExternalCaller
 from gateway.rpc.keepalive import KeepalivePolicy
-from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService
@@ -447,7 +446,7 @@ class Gateway(AsyncClosing):
             management=management,
             on_auth_refused=self.metrics.count_auth_failure,
         )
-        interceptors: list[ServerInterceptor] = [MetricsInterceptor(self.metrics)]
+        interceptors: list[ServerInterceptor] = []
         services = self._exposed_services(router_service, registry_binding)
         if cluster is not None:
             forwarder, hint_service = cluster.wire(
@@ -460,7 +459,9 @@ class Gateway(AsyncClosing):
             opened.push_async_callback(cluster.stop_replica)
             interceptors.append(forwarder)
             services.append(hint_service)
-        server = await build_server(core, settings, interceptors=interceptors, services=services)
+        server = await build_server(
+            core, settings, metrics=self.metrics, interceptors=interceptors, services=services
+        )
         opened.push_async_callback(server.stop, None)
         return Components(
             metrics_server=metrics_server,
