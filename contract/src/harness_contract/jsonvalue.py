@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, TypeAlias
 
 import orjson
@@ -97,11 +97,31 @@ def _at(path: str) -> str:
 
 
 def depth(value: JsonValue) -> int:
-    """JSON nesting depth: 0 for a scalar, 1 + the deepest child for an array or object."""
-    if isinstance(value, str) or not isinstance(value, Sequence | Mapping):
+    """JSON nesting depth: 0 for a scalar, 1 + the deepest child for an array or object.
+
+    Every data part is measured on every send, so concrete types are tested first and
+    text is skipped without a call (a quarter of the time of ABC checks and `max`)."""
+    kind = type(value)
+    if kind is dict:
+        children: Iterable[JsonValue] = value.values()  # type: ignore[union-attr]
+    elif kind is tuple or kind is list:
+        children = value  # type: ignore[assignment]
+    elif (
+        kind is float
+        or value is None
+        or isinstance(value, str | bool)
+        or not isinstance(value, Sequence | Mapping)
+    ):
         return 0
-    children = value.values() if isinstance(value, Mapping) else value
-    return 1 + max((depth(child) for child in children), default=0)
+    else:
+        children = value.values() if isinstance(value, Mapping) else value
+    deepest = 0
+    for child in children:
+        if type(child) is not str:
+            below = depth(child)
+            if below > deepest:
+                deepest = below
+    return 1 + deepest
 
 
 _EXACT_INTEGER: Final = 2.0**53
@@ -120,22 +140,41 @@ written as orjson would."""
 
 
 def _fast_form(value: JsonValue) -> object:
-    """The value prepared for orjson, or `_NeedsReference` (the second path).
+    """The value as orjson should see it, or `_NeedsReference` (the value takes `rfc8785`).
 
-    Concrete types are tested first (`type(...) is`): ABC checks cost more than the
-    encoding itself on this path."""
+    Containers come back as they are unless something inside changes (an integral float
+    becomes its int, a str subclass its text): orjson writes tuples itself, and not copying
+    the common case is a third of the encoding's time. Concrete types are tested first
+    (`type(...) is`): ABC checks cost more than the encoding itself on this path."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value
-    if kind is dict or isinstance(value, Mapping):
-        # orjson sorts keys by code point, JCS by UTF-16 code unit: the two agree on ASCII
-        # keys, which is every key of the protocol; others take the reference path.
-        form = {}
-        for key, item in value.items():  # type: ignore[union-attr]
+    if kind is dict:
+        mapping: dict[str, JsonValue] = value  # type: ignore[assignment]
+        copy: dict[str, object] | None = None
+        for key, item in mapping.items():
+            # orjson sorts keys by code point, JCS by UTF-16 code unit: the two agree on
+            # ASCII keys, which is every key of the protocol; others take the reference path.
             if type(key) is not str or not key.isascii():
                 raise _NeedsReference
-            form[key] = _fast_form(item)
-        return form
+            if type(item) is not str:
+                form = _fast_form(item)
+                if form is not item:
+                    if copy is None:
+                        copy = dict(mapping)
+                    copy[key] = form
+        return mapping if copy is None else copy
+    if kind is tuple or kind is list:
+        items: Sequence[JsonValue] = value  # type: ignore[assignment]
+        changed: list[object] | None = None
+        for index, item in enumerate(items):
+            if type(item) is not str:
+                form = _fast_form(item)
+                if form is not item:
+                    if changed is None:
+                        changed = list(items)
+                    changed[index] = form
+        return items if changed is None else changed
     if kind is float or kind is int:
         number = float(value) + 0.0  # type: ignore[arg-type]
         # JCS writes numbers as ECMAScript does; for integral values below 2**53 that is
@@ -144,14 +183,14 @@ def _fast_form(value: JsonValue) -> object:
         if number.is_integer() and abs(number) < _EXACT_INTEGER:
             return int(number)
         raise _NeedsReference
-    if kind is tuple or kind is list:
-        return [_fast_form(item) for item in value]  # type: ignore[union-attr]
     if isinstance(value, str):
         # A str subclass (a StrEnum member such as a failure's reason) is its text, never
         # the sequence of its characters.
         return str.__str__(value)
+    if isinstance(value, Mapping):
+        return _fast_form(dict(value))
     if isinstance(value, Sequence):
-        return [_fast_form(item) for item in value]
+        return _fast_form(list(value))
     raise _NeedsReference
 
 

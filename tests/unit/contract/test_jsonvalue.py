@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import math
 from collections.abc import Callable
+from types import MappingProxyType
+from typing import NamedTuple
 
 import pytest
 from harness_contract.jsonvalue import (
@@ -131,9 +134,23 @@ def test_the_fast_encoder_agrees_on_the_pitfalls_it_handles_itself():
         {"b": 1, "a": [True, None, 'x\u2028\x7f/"\\\x01']},
         {"n": 2**53 - 1, "m": -(2**53 - 1), "z": -0.0},
         [1.0, 0.0, 100.0],
+        # Containers come back uncopied unless something inside changes: at every depth.
+        (("a", ("b", {"c": (None, 2.0)})), {"d": {"e": ["f", -0.0]}}),
+        # Not the concrete types: a mapping view, a str subclass, a tuple subclass.
+        MappingProxyType({"b": _Reason.LATE, "a": _Pair("x", 1.0)}),
     ]
     for value in values:
         assert canonical_json(value) == reference_canonical_json(value)
+    assert canonical_json(_Reason.LATE) == b'"late"'
+
+
+class _Reason(enum.StrEnum):
+    LATE = "late"
+
+
+class _Pair(NamedTuple):
+    name: str
+    score: float
 
 
 def test_the_fast_encoder_escapes_every_code_point_as_the_reference_does():
@@ -247,6 +264,13 @@ def _reference_depth(value: object) -> int:
     if isinstance(value, dict):
         return 1 + max((_reference_depth(item) for item in value.values()), default=0)
     return 0
+
+
+@settings(max_examples=300)
+@given(value=json_values)
+def test_depth_agrees_with_the_depth_of_what_a_reference_parser_builds(value: JsonValue):
+    expected = _reference_depth(json.loads(json.dumps(value)))
+    assert depth(value) == depth(normalize_json(value)) == expected
 
 
 @settings(max_examples=1000)
