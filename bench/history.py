@@ -72,11 +72,10 @@ async def build(
     open_intents: int = 0,
 ) -> dict[str, float]:
     """Write the history into `data_dir` (new or empty); returns what it did and how long."""
-    from gateway.testing import run_gateway  # noqa: PLC0415 - the gateway only for `build`
+    from gateway.testing import run_gateway
 
     posts_total = max(1, records // 2)
     per_conversation = max(1, posts_total // conversations)
-    data_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     cpu_started = time.process_time()
     async with run_gateway(Settings(), data_dir=data_dir) as gw:
@@ -87,7 +86,8 @@ async def build(
             await gw.register(f"history-b{k}")
             a = components.hosted.by_id(gw.agents[f"history-a{k}"].agent_id)
             b = components.hosted.by_id(gw.agents[f"history-b{k}"].agent_id)
-            assert a is not None and b is not None
+            assert a is not None
+            assert b is not None
             pairs.append((a, b))
 
         async def converse(k: int) -> None:
@@ -152,7 +152,6 @@ async def build(
         "conversations": float(conversations),
         "seconds": round(elapsed, 1),
         "cpu_seconds": round(time.process_time() - cpu_started, 1),
-        "store_mb": round(sum(f.stat().st_size for f in data_dir.rglob("*") if f.is_file()) / 1e6),
     }
 
 
@@ -253,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "build":
         if args.data_dir.exists() and any(args.data_dir.iterdir()):
             parser.error(f"{args.data_dir} is not empty")
+        args.data_dir.mkdir(parents=True, exist_ok=True)
         result: dict[str, object] = dict(
             asyncio.run(
                 build(
@@ -265,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             )
         )
+        files = [f for f in args.data_dir.rglob("*") if f.is_file()]
+        result["store_mb"] = round(sum(f.stat().st_size for f in files) / 1e6)
     else:
         result = asyncio.run(
             measure(args.data_dir, rounds=args.rounds, gateway_bin=args.gateway_bin)

@@ -82,7 +82,7 @@ from gateway.rpc.server import RpcServer, ServerInterceptor, ServiceBinding, bui
 from gateway.rpc.tls import peer_channel_credentials
 from gateway.secret_file import ensure_secret, read_secret
 from gateway.settings import Settings
-from gateway.store import CommitWriterSettings, DataDirLock
+from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
 from gateway.store.port import Store
 
 logger = logging.getLogger(__name__)
@@ -559,6 +559,9 @@ class Gateway(AsyncClosing):
         self._state = GatewayState.SERVING
         components.gauges.start()
         await components.server.set_serving()
+        if isinstance(components.store, SqliteStore):
+            # A large file's full check runs only now, beside serving (engine.md §8.5).
+            components.store.start_integrity_check()
         if components.cluster is not None:
             # Only a serving replica joins assignment and claims (cluster.md §3.2).
             await components.cluster.serving()
