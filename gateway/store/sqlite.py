@@ -4,8 +4,9 @@
 SqliteDatabase.open(path, schema=...)` is how the store opens its file; callers may rely on:
 
 - An existing file is checked before anything is written to it (engine.md §8.5): a file
-  of at most `FULL_CHECK_LIMIT` bytes, or one a check found damaged before (its
-  `damaged_marker` exists), by `PRAGMA quick_check` of every page; a larger one by its
+  of at most `FULL_CHECK_LIMIT` bytes, one a check found damaged before (its
+  `damaged_marker` exists), or one due for a migration, by `PRAGMA quick_check` of every
+  page; a larger one by its
   header, the schema, `meta` and the `Schema`'s `checked_at_open` tables (the ones read
   whole at start, which do not grow with history), its full `quick_check` left to
   `start_integrity_check` once the daemon serves (problems, or a file that is not a
@@ -284,9 +285,9 @@ class SqliteDatabase(AsyncClosing):
             raise ValueError(f"a database needs at least one reader, got {readers}")
         file = Path(path)
         limit = FULL_CHECK_LIMIT if full_check_limit is None else full_check_limit
-        full = _full_check_due(file, limit)
+        opening = _Opening(full=_full_check_due(file, limit))
         writer = await CommitWriter.start(
-            functools.partial(_open_and_prepare, file, schema, full=full),
+            functools.partial(_open_and_prepare, file, schema, opening),
             settings=writer_settings,
             observer=observer,
             on_fatal=on_fatal,
@@ -304,9 +305,9 @@ class SqliteDatabase(AsyncClosing):
             "store opened path=%s schema_version=%d full_check=%s",
             file,
             schema.version,
-            "done" if full else "deferred",
+            "done" if opening.full else "deferred",
         )
-        return cls(file, writer, opened, check_due=not full, on_fatal=on_fatal)
+        return cls(file, writer, opened, check_due=not opening.full, on_fatal=on_fatal)
 
     @property
     def path(self) -> Path:
@@ -465,10 +466,18 @@ def _full_check_due(path: Path, limit: int) -> bool:
     return size <= limit
 
 
-def _open_and_prepare(path: Path, schema: Schema, *, full: bool) -> sqlite3.Connection:
+@dataclass(slots=True)
+class _Opening:
+    """How `open` checks the file; the writer thread's check may widen it."""
+
+    full: bool
+    """Every page is checked before anything is served (else after, in the background)."""
+
+
+def _open_and_prepare(path: Path, schema: Schema, opening: _Opening) -> sqlite3.Connection:
     """Check an existing file without writing to it, then open it for writing (writer thread)."""
     if path.exists():
-        _inspect(path, schema, full=full)
+        _inspect(path, schema, opening)
     connection = open_database(path)
     try:
         _install_schema(connection, path, schema)
@@ -478,14 +487,15 @@ def _open_and_prepare(path: Path, schema: Schema, *, full: bool) -> sqlite3.Conn
     return connection
 
 
-def _inspect(path: Path, schema: Schema, *, full: bool) -> None:
+def _inspect(path: Path, schema: Schema, opening: _Opening) -> None:
     """quick_check (every page, or the cheap part of it) and version check on a plain
-    connection: no pragma that writes."""
+    connection: no pragma that writes. A file that is about to be migrated gets every page
+    checked first, however large: a migration writes to it."""
     _check_header(path)
     connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
     try:
         try:
-            if full:
+            if opening.full:
                 _quick_check(connection, path)
             else:
                 _quick_check(connection, path, "sqlite_schema")
@@ -493,14 +503,19 @@ def _inspect(path: Path, schema: Schema, *, full: bool) -> None:
                 for table in ("meta", *schema.checked_at_open):
                     if table in tables:
                         _quick_check(connection, path, table)
+            new = _check_versions(connection, path, schema)
+            if not (new or opening.full) and (
+                read_meta(connection, SCHEMA_VERSION_KEY) != schema.version
+            ):
+                _quick_check(connection, path)
+                opening.full = True
         except sqlite3.DatabaseError as error:
             _raise_if_corrupt(path, error)
             raise
-        _check_versions(connection, path, schema)
     finally:
         connection.close()
     marker = damaged_marker(path)
-    if full and marker.exists():
+    if opening.full and marker.exists():
         # Repaired or restored by the operator: the file passed the check of every page.
         marker.unlink()
         logger.warning("store file passed its full check; damage marker removed path=%s", path)
@@ -549,6 +564,10 @@ def _table_names(connection: sqlite3.Connection) -> set[str]:
         str(name)
         for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
+
+
+_INTERRUPT_EVERY: Final = 0.05
+"""Seconds between interrupts of a deferred check that `close` is stopping."""
 
 
 class _IntegrityCheck:
@@ -603,9 +622,12 @@ class _IntegrityCheck:
     async def stop(self) -> None:
         """Interrupt the check and wait for its connection to close."""
         self._stopping = True
-        if self._connection is not None:
-            # Thread-safe: the running statement ends with SQLITE_INTERRUPT.
-            self._connection.interrupt()
+        while not self.task.done():
+            if self._connection is not None:
+                # Thread-safe: the running statement ends with SQLITE_INTERRUPT. Repeated,
+                # because an interrupt before the statement started is lost.
+                self._connection.interrupt()
+            await asyncio.wait({self.task}, timeout=_INTERRUPT_EVERY)
         await asyncio.gather(self.task, return_exceptions=True)
 
 
