@@ -344,17 +344,28 @@ class SqliteDatabase(AsyncClosing):
         visible share of the reader threads' CPU). A `fn` of several statements that must
         agree (a snapshot of an agent) keeps the transaction. Waits for a free reader. The
         connection is `query_only`: a write raises `sqlite3.OperationalError`. Whatever
-        `fn` raises reaches the caller as it is.
+        `fn` raises reaches the caller as it is, but for a damaged page it met.
 
         Raises:
             StoreClosed: the database is CLOSING or CLOSED.
+            StoreCorrupt: the read met a damaged page (SQLite's `SQLITE_CORRUPT`): since a
+                large file's pages are checked only after the daemon serves (engine.md
+                §8.5), a start can meet one; `damaged_marker` is written, so the next
+                start checks every page first.
         """
         self._check_open()
         reader = await self._idle_readers.get()
         try:
             # Re-checked: close() may have started while this call waited for a reader.
             self._check_open()
-            return await reader.run(fn, snapshot=snapshot)
+            try:
+                return await reader.run(fn, snapshot=snapshot)
+            except sqlite3.DatabaseError as error:
+                if _code(error) not in _CORRUPT_ERRORS:
+                    raise
+                damage = StoreCorrupt(self._path, str(error))
+                self._mark_damaged(damage)
+                raise damage from error
         finally:
             self._idle_readers.put_nowait(reader)
 
@@ -377,16 +388,20 @@ class SqliteDatabase(AsyncClosing):
         return None if self._check is None else self._check.task
 
     def _damaged(self, error: StoreCorrupt) -> None:
+        """The deferred check found damage: mark the file and stop the daemon."""
         if self._state is not DatabaseState.OPEN:
             return
+        self._mark_damaged(error)
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
+    def _mark_damaged(self, error: StoreCorrupt) -> None:
         logger.critical("store file damaged path=%s: %s", self._path, error.detail)
         try:
             damaged_marker(self._path).write_text(error.detail + "\n", encoding="utf-8")
         except OSError as failed:
-            # The daemon still stops; the next start then checks only what it can cheaply.
+            # The next start then checks only what it can cheaply, and meets the damage again.
             logger.error("damaged-store marker not written path=%s: %s", self._path, failed)
-        if self._on_fatal is not None:
-            self._on_fatal(error)
 
     async def close(self) -> None:
         """Stop the deferred check, close the readers, then flush and close the writer;

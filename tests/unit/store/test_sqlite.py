@@ -443,3 +443,25 @@ async def test_a_sound_large_file_migrated_at_open_needs_no_check_after_it_serve
         assert await database.read(lambda c: read_meta(c, "schema_version")) == 2
         database.start_integrity_check()
         assert database.integrity_check is None
+
+
+async def test_a_read_that_meets_a_damaged_page_raises_store_corrupt_and_marks_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    damage_middle_page(path)
+    fatal: list[BaseException] = []
+
+    async with await SqliteDatabase.open(
+        path, schema=NOTES_SCHEMA, full_check_limit=LARGE, on_fatal=fatal.append
+    ) as database:
+        with pytest.raises(StoreCorrupt, match="malformed"):
+            await database.read(notes_of)
+        # One read is one caller's failure, not the daemon's: it keeps serving.
+        assert fatal == []
+        assert await database.read(lambda c: read_meta(c, "schema_version")) == 1
+
+    assert damaged_marker(path).exists()
+    with pytest.raises(StoreCorrupt, match="integrity check"):
+        await SqliteDatabase.open(path, schema=NOTES_SCHEMA, full_check_limit=LARGE)
