@@ -45,6 +45,8 @@ class JsonValueError(ValueError):
 
 def is_well_formed_text(text: str) -> bool:
     """True when `text` has no lone surrogate (it encodes as UTF-8)."""
+    if text.isascii():
+        return True  # a flag on the string, no scan: ASCII holds no surrogate
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
