@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gateway.store import (
-    CommitWriterSettings,
     PROTOCOL_VERSION,
+    CommitWriterSettings,
     CommitWriterState,
     DatabaseState,
     Schema,
