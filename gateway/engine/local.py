@@ -35,7 +35,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -751,3 +751,39 @@ def _conversation_write(
         depth=depth,
         moved_from=moved_from,
     )
+
+
+def fold_unit_into_bind(bind: Sequence[Write], unit: Sequence[Write]) -> list[Write]:
+    """The writes of a bind and of the unit certifying its post in the same commit, each row
+    written once (engine.md §5.10 Atomic unit, rule 2): the unit's completed intent and moved
+    heads take the places of the bind's open intent and new foundation, keeping the bind's
+    conditions (a cluster's foundation is inserted only where none exists)."""
+    folded: list[Write] = list(bind)
+    at: dict[tuple[type, str, str], int] = {}
+    for position, bound_write in enumerate(folded):
+        if isinstance(bound_write, PutIntent):
+            at[(PutIntent, bound_write.agent_id, bound_write.post_id)] = position
+        elif isinstance(bound_write, PutConversation):
+            at[(PutConversation, bound_write.agent_id, bound_write.conversation_id)] = position
+    for write in unit:
+        index: int | None = None
+        if isinstance(write, PutIntent):
+            index = at.get((PutIntent, write.agent_id, write.post_id))
+            if index is not None:
+                # The row is inserted in this very commit: there is no open row to guard.
+                bound_intent = folded[index]
+                assert isinstance(bound_intent, PutIntent)
+                write = dataclasses.replace(
+                    write, from_open=False, seq_partition=bound_intent.seq_partition
+                )
+        elif isinstance(write, PutConversation):
+            index = at.get((PutConversation, write.agent_id, write.conversation_id))
+            if index is not None:
+                bound = folded[index]
+                assert isinstance(bound, PutConversation)
+                write = dataclasses.replace(write, moved_from=bound.moved_from)
+        if index is None:
+            folded.append(write)
+        else:
+            folded[index] = write
+    return folded

@@ -37,7 +37,7 @@ from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
 from gateway.engine.cluster_order import ClusterOrder
 from gateway.engine.effects import Certified, Effects, OutboundEnvelope
-from gateway.engine.local import LocalObserver, LocalOrder
+from gateway.engine.local import LocalObserver, LocalOrder, fold_unit_into_bind
 from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
 from gateway.engine.waiters import Waiters
@@ -469,7 +469,9 @@ class Network:
             if not any(isinstance(e, CommitAmbiguous) for e in (error, error and error.__cause__)):
                 self._unbind(certifier, bound)  # a definite failure; ambiguous is fatal
 
-        writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
+        writes = (
+            effects.writes if unit is None else fold_unit_into_bind(effects.writes, unit.writes)
+        )
         job = self._store.apply(writes) if all(routes) else self.commit(effects)
         commit = asyncio.ensure_future(job)
         try:

@@ -388,8 +388,28 @@ def _delete_conversation(
 
 def apply_writes(db: sqlite3.Connection, writes: Sequence[records.Write]) -> None:
     """Apply writes in order on a connection inside the caller's transaction."""
+    bodies: set[str] = set()
     for write in writes:
-        _apply(db, write)
+        if isinstance(write, records.PutRecord):
+            # Every member of a local conversation stores the same record: its body is
+            # elided and inserted once per call, not once per member.
+            _RECORDS.put(db, write.row(), agent_id=write.agent_id, overrides=_NO_RECORD)
+            if write.record_hash not in bodies:
+                bodies.add(write.record_hash)
+                _put_body(db, write)
+        else:
+            _apply(db, write)
+
+
+_NO_RECORD: Final = {"record": b""}
+"""A certified record's row keeps no bytes: they are in `record_bodies`, once per store."""
+
+
+def _put_body(db: sqlite3.Connection, write: records.PutRecord) -> None:
+    db.execute(
+        "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
+        (write.record_hash, elide_membership(write.record, write.membership)),
+    )
 
 
 def _apply(db: sqlite3.Connection, write: records.Write) -> None:
@@ -426,11 +446,8 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
             _EVIDENCE.put(db, write.row(), agent_id=write.agent_id)
         case records.PutRecord():
             # The bytes are in record_bodies, once for every member of the conversation.
-            _RECORDS.put(db, write.row(), agent_id=write.agent_id, overrides={"record": b""})
-            db.execute(
-                "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
-                (write.record_hash, elide_membership(write.record, write.membership)),
-            )
+            _RECORDS.put(db, write.row(), agent_id=write.agent_id, overrides=_NO_RECORD)
+            _put_body(db, write)
         case records.PutReanchor():
             _REANCHORS.put(db, write.row(), agent_id=write.agent_id)
         case records.ResetConversation():
