@@ -42,7 +42,14 @@ from gateway.identity.objects import format_timestamp
 from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
 from gateway.registry.client import Found
 from gateway.store.port import Store
-from gateway.store.records import IdentityRow, PutIdentity, PutToken, RevokeTokens
+from gateway.store.records import (
+    DeliveryRow,
+    IdentityRow,
+    PutDelivery,
+    PutIdentity,
+    PutToken,
+    RevokeTokens,
+)
 
 audit = logging.getLogger("harness.audit")
 
@@ -143,6 +150,17 @@ class HostedAgents:
             runtime = self._by_id.get(agent_id)
             if runtime is not None:
                 runtime.deliveries_ready()
+
+    def deliveries_committed(self, deliveries: Iterable[PutDelivery]) -> None:
+        """Hand committed pending deliveries to their hosted agents' classifiers (engine.md
+        §7.2; others are ignored): the network's `on_delivered` outside a cluster."""
+        by_agent: dict[str, list[DeliveryRow]] = {}
+        for delivery in deliveries:
+            by_agent.setdefault(delivery.agent_id, []).append(delivery.row())
+        for agent_id, rows in by_agent.items():
+            runtime = self._by_id.get(agent_id)
+            if runtime is not None:
+                runtime.deliveries_committed(rows)
 
     def end_streams(self, reason: StreamEndReason) -> None:
         """End every open `Messages` stream for `reason`."""

@@ -398,9 +398,13 @@ class Gateway(AsyncClosing):
         # signal is handed to it directly, once, here.
         hosted = HostedAgents()
         on_certified: Callable[[Certified], None] = self._certified
-        on_deliveries: Callable[[set[str]], None] = hosted.deliveries_ready
+        # Outside a cluster every pending delivery of a hosted agent is committed here, so the
+        # rows themselves reach its classifier (engine.md §7.2); a cluster's may be committed
+        # by another replica, so there the agents are told to read the store.
+        signals = NetworkObserver(on_delivered=hosted.deliveries_committed)
         if cluster is not None:
             on_certified, on_deliveries = self._cluster_observers(cluster, hosted)
+            signals = NetworkObserver(on_deliveries=on_deliveries)
         network = Network(
             router=router,
             store=store,
@@ -408,7 +412,8 @@ class Gateway(AsyncClosing):
             clock=self._clock,
             observer=NetworkObserver(
                 on_certified=on_certified,
-                on_deliveries=on_deliveries,
+                on_deliveries=signals.on_deliveries,
+                on_delivered=signals.on_delivered,
                 on_attachment=self._attachment,
                 on_event=self.metrics.count_router_event,
                 on_fatal=self._on_fatal,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -79,6 +79,7 @@ from gateway.endpoint.api import SendState
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.idempotency import KeyResolution, Resumption, SendLedger, bound_bytes
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, InboxScreen, MessageStream
+from gateway.endpoint.pending import PendingDeliveries
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import FatalStoreError, Network, PostHandle
@@ -407,6 +408,9 @@ class AgentRuntime:
         self._observer = observer or SendObserver()
         self._classify_wanted = asyncio.Event()
         self._classifier: asyncio.Task[None] | None = None
+        self._pending = PendingDeliveries(
+            agent_id=parts.identity.agent_id, store=parts.store, page=CLASSIFY_PAGE
+        )
         self.export = export
         if export is not None:
             parts.inbox.on_offer = export.offered
@@ -471,7 +475,13 @@ class AgentRuntime:
             self._classifier = None
 
     def deliveries_ready(self) -> None:
-        """New pending deliveries are durable: classify them."""
+        """New pending deliveries are durable, committed elsewhere: read and classify them."""
+        self._pending.reread()
+        self._classify_wanted.set()
+
+    def deliveries_committed(self, rows: Iterable[DeliveryRow]) -> None:
+        """These pending deliveries' commit returned: classify them (engine.md §7.2)."""
+        self._pending.committed(rows)
         self._classify_wanted.set()
 
     # --- Endpoint ----------------------------------------------------------------------------
@@ -736,6 +746,7 @@ class AgentRuntime:
                 while await self._classify_page():
                     pass
             except StoreUnavailable:
+                self._pending.reread()  # the page's rows are still pending in the store
                 delay = min(CLASSIFY_RETRY[1], max(CLASSIFY_RETRY[0], delay * 2))
                 logger.warning(
                     "classification page not written, the store is unavailable; retrying in %.2f s",
@@ -757,9 +768,9 @@ class AgentRuntime:
 
         Raises `StoreUnavailable` only when nothing in memory changed (the page can simply be
         classified again); `FatalStoreError` when the collectives' memory already moved."""
-        rows = await self._store.pending_deliveries(self.identity.agent_id, CLASSIFY_PAGE)
+        rows = await self._pending.page()
         if not rows:
-            return False
+            return self._pending.more
         writes: list[Write] = []
         outcomes: list[DeliveryItem | ConsumedKind] = []
         emitted: list[DeliveryItem] = []
@@ -790,7 +801,7 @@ class AgentRuntime:
                 self._observer.on_record_consumed(outcome)
         for kind in emitted:
             self._observer.on_delivery_published(kind)
-        return len(rows) == CLASSIFY_PAGE
+        return self._pending.more
 
     def _classify(
         self, row: DeliveryRow

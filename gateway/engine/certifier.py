@@ -906,19 +906,19 @@ class Certifier:
                     )
                 )
         else:
-            effects.writes.append(
-                PutDelivery(
-                    agent_id=self.agent_id,
-                    token=RandomId.DELIVERY.mint(),
-                    conversation_id=conversation.id,
-                    record_hash=record_hash,
-                    commit_seq=commit_seq,
-                    projection=canonical_json(
-                        message_to_json(project(conversation.descriptor, intent))
-                    ),
-                    state=DeliveryState.PENDING,
-                )
+            delivery = PutDelivery(
+                agent_id=self.agent_id,
+                token=RandomId.DELIVERY.mint(),
+                conversation_id=conversation.id,
+                record_hash=record_hash,
+                commit_seq=commit_seq,
+                projection=canonical_json(
+                    message_to_json(project(conversation.descriptor, intent))
+                ),
+                state=DeliveryState.PENDING,
             )
+            effects.writes.append(delivery)
+            effects.delivered.append(delivery)
             effects.deliveries.add(self.agent_id)
         # Everything about older heads is settled now.
         conversation.staged.clear()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from harness_contract.kinds import PostKind, PostOp
 
 from gateway.engine import protocol as p
-from gateway.store.records import Write
+from gateway.store.records import PutDelivery, Write
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +64,9 @@ class Effects:
     certified: list[Certified] = field(default_factory=list)
     deliveries: set[str] = field(default_factory=set)
     """Agents with new pending deliveries to classify."""
+    delivered: list[PutDelivery] = field(default_factory=list)
+    """Those pending deliveries themselves, handed to their classifiers once committed
+    (engine.md §7.2): no read of what the process just wrote."""
     catch_up_queries: list[CatchUpQuery] = field(default_factory=list)
 
     def __bool__(self) -> bool:

@@ -564,17 +564,17 @@ class LocalOrder:
                         projection = canonical_json(
                             message_to_json(project(conversation.descriptor, post.intent))
                         )
-                    writes.append(
-                        PutDelivery(
-                            agent_id=member,
-                            token=RandomId.DELIVERY.mint(),
-                            conversation_id=conversation.id,
-                            record_hash=record_hash,
-                            commit_seq=commit_seq,
-                            projection=projection,
-                            state=DeliveryState.PENDING,
-                        )
+                    delivery = PutDelivery(
+                        agent_id=member,
+                        token=RandomId.DELIVERY.mint(),
+                        conversation_id=conversation.id,
+                        record_hash=record_hash,
+                        commit_seq=commit_seq,
+                        projection=projection,
+                        state=DeliveryState.PENDING,
                     )
+                    writes.append(delivery)
+                    effects.delivered.append(delivery)
                     effects.deliveries.add(member)
         assert head is not None
         moved_from = conversation.depth if conditional else None

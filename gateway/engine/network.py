@@ -59,7 +59,14 @@ from gateway.router import (
 )
 from gateway.store.errors import CommitAmbiguous, PartitionNotHeld, StoreError
 from gateway.store.port import Store
-from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
+from gateway.store.records import (
+    OutboxState,
+    PutCursor,
+    PutDelivery,
+    PutOutbox,
+    SetOutboxState,
+    Write,
+)
 from gateway.tasks import OwnedTasks
 
 logger = logging.getLogger(__name__)
@@ -140,6 +147,9 @@ class NetworkObserver:
 
     on_certified: Callable[[Certified], None] = lambda certified: None
     on_deliveries: Callable[[set[str]], None] = lambda agents: None
+    on_delivered: Callable[[Sequence[PutDelivery]], None] = lambda deliveries: None
+    """The committed pending deliveries themselves (`Effects.delivered`), for the hosted
+    classifiers (engine.md §7.2); `on_deliveries` names their agents."""
     on_attachment: Callable[[RouterAttachment], None] = lambda state: None
     on_event: Callable[[RouterEvent], None] = lambda event: None
     on_fatal: Callable[[BaseException], None] = lambda error: None
@@ -380,6 +390,8 @@ class Network:
         for certified in effects.certified:
             self._latches.resolve(certified.post_id, certified.record_hash)
             self._observer.on_certified(certified)
+        if effects.delivered:
+            self._observer.on_delivered(effects.delivered)
         if effects.deliveries:
             self._observer.on_deliveries(effects.deliveries)
         for query in effects.catch_up_queries:
