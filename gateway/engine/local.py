@@ -485,7 +485,12 @@ class LocalOrder:
         members = conversation.member_ids
         keys = {member: self._key(certifiers, member) for member in members}
         head, depth = conversation.head, conversation.depth
-        writes: list[Write] = []
+        # Rows of a kind go together (records, then completed intents, then deliveries, then
+        # heads): no row of a unit depends on another's order, and a run of one kind is one
+        # `executemany` in the store (`tables.apply_writes`).
+        records: list[Write] = []
+        completions: list[Write] = []
+        deliveries: list[Write] = []
         effects = Effects()
         size = 0
         taken: list[_Intent] = []
@@ -539,7 +544,7 @@ class LocalOrder:
             projection: bytes | None = None
             for member in members:
                 commit_seq = self._commit_seq(certifiers, member)
-                writes.append(
+                records.append(
                     PutRecord(
                         agent_id=member,
                         record_hash=record_hash,
@@ -557,7 +562,7 @@ class LocalOrder:
                     if conditional:
                         assert isinstance(completion, PutIntent)
                         completion = dataclasses.replace(completion, from_open=True)
-                    writes.append(completion)
+                    completions.append(completion)
                     effects.certified.append(post.certified(member, record_hash, conversation.kind))
                 else:
                     if projection is None:
@@ -573,19 +578,19 @@ class LocalOrder:
                         projection=projection,
                         state=DeliveryState.PENDING,
                     )
-                    writes.append(delivery)
+                    deliveries.append(delivery)
                     effects.delivered.append(delivery)
                     effects.deliveries.add(member)
         assert head is not None
         moved_from = conversation.depth if conditional else None
-        writes.extend(
+        heads = [
             _conversation_write(conversation, member, head=head, depth=depth, moved_from=moved_from)
             for member in members
-        )
+        ]
         return LocalUnit(
             conversation=conversation,
             posts=tuple(taken),
-            writes=tuple(writes),
+            writes=(*records, *completions, *deliveries, *heads),
             head=head,
             depth=depth,
             effects=effects,
