@@ -266,6 +266,18 @@ def read_local_instance(db: sqlite3.Connection) -> str | None:
 # --- row tables ------------------------------------------------------------------------
 
 
+def _insert_sql(
+    table: str, insert: str, upsert_key: tuple[str, ...], columns: tuple[str, ...]
+) -> str:
+    """The statement that puts one row of `columns`: an upsert on `upsert_key` when every
+    key column is among them, else `insert`."""
+    values = f"({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    if not upsert_key or not set(upsert_key) <= set(columns):
+        return f"{insert} INTO {table} {values}"
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in upsert_key)
+    return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(upsert_key)}) DO UPDATE SET {updates}"
+
+
 class _Table(Generic[RowT]):
     """A table whose columns are a row type's fields, named alike (behind the key columns,
     `agent_id`, that a row does not carry); every read and write of it goes through here.
@@ -289,8 +301,14 @@ class _Table(Generic[RowT]):
         row_type: type[RowT],
         *,
         insert: Literal["INSERT", "INSERT OR REPLACE", "INSERT OR IGNORE"] = "INSERT OR REPLACE",
+        upsert_key: tuple[str, ...] = (),
     ) -> None:
-        """`insert` is how `put` meets an existing key: fail, replace the row, or keep it."""
+        """`insert` is how `put` meets an existing key: fail, replace the row, or keep it.
+
+        With `upsert_key` (the primary key's columns), a row whose key exists is updated in
+        place (`ON CONFLICT DO UPDATE` of every other column) instead of deleted and inserted
+        again as `INSERT OR REPLACE` does: the same row results, and the key's index is not
+        touched — what a head moving at every post wants."""
         self.name: Final = name
         self._row_type: Final = row_type
         self._columns: Final = tuple(field.name for field in dataclasses.fields(row_type))
@@ -307,10 +325,7 @@ class _Table(Generic[RowT]):
         # and the INSERT is spelled once per key, not per row.
         self._values_of: Final = operator.attrgetter(*self._columns)
         self._sql_by_key: Final = {
-            key: (
-                f"{insert} INTO {name} ({', '.join((*key, *self._columns))}) "
-                f"VALUES ({', '.join('?' * (len(key) + len(self._columns)))})"
-            )
+            key: _insert_sql(name, insert, upsert_key, (*key, *self._columns))
             for key in ((), ("agent_id",))
         }
 
@@ -390,8 +405,10 @@ class _Table(Generic[RowT]):
 
 
 _IDENTITIES: Final = _Table("identities", records.IdentityRow, insert="INSERT")
-_CONVERSATIONS: Final = _Table("conversations", records.ConversationRow)
-_INTENTS: Final = _Table("post_intents", records.IntentRow)
+_CONVERSATIONS: Final = _Table(
+    "conversations", records.ConversationRow, upsert_key=("agent_id", "conversation_id")
+)
+_INTENTS: Final = _Table("post_intents", records.IntentRow, upsert_key=("agent_id", "post_id"))
 _LOCKS: Final = _Table("proposal_locks", records.LockRow)
 _STAGED: Final = _Table("staged_records", records.StagedRow)
 _EVIDENCE: Final = _Table("evidence", records.EvidenceRow, insert="INSERT OR IGNORE")
