@@ -73,7 +73,6 @@ from gateway.router import InProcessRouter, RingSettings
 from gateway.router.port import RouterPort
 from gateway.rpc.firewall_client import GrpcExternalCaller
 from gateway.rpc.keepalive import KeepalivePolicy
-from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService
@@ -83,7 +82,7 @@ from gateway.rpc.server import RpcServer, ServerInterceptor, ServiceBinding, bui
 from gateway.rpc.tls import peer_channel_credentials
 from gateway.secret_file import ensure_secret, read_secret
 from gateway.settings import Settings
-from gateway.store import CommitWriterSettings, DataDirLock
+from gateway.store import CommitWriterSettings, DataDirLock, SqliteStore
 from gateway.store.port import Store
 
 logger = logging.getLogger(__name__)
@@ -452,7 +451,7 @@ class Gateway(AsyncClosing):
             management=management,
             on_auth_refused=self.metrics.count_auth_failure,
         )
-        interceptors: list[ServerInterceptor] = [MetricsInterceptor(self.metrics)]
+        interceptors: list[ServerInterceptor] = []
         services = self._exposed_services(router_service, registry_binding)
         if cluster is not None:
             forwarder, hint_service = cluster.wire(
@@ -465,7 +464,9 @@ class Gateway(AsyncClosing):
             opened.push_async_callback(cluster.stop_replica)
             interceptors.append(forwarder)
             services.append(hint_service)
-        server = await build_server(core, settings, interceptors=interceptors, services=services)
+        server = await build_server(
+            core, settings, metrics=self.metrics, interceptors=interceptors, services=services
+        )
         opened.push_async_callback(server.stop, None)
         return Components(
             metrics_server=metrics_server,
@@ -563,6 +564,9 @@ class Gateway(AsyncClosing):
         self._state = GatewayState.SERVING
         components.gauges.start()
         await components.server.set_serving()
+        if isinstance(components.store, SqliteStore):
+            # A large file's full check runs only now, beside serving (engine.md §8.5).
+            components.store.start_integrity_check()
         if components.cluster is not None:
             # Only a serving replica joins assignment and claims (cluster.md §3.2).
             await components.cluster.serving()

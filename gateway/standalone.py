@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 from gateway.registry.verifier import RegistryEnvelopeVerifier
 from gateway.router import InProcessRouter, RingSettings, VerifiedEnvelope
 from gateway.rpc.keepalive import KeepalivePolicy
-from gateway.rpc.metrics_interceptor import MetricsInterceptor
 from gateway.rpc.peer import PeerGuard, ensure_peer_token, read_peer_token
 from gateway.rpc.registry_client import GrpcRegistry
 from gateway.rpc.registry_service import RegistryService
@@ -306,9 +305,7 @@ class StandaloneRouter(_StandaloneProcess):
             ),
         )
         self._service = RouterService(self._ring, guard)
-        server = await build_peer_server(
-            settings, [self._service.binding()], interceptors=[MetricsInterceptor(self.metrics)]
-        )
+        server = await build_peer_server(settings, [self._service.binding()], metrics=self.metrics)
         await self._serve(server)
 
     async def _end_reads(self) -> None:
@@ -371,7 +368,7 @@ class StandaloneRegistry(_StandaloneProcess):
         server = await build_peer_server(
             settings,
             [RegistryService(self._registry, guard).binding()],
-            interceptors=[MetricsInterceptor(self.metrics)],
+            metrics=self.metrics,
         )
         await self._serve(server)
 

@@ -2,7 +2,8 @@
 
 Each method checks that the gateway is SERVING, authenticates the agent token, converts
 the request (`harness_contract.wire`), calls the agent's `Endpoint`, and converts the answer.
-Failures are statuses, translated once by the `unary_rpc`/`stream_rpc` wrappers.
+Failures are statuses, translated once by the call wrapper of `gateway/rpc/calls.py` for the
+methods marked `unary_rpc`/`stream_rpc` (house-style.md §15).
 
 `Messages` and the agent's one stream slot (the rule is `AgentInbox.open_stream`'s; the
 proto and every client state it the same way):

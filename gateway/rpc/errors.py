@@ -1,10 +1,12 @@
 """The status table and the one translation of failures into gRPC statuses.
 
-Every servicer method is wrapped by `unary_rpc` or `stream_rpc`: a `HarnessError` becomes
-a non-OK status whose `google.rpc.Status` details hold the closed protobuf error (when the
-failure has one) and an `ErrorInfo` (domain `harness.v1`, reason in UPPER_SNAKE); an
-exception nobody mapped becomes INTERNAL with its traceback logged. grpc.aio owns the status
-of a cancelled call, so `CancelledError` always passes through.
+Every servicer method is marked `unary_rpc` or `stream_rpc`, and the one call wrapper
+(`gateway/rpc/calls.py`) calls `failure_status` when it raises: a `HarnessError` becomes a
+non-OK status whose `google.rpc.Status` details hold the closed protobuf error (when the
+failure has one) and an `ErrorInfo` (domain `harness.v1`, reason in UPPER_SNAKE), logged at
+DEBUG at most; an exception nobody mapped becomes INTERNAL with its traceback logged, once,
+at ERROR. grpc.aio owns the status of a cancelled call, so `CancelledError` always passes
+through. The marks wrap nothing: a marked method called directly raises what it raises.
 
 The table, operations.md §3 (each contract reason declares its `StatusCode`, numbered as
 gRPC's, so `harness_contract.wire.status_of` sets it as it is):
@@ -37,10 +39,9 @@ packed by `harness_contract.wire.status_of`, which the Python client reads back 
 
 from __future__ import annotations
 
-import asyncio
-import functools
+import inspect
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final, NoReturn, TypeAlias, TypeVar
 
 import grpc
@@ -177,53 +178,50 @@ async def abort_with(context: Context, error: BaseException) -> NoReturn:
     raise AssertionError("abort_with_status returned")  # pragma: no cover
 
 
-async def _translate(context: Context, error: Exception, method: str) -> NoReturn:
-    if status_for(error) is None:
-        # A defect: the traceback is the only record of it, so it is logged here, once.
+def failure_status(error: Exception, method: str) -> grpc.Status:
+    """The status a call of `method` whose servicer raised `error` ends with; a defect (no
+    status of its own) is INTERNAL and its traceback is logged here, once, at ERROR; a
+    failure of the vocabulary is a client's or the system's state, logged at DEBUG."""
+    status = status_for(error)
+    if status is None:
         logger.error("rpc %s failed", method, exc_info=error)
+        status = internal_status()
     else:
         logger.debug("rpc %s refused: %s", method, type(error).__name__)
-    await abort_with(context, error)
+    converted: grpc.Status = rpc_status.to_status(status)
+    return converted
+
+
+_TRANSLATED: Final = "__harness_translated__"
+"""The attribute `unary_rpc` and `stream_rpc` set on the servicer methods they mark."""
+
+
+def is_translated(behavior: object) -> bool:
+    """Whether `behavior` (a servicer method, bound or not) is marked: its failures become
+    statuses through `failure_status`."""
+    return getattr(behavior, _TRANSLATED, False) is True
 
 
 def unary_rpc(
     method: Callable[[Service, Request, Context], Awaitable[Response]],
-) -> Callable[[Service, Request, Context], Coroutine[Any, Any, Response]]:
-    """Wrap a unary servicer method: failures become statuses, defects INTERNAL."""
-
-    @functools.wraps(method)
-    async def handler(service: Service, request: Request, context: Context) -> Response:
-        try:
-            return await method(service, request, context)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as error:
-            await _translate(context, error, method.__name__)
-
-    return handler
+) -> Callable[[Service, Request, Context], Awaitable[Response]]:
+    """Mark a unary servicer method: the call wrapper turns its failures into statuses and
+    its defects into INTERNAL. Returns `method` itself: nothing is added per call."""
+    if not inspect.iscoroutinefunction(method):
+        raise TypeError(f"unary_rpc: {method.__qualname__} is not a coroutine function")
+    setattr(method, _TRANSLATED, True)
+    return method
 
 
 def stream_rpc(
     method: Callable[[Service, Request, Context], AsyncGenerator[Response, None]],
 ) -> Callable[[Service, Request, Context], AsyncGenerator[Response, None]]:
-    """Wrap a server-streaming servicer method; the inner generator is always closed."""
-
-    @functools.wraps(method)
-    async def handler(
-        service: Service, request: Request, context: Context
-    ) -> AsyncGenerator[Response, None]:
-        responses = method(service, request, context)
-        try:
-            async for response in responses:
-                yield response
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as error:
-            await _translate(context, error, method.__name__)
-        finally:
-            await responses.aclose()
-
-    return handler
+    """Mark a server-streaming servicer method (an async generator): as `unary_rpc`; the
+    call wrapper also `aclose()`s the generator however the call ends."""
+    if not inspect.isasyncgenfunction(method):
+        raise TypeError(f"stream_rpc: {method.__qualname__} is not an async generator function")
+    setattr(method, _TRANSLATED, True)
+    return method
 
 
 __all__ = [
@@ -232,7 +230,9 @@ __all__ = [
     "NOT_READY",
     "SHUTTING_DOWN",
     "abort_with",
+    "failure_status",
     "internal_status",
+    "is_translated",
     "malformed_request_status",
     "status_for",
     "stream_rpc",

@@ -32,8 +32,9 @@ from grpc_reflection.v1alpha import reflection
 from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc, management_pb2_grpc
 
 from gateway.endpoint.api import GatewayCore
+from gateway.observability.metrics import Metrics
 from gateway.rpc import tls
-from gateway.rpc.decoding import guard_requests
+from gateway.rpc.calls import MeteredInterceptors, RpcCalls, calls_server
 from gateway.rpc.endpoint_service import HarnessEndpointService
 from gateway.rpc.health import GatewayHealthServicer
 from gateway.rpc.keepalive import KeepalivePolicy
@@ -57,7 +58,9 @@ READINESS_NAMES: Final = ("", ENDPOINT_SERVICE, MANAGEMENT_SERVICE)
 """Health names that say whether calls can be taken (operations.md §3)."""
 
 ServerInterceptor = grpc.aio.ServerInterceptor
-"""An interceptor the composition root puts in front of every call (metrics, forwarding)."""
+"""An interceptor the composition root puts in front of every call (a cluster's forwarder);
+the `grpc_server_*` metrics are not one: `build_server(metrics=...)` counts in each
+method's one call wrapper (`gateway/rpc/calls.py`)."""
 
 MAX_SEND_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 """Largest message the server sends (operations.md §3): a history page stays well below."""
@@ -218,6 +221,17 @@ class RpcServer:
         await self._server.wait_for_termination()
 
 
+def _interceptors(
+    calls: RpcCalls, interceptors: Sequence[grpc.aio.ServerInterceptor]
+) -> list[grpc.aio.ServerInterceptor]:
+    """What grpc.aio runs before each call: nothing without interceptors (the handler found
+    is the call's one wrapper), else them inside `MeteredInterceptors`, so a handler of
+    theirs is counted once too."""
+    if not interceptors:
+        return []
+    return [MeteredInterceptors(calls, interceptors)]
+
+
 def _bound_address(listen: str, port: int) -> str:
     host, _, _ = listen.rpartition(":")
     if host in ("", "0.0.0.0", "[::]"):  # noqa: S104 - naming the wildcard, not binding it
@@ -229,14 +243,18 @@ async def build_server(
     core: GatewayCore,
     settings: Settings,
     *,
+    metrics: Metrics | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     services: Sequence[ServiceBinding] = (),
 ) -> RpcServer:
     """Build the server over `core` and bind `settings.listen`; call `start()` to serve.
 
-    `interceptors` run around every call in order (the `grpc_server_*` metrics interceptor
-    goes here); `services` are served beside the agent and operator APIs (a daemon's
-    exposed Router and Registry). Raises `OSError` when the address cannot be bound."""
+    Every call is counted in `metrics`' `grpc_server_*` family (nothing is counted when it
+    is None) by the one wrapper of its method handler, which also refuses undecodable
+    requests and translates failures (`gateway/rpc/calls.py`). `interceptors` run around
+    every call in order (a cluster's forwarder), each call still counted once; `services`
+    are served beside the agent and operator APIs (a daemon's exposed Router and Registry).
+    Raises `OSError` when the address cannot be bound."""
 
     def add_endpoint(server: grpc.aio.Server) -> None:
         endpoint_pb2_grpc.add_HarnessEndpointServiceServicer_to_server(
@@ -248,6 +266,7 @@ async def build_server(
 
     return await _build(
         settings,
+        metrics=metrics,
         interceptors=interceptors,
         services=(
             ServiceBinding(name=ENDPOINT_SERVICE, add=add_endpoint),
@@ -262,12 +281,14 @@ async def build_peer_server(
     settings: Settings,
     services: Sequence[ServiceBinding],
     *,
+    metrics: Metrics | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> RpcServer:
     """Build a server of peer services alone (the standalone `router` and `registry`), with
-    health and reflection as `build_server`'s, and bind `settings.listen`."""
+    metrics, health and reflection as `build_server`'s, and bind `settings.listen`."""
     return await _build(
         settings,
+        metrics=metrics,
         interceptors=interceptors,
         services=services,
         max_send_bytes=PEER_MAX_MESSAGE_BYTES,
@@ -277,18 +298,21 @@ async def build_peer_server(
 async def _build(
     settings: Settings,
     *,
+    metrics: Metrics | None,
     interceptors: Sequence[grpc.aio.ServerInterceptor],
     services: Sequence[ServiceBinding],
     max_send_bytes: int,
 ) -> RpcServer:
+    calls = RpcCalls(metrics)
     server = grpc.aio.server(
-        interceptors=list(interceptors),
+        interceptors=_interceptors(calls, interceptors),
         options=server_options(settings, max_send_bytes=max_send_bytes),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    # Every servicer is added through the request guard: a body that does not decode is
-    # INVALID_ARGUMENT `MALFORMED_REQUEST`, never cygrpc's ERROR traceback and UNKNOWN.
-    guarded = guard_requests(server)
+    # Every servicer is added through the calls view: each method handler gets its one
+    # wrapper (a body that does not decode is INVALID_ARGUMENT `MALFORMED_REQUEST`, never
+    # cygrpc's ERROR traceback and UNKNOWN; metrics; failures as statuses).
+    guarded = calls_server(server, calls)
     for service in services:
         service.add(guarded)
     names = tuple(service.name for service in services)
@@ -303,6 +327,8 @@ async def _build(
             (*names, HEALTH_SERVICE, reflection.SERVICE_NAME),
             guarded,
         )
+    # Last: a method nobody above serves is UNIMPLEMENTED, counted.
+    server.add_generic_rpc_handlers([calls.unimplemented_handler()])
     try:
         # Checked before binding: grpc reports a mismatched key as "Failed to bind".
         credentials = tls.server_credentials(settings)
@@ -326,7 +352,7 @@ async def _build(
         return RpcServer(server, health, address, readiness)
     try:
         health_server, health_address = await _bind_health(
-            settings.health_listen, health, interceptors=interceptors
+            settings.health_listen, health, metrics=metrics
         )
     except OSError:
         await server.stop(None)
@@ -345,18 +371,19 @@ async def _bind_health(
     listen: str,
     health: HealthServicer,
     *,
-    interceptors: Sequence[grpc.aio.ServerInterceptor],
+    metrics: Metrics | None,
 ) -> tuple[grpc.aio.Server, str]:
     """The plaintext health-only listener on `listen` and its bound address; `OSError` when
     it cannot be bound. It shares `health` with the main server, so both ports answer alike;
-    no reflection and no other service, since it has no TLS. The interceptors (metrics) see
-    its calls as they would on the main port."""
+    no reflection and no other service, since it has no TLS. Its calls are counted in
+    `metrics` as they would be on the main port (a forwarder has nothing to do here)."""
     server = grpc.aio.server(
-        interceptors=list(interceptors),
         # A fixed port that another process holds must fail the bind, not share it.
         options=[("grpc.so_reuseport", 0)],
     )
-    health_pb2_grpc.add_HealthServicer_to_server(health, guard_requests(server))
+    calls = RpcCalls(metrics)
+    health_pb2_grpc.add_HealthServicer_to_server(health, calls_server(server, calls))
+    server.add_generic_rpc_handlers([calls.unimplemented_handler()])
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as error:

@@ -3,18 +3,29 @@
 `open_database(path)` gives a connection with the store's settings. `await
 SqliteDatabase.open(path, schema=...)` is how the store opens its file; callers may rely on:
 
-- An existing file is checked before anything is written to it: `PRAGMA quick_check`
-  (problems, or a file that is not a database: `StoreCorrupt`), then `meta`'s
-  `schema_version` and `protocol_version` (any other value than this build's, or tables
-  without `meta`: `SchemaVersionMismatch`). A refused file is left as it was: the store
-  fails closed (engine.md §8 "Rehydration"). A file of an older version that the
-  `Schema` has a `Migration` chain for is migrated in one transaction with the versions.
+- An existing file is checked before anything is written to it (engine.md §8.5): a file
+  of at most `FULL_CHECK_LIMIT` bytes, or one a check found damaged before (its
+  `damaged_marker` exists), by `PRAGMA quick_check` of every page; a larger one by its
+  header, the schema, `meta` and the `Schema`'s `checked_at_open` tables (the ones read
+  whole at start, which do not grow with history), its full `quick_check` left to
+  `start_integrity_check` once the daemon serves (problems, or a file that is not a
+  database: `StoreCorrupt`). Then `meta`'s `schema_version` and `protocol_version` (any
+  other value than this build's, or tables without `meta`: `SchemaVersionMismatch`). A
+  refused file is left as it was: the store fails closed (engine.md §8.6). A file of an
+  older version that the `Schema` has a `Migration` chain for is migrated in one
+  transaction with the versions.
+- `start_integrity_check()` runs the full `quick_check` deferred at open on a connection
+  and thread of its own. Damage found then writes `damaged_marker` (so the next open
+  checks every page before anything else and refuses the file until it passes) and calls
+  `on_fatal` with `StoreCorrupt`: the daemon stops as it would have refused to start.
 - A new or empty file gets `meta`, every statement of the `Schema` and its `created`
   facts in one transaction.
 - `write(unit)` is `CommitWriter.submit`: group commit on the one write connection.
 - `read(fn)` runs `fn(connection)` on one of a few reader connections, each on its own
-  thread, inside one read transaction (a consistent WAL snapshot); readers never wait for
-  the writer and never write (`query_only`). Whatever `fn` raises reaches the caller.
+  thread, inside one read transaction (a consistent WAL snapshot); `read(fn,
+  snapshot=False)` without one, for a `fn` of one statement (SQLite reads each statement
+  from one snapshot by itself). Readers never wait for the writer and never write
+  (`query_only`). Whatever `fn` raises reaches the caller.
 - `close()` refuses new calls, closes the readers after the reads in flight, then commits
   everything accepted and closes the writer; idempotent.
 
@@ -28,7 +39,9 @@ import asyncio
 import enum
 import functools
 import logging
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +87,22 @@ READER_CONNECTIONS: Final = 2
 WAL lets reads run beside the writer; reads here are short lookups at rehydration and
 for management calls, so two keep one slow read from stalling the others."""
 
+FULL_CHECK_LIMIT: Final = 64 * 1024 * 1024
+"""Bytes of store file (and WAL) up to which `open` runs the full `quick_check` before
+anything is served.
+
+`quick_check` reads every page: about 0.1 s per 64 MB from the page cache on the 2-core
+development machine, ten times that from a cold disk, so a daemon with a long history was
+ready only after tens of seconds (issue 26: 26 s cold at 1,000,000 records). Below this the
+full check costs little and keeps every page's damage a refusal to start; above it the check
+runs after the daemon serves (`start_integrity_check`)."""
+
+DAMAGED_SUFFIX: Final = "-damaged"
+"""Appended to the store file's name for the marker a failed deferred check leaves."""
+
+INTEGRITY_THREAD_NAME: Final = "harness-store-check"
+"""Name prefix of the deferred integrity check's thread."""
+
 QUICK_CHECK_DETAIL_LINES: Final = 5
 """Lines of a failed `quick_check` report kept in `StoreCorrupt.detail`."""
 
@@ -113,6 +142,10 @@ class Schema:
     migrations: tuple[Migration, ...] = ()
     created: Callable[[], dict[str, str]] = dict
     """Facts written to `meta` when the file is created (the local instance id)."""
+    checked_at_open: tuple[str, ...] = ()
+    """Tables `quick_check`ed before anything is served even in a file above
+    `FULL_CHECK_LIMIT`: the ones read whole at start whose size does not grow with
+    history (every page of the rest is checked by `start_integrity_check`)."""
 
     def __post_init__(self) -> None:
         if self.version < 1:
@@ -129,6 +162,11 @@ class Schema:
                 return False
             version += 1
         return version == self.version
+
+
+def damaged_marker(path: Path) -> Path:
+    """The marker a deferred integrity check that found damage leaves beside `path`."""
+    return path.with_name(path.name + DAMAGED_SUFFIX)
 
 
 def read_meta(connection: sqlite3.Connection, key: str) -> object:
@@ -190,10 +228,22 @@ class SqliteDatabase(AsyncClosing):
     whose exit calls `close()`.
     """
 
-    def __init__(self, path: Path, writer: CommitWriter, readers: Sequence[_Reader]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        writer: CommitWriter,
+        readers: Sequence[_Reader],
+        *,
+        check_due: bool = False,
+        on_fatal: FatalHandler | None = None,
+    ) -> None:
         """Wrap an open writer and readers; use `SqliteDatabase.open` instead."""
         self._path = path
         self._writer = writer
+        self._check_due = check_due
+        """The full `quick_check` was deferred at open (`start_integrity_check`)."""
+        self._on_fatal = on_fatal
+        self._check: _IntegrityCheck | None = None
         self._readers = tuple(readers)
         self._idle_readers: asyncio.Queue[_Reader] = asyncio.Queue(maxsize=len(readers))
         for reader in readers:
@@ -211,6 +261,7 @@ class SqliteDatabase(AsyncClosing):
         readers: int = READER_CONNECTIONS,
         observer: StoreObserver | None = None,
         on_fatal: FatalHandler | None = None,
+        full_check_limit: int | None = None,
     ) -> SqliteDatabase:
         """Check or create the file, start the writer, open the readers.
 
@@ -221,17 +272,23 @@ class SqliteDatabase(AsyncClosing):
                 `Settings.commit_max_batch`).
             readers: reader connections, at least one.
             observer: receives the writer's measurements (backend `sqlite`).
-            on_fatal: called once if the writer fails (engine.md §8: stop the daemon).
+            on_fatal: called once if the writer fails or the deferred integrity check
+                finds damage (engine.md §8: stop the daemon).
+            full_check_limit: file size up to which every page is checked here
+                (None: `FULL_CHECK_LIMIT`, read at the call, so tests may lower it).
 
         Raises:
-            StoreCorrupt: `quick_check` failed or the file is not a database.
+            StoreCorrupt: a `quick_check` failed, the header is damaged, or the file is
+                not a database.
             SchemaVersionMismatch: the file is of another version; it was left untouched.
         """
         if readers < 1:
             raise ValueError(f"a database needs at least one reader, got {readers}")
         file = Path(path)
+        limit = FULL_CHECK_LIMIT if full_check_limit is None else full_check_limit
+        full = _full_check_due(file, limit)
         writer = await CommitWriter.start(
-            functools.partial(_open_and_prepare, file, schema),
+            functools.partial(_open_and_prepare, file, schema, full=full),
             settings=writer_settings,
             observer=observer,
             on_fatal=on_fatal,
@@ -245,8 +302,13 @@ class SqliteDatabase(AsyncClosing):
                 await reader.close()
             await writer.close()
             raise
-        logger.info("store opened path=%s schema_version=%d", file, schema.version)
-        return cls(file, writer, opened)
+        logger.info(
+            "store opened path=%s schema_version=%d full_check=%s",
+            file,
+            schema.version,
+            "done" if full else "deferred",
+        )
+        return cls(file, writer, opened, check_due=not full, on_fatal=on_fatal)
 
     @property
     def path(self) -> Path:
@@ -273,11 +335,17 @@ class SqliteDatabase(AsyncClosing):
         self._check_open()
         return await self._writer.submit(unit)
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(connection)` in one read transaction on a reader thread.
+    async def read(self, fn: Callable[[sqlite3.Connection], T], *, snapshot: bool = True) -> T:
+        """Run `fn(connection)` on a reader thread, in one read transaction unless
+        `snapshot` is False.
 
-        Waits for a free reader. The connection is `query_only`: a write raises
-        `sqlite3.OperationalError`. Whatever `fn` raises reaches the caller as it is.
+        `snapshot=False` is for a `fn` that runs one statement: in autocommit mode SQLite
+        reads one statement from one consistent snapshot on its own, so the `BEGIN` ...
+        `ROLLBACK` around it is two statements of work for nothing (issue 26's profile: a
+        visible share of the reader threads' CPU). A `fn` of several statements that must
+        agree (a snapshot of an agent) keeps the transaction. Waits for a free reader. The
+        connection is `query_only`: a write raises `sqlite3.OperationalError`. Whatever
+        `fn` raises reaches the caller as it is.
 
         Raises:
             StoreClosed: the database is CLOSING or CLOSED.
@@ -287,16 +355,49 @@ class SqliteDatabase(AsyncClosing):
         try:
             # Re-checked: close() may have started while this call waited for a reader.
             self._check_open()
-            return await reader.run(fn)
+            return await reader.run(fn, snapshot=snapshot)
         finally:
             self._idle_readers.put_nowait(reader)
 
+    def start_integrity_check(self) -> None:
+        """Run the full `quick_check` deferred at open, in the background; nothing when
+        none was deferred or one already ran (engine.md §8.5).
+
+        The daemon calls it once it serves. Damage found writes `damaged_marker` and calls
+        `on_fatal` with `StoreCorrupt` (the daemon stops; its next start checks every page
+        first and refuses the file until it passes). A check cut short by `close` reports
+        nothing."""
+        self._check_open()
+        if not self._check_due or self._check is not None:
+            return
+        self._check = _IntegrityCheck(self._path, self._damaged)
+
+    @property
+    def integrity_check(self) -> asyncio.Task[None] | None:
+        """The running or finished deferred check (tests wait on it), or None."""
+        return None if self._check is None else self._check.task
+
+    def _damaged(self, error: StoreCorrupt) -> None:
+        if self._state is not DatabaseState.OPEN:
+            return
+        logger.critical("store file damaged path=%s: %s", self._path, error.detail)
+        try:
+            damaged_marker(self._path).write_text(error.detail + "\n", encoding="utf-8")
+        except OSError as failed:
+            # The daemon still stops; the next start then checks only what it can cheaply.
+            logger.error("damaged-store marker not written path=%s: %s", self._path, failed)
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
     async def close(self) -> None:
-        """Close the readers, then flush and close the writer; idempotent."""
+        """Stop the deferred check, close the readers, then flush and close the writer;
+        idempotent."""
         if self._state is not DatabaseState.OPEN:
             await self._closed.wait()
             return
         self._state = DatabaseState.CLOSING
+        if self._check is not None:
+            await self._check.stop()
         try:
             # Each reader's thread runs its close after the read in flight there. Readers
             # go first so that the writer's connection is the last one: closing it
@@ -329,10 +430,12 @@ class _Reader:
         )
         return cls(connection, executor)
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await asyncio.wrap_future(
-            self._executor.submit(_read_snapshot, self._connection, fn)
-        )
+    async def run(self, fn: Callable[[sqlite3.Connection], T], *, snapshot: bool) -> T:
+        if snapshot:
+            return await asyncio.wrap_future(
+                self._executor.submit(_read_snapshot, self._connection, fn)
+            )
+        return await asyncio.wrap_future(self._executor.submit(fn, self._connection))
 
     async def close(self) -> None:
         try:
@@ -350,10 +453,24 @@ def _read_snapshot(connection: sqlite3.Connection, fn: Callable[[sqlite3.Connect
             connection.execute("ROLLBACK")
 
 
-def _open_and_prepare(path: Path, schema: Schema) -> sqlite3.Connection:
+def _full_check_due(path: Path, limit: int) -> bool:
+    """Whether `open` checks every page: a small file (with its WAL), a new one, or one a
+    deferred check found damaged."""
+    if damaged_marker(path).exists():
+        return True
+    size = 0
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            size += file.stat().st_size
+        except FileNotFoundError:
+            continue
+    return size <= limit
+
+
+def _open_and_prepare(path: Path, schema: Schema, *, full: bool) -> sqlite3.Connection:
     """Check an existing file without writing to it, then open it for writing (writer thread)."""
     if path.exists():
-        _inspect(path, schema)
+        _inspect(path, schema, full=full)
     connection = open_database(path)
     try:
         _install_schema(connection, path, schema)
@@ -363,20 +480,143 @@ def _open_and_prepare(path: Path, schema: Schema) -> sqlite3.Connection:
     return connection
 
 
-def _inspect(path: Path, schema: Schema) -> None:
-    """quick_check and version check on a plain connection: no pragma that writes."""
+def _inspect(path: Path, schema: Schema, *, full: bool) -> None:
+    """quick_check (every page, or the cheap part of it) and version check on a plain
+    connection: no pragma that writes."""
+    _check_header(path)
     connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
     try:
         try:
-            report = [str(row[0]) for row in connection.execute("PRAGMA quick_check")]
+            if full:
+                _quick_check(connection, path)
+            else:
+                _quick_check(connection, path, "sqlite_schema")
+                tables = _table_names(connection)
+                for table in ("meta", *schema.checked_at_open):
+                    if table in tables:
+                        _quick_check(connection, path, table)
         except sqlite3.DatabaseError as error:
             _raise_if_corrupt(path, error)
             raise
-        if report != ["ok"]:
-            raise StoreCorrupt(path, "; ".join(report[:QUICK_CHECK_DETAIL_LINES]))
         _check_versions(connection, path, schema)
     finally:
         connection.close()
+    marker = damaged_marker(path)
+    if full and marker.exists():
+        # Repaired or restored by the operator: the file passed the check of every page.
+        marker.unlink()
+        logger.warning("store file passed its full check; damage marker removed path=%s", path)
+
+
+_HEADER_MAGIC: Final = b"SQLite format 3\x00"
+_HEADER_SIZE: Final = 100
+
+
+def _check_header(path: Path) -> None:
+    """The file's header, read directly: SQLite's magic, a page size it can have, and (with
+    no WAL to finish a checkpoint from) a file no shorter than the pages the header
+    counts. A truncated copy is damage found without reading the pages."""
+    with path.open("rb") as file:
+        header = file.read(_HEADER_SIZE)
+        size = os.fstat(file.fileno()).st_size
+    if not header:
+        return  # an empty file is a new store
+    if len(header) < _HEADER_SIZE or not header.startswith(_HEADER_MAGIC):
+        raise StoreCorrupt(path, "file is not a database (no SQLite header)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise StoreCorrupt(path, f"header names page size {page_size}")
+    pages = int.from_bytes(header[28:32], "big")
+    # The in-header size is valid only when written by the same change as the counter.
+    counted = header[92:96] == header[24:28] and pages > 0
+    wal = path.with_name(path.name + "-wal")
+    wal_empty = not wal.exists() or wal.stat().st_size == 0
+    if counted and wal_empty and size < pages * page_size:
+        raise StoreCorrupt(
+            path, f"file is {size} bytes, its header counts {pages} pages of {page_size}"
+        )
+
+
+def _quick_check(connection: sqlite3.Connection, path: Path, table: str | None = None) -> None:
+    """`PRAGMA quick_check`, of every page or of one table and its indexes."""
+    pragma = "PRAGMA quick_check" if table is None else f"PRAGMA quick_check({table})"
+    report = [str(row[0]) for row in connection.execute(pragma)]
+    if report != ["ok"]:
+        raise StoreCorrupt(path, "; ".join(report[:QUICK_CHECK_DETAIL_LINES]))
+
+
+def _table_names(connection: sqlite3.Connection) -> set[str]:
+    return {
+        str(name)
+        for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+
+
+class _IntegrityCheck:
+    """The full `quick_check` deferred at open: one connection on one thread of its own.
+
+    It holds a read transaction for as long as it runs, so the WAL is not checkpointed past
+    it meanwhile (the writer's commits go on; the WAL grows until it ends)."""
+
+    def __init__(self, path: Path, on_damage: Callable[[StoreCorrupt], None]) -> None:
+        self._path = path
+        self._on_damage = on_damage
+        self._connection: sqlite3.Connection | None = None
+        self._stopping = False
+        self.task: asyncio.Task[None] = asyncio.ensure_future(self._run())
+        self.task.set_name("store-integrity-check")
+
+    async def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            connection, executor = await connect_on_own_thread(
+                functools.partial(open_database, self._path, read_only=True),
+                thread_name=INTEGRITY_THREAD_NAME,
+            )
+        except Exception:
+            logger.exception("store integrity check could not start path=%s", self._path)
+            return
+        self._connection = connection
+        try:
+            if self._stopping:
+                return
+            await asyncio.wrap_future(
+                executor.submit(_quick_check_every_page, connection, self._path)
+            )
+            logger.info(
+                "store file passed its full check path=%s seconds=%.1f",
+                self._path,
+                time.monotonic() - started,
+            )
+        except StoreCorrupt as damage:
+            if not self._stopping:
+                self._on_damage(damage)
+        except Exception:
+            if not self._stopping:
+                # Not damage it could name (an I/O error, a lock held past the busy
+                # timeout): the writer meets a failing disk on its own, so only say so.
+                logger.exception("store integrity check failed to run path=%s", self._path)
+        finally:
+            self._connection = None  # before its close: `stop` interrupts only a live one
+            await asyncio.wrap_future(executor.submit(connection.close))
+            executor.shutdown(wait=False)
+
+    async def stop(self) -> None:
+        """Interrupt the check and wait for its connection to close."""
+        self._stopping = True
+        if self._connection is not None:
+            # Thread-safe: the running statement ends with SQLITE_INTERRUPT.
+            self._connection.interrupt()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+def _quick_check_every_page(connection: sqlite3.Connection, path: Path) -> None:
+    try:
+        _quick_check(connection, path)
+    except sqlite3.DatabaseError as error:
+        _raise_if_corrupt(path, error)
+        raise
 
 
 def _install_schema(connection: sqlite3.Connection, path: Path, schema: Schema) -> None:
@@ -462,7 +702,11 @@ def _check_versions(connection: sqlite3.Connection, path: Path, schema: Schema) 
     return False
 
 
-def _raise_if_corrupt(path: Path, error: sqlite3.DatabaseError) -> None:
+def _code(error: sqlite3.DatabaseError) -> int | None:
     code = getattr(error, "sqlite_errorcode", None)
-    if isinstance(code, int) and (code & 0xFF) in _CORRUPT_ERRORS:
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _raise_if_corrupt(path: Path, error: sqlite3.DatabaseError) -> None:
+    if _code(error) in _CORRUPT_ERRORS:
         raise StoreCorrupt(path, str(error)) from error

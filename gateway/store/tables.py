@@ -22,7 +22,7 @@ import enum
 import operator
 import sqlite3
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never, cast
 
 from gateway.store import records
@@ -278,6 +278,41 @@ def _insert_sql(
     return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(upsert_key)}) DO UPDATE SET {updates}"
 
 
+def _row_maker(
+    row_type: type[RowT], columns: Sequence[str], enums: Mapping[str, type[enum.Enum]]
+) -> Callable[[Sequence[Any]], RowT]:
+    """A function from one result, in `columns` order, to its row.
+
+    Reads build a row per result on the reader threads (issue 26's profile: a visible share
+    of their CPU), and the row types are keyword-only dataclasses: so the function is
+    generated once per table, as `dataclasses` generates `__init__`, unpacking the result
+    and naming each field, with an enum's member found by a dict lookup of its value (an
+    unknown value still raises the enum's own ValueError): about half the CPU of building a
+    dict, zipping and calling the enum per row (bench/README.md "Start-up on a long
+    history", the row micro-benchmark)."""
+    names = [f"_{index}" for index in range(len(columns))]
+    namespace: dict[str, Any] = {"_row_type": row_type}
+    fields: list[str] = []
+    for column, name in zip(columns, names, strict=True):
+        kind = enums.get(column)
+        if kind is None:
+            fields.append(f"{column}={name}")
+            continue
+        namespace[f"_members_{column}"] = {member.value: member for member in kind}
+        namespace[f"_enum_{column}"] = kind
+        fields.append(
+            f"{column}=_members_{column}[{name}] if {name} in _members_{column} "
+            f"else _enum_{column}({name})"
+        )
+    unpack = ", ".join(names) + ("," if len(names) == 1 else "")
+    source = (
+        f"def make(values):\n    {unpack} = values\n    return _row_type({', '.join(fields)})\n"
+    )
+    exec(source, namespace)  # noqa: S102 - fixed source from a dataclass's own field names
+    maker: Callable[[Sequence[Any]], RowT] = namespace["make"]
+    return maker
+
+
 class _Table(Generic[RowT]):
     """A table whose columns are a row type's fields, named alike (behind the key columns,
     `agent_id`, that a row does not carry); every read and write of it goes through here.
@@ -288,6 +323,7 @@ class _Table(Generic[RowT]):
         "_columns",
         "_enums",
         "_insert",
+        "_make",
         "_row_type",
         "_sql_by_key",
         "_values_of",
@@ -321,6 +357,9 @@ class _Table(Generic[RowT]):
             if isinstance(hint := hints[column], type) and issubclass(hint, enum.Enum)
         }
         self._insert: Final = insert
+        self._make: Final[Callable[[Sequence[Any]], RowT]] = _row_maker(
+            row_type, self._columns, self._enums
+        )
         # Every group commit writes several rows: the field values are read in one C call
         # and the INSERT is spelled once per key, not per row.
         self._values_of: Final = operator.attrgetter(*self._columns)
@@ -331,10 +370,7 @@ class _Table(Generic[RowT]):
 
     def read(self, values: Sequence[Any]) -> RowT:
         """The row of one result in `columns` order."""
-        named = dict(zip(self._columns, values, strict=True))
-        for column, kind in self._enums.items():
-            named[column] = kind(named[column])
-        return self._row_type(**named)
+        return self._make(values)
 
     def select(
         self, db: sqlite3.Connection, clause: str, parameters: Sequence[object] = ()
@@ -342,7 +378,7 @@ class _Table(Generic[RowT]):
         """The rows `SELECT columns FROM table <clause>` finds; `clause` is fixed SQL with
         placeholders for `parameters`."""
         sql = f"SELECT {self.columns} FROM {self.name} {clause}"  # noqa: S608 - fixed names
-        return [self.read(values) for values in db.execute(sql, parameters)]
+        return list(map(self._make, db.execute(sql, parameters)))
 
     def select_one(
         self, db: sqlite3.Connection, clause: str, parameters: Sequence[object]
@@ -350,7 +386,7 @@ class _Table(Generic[RowT]):
         """The first row `select` would find, or None."""
         sql = f"SELECT {self.columns} FROM {self.name} {clause}"  # noqa: S608 - fixed names
         values = db.execute(sql, parameters).fetchone()
-        return None if values is None else self.read(values)
+        return None if values is None else self._make(values)
 
     def put(
         self,
@@ -672,14 +708,46 @@ _PENDING_DELIVERIES: Final = "WHERE agent_id = ? AND state = 'pending' ORDER BY 
 """Deliveries not classified yet, in commit order."""
 
 
+_OPEN_INTENTS: Final = (
+    "INDEXED BY post_intents_open WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq"
+)
+"""An agent's open intents, found through `post_intents_open`.
+
+Without statistics SQLite's planner prefers the `(agent_id, bind_seq)` index for the ORDER
+BY and reads every intent the agent ever bound to filter on `state`: a start that grew with
+history (issue 26). The open ones are few; sorting them costs nothing."""
+
+_HEADS_MAX_COMMIT_SEQ: Final = (
+    "SELECT COUNT(c.head), COUNT(r.record_hash), MAX(r.commit_seq) FROM conversations c "
+    "LEFT JOIN certified_records r ON r.agent_id = c.agent_id AND r.record_hash = c.head "
+    "WHERE c.agent_id = ?"
+)
+
+
+def _max_commit_seq(db: sqlite3.Connection, agent_id: str) -> int:
+    """The agent's highest record `commit_seq`, read from its conversations' heads.
+
+    A member stores a conversation's records in chain order, each with the next commit
+    sequence, in the same commit that moves the conversation's head onto it (promotion, a
+    local unit, a moved conversation's catch-up), and no record or conversation row is ever
+    deleted (a genesis swap resets only an empty conversation): so the highest sequence is
+    a head's. One lookup per conversation instead of a read of every record the agent
+    stores (issue 26). A head without its record (a damaged store) falls back to that read."""
+    heads, found, highest = db.execute(_HEADS_MAX_COMMIT_SEQ, (agent_id,)).fetchone()
+    if heads != found:
+        return _max(
+            db, "SELECT MAX(commit_seq) FROM certified_records WHERE agent_id = ?", agent_id
+        )
+    return int(highest) if highest is not None else 0
+
+
 def read_snapshot(db: sqlite3.Connection, agent_id: str) -> records.AgentSnapshot:
-    """Everything one agent rebuilds from at start."""
+    """Everything one agent rebuilds from at start: what has a queue or a timer, and the
+    sequence counters, each through an index (nothing here reads the agent's history)."""
     key = (agent_id,)
     return records.AgentSnapshot(
         conversations=tuple(read_conversations(db, agent_id)),
-        open_intents=tuple(
-            _INTENTS.select(db, "WHERE agent_id = ? AND state = 'open' ORDER BY bind_seq", key)
-        ),
+        open_intents=tuple(_INTENTS.select(db, _OPEN_INTENTS, key)),
         locks=tuple(_LOCKS.select(db, "WHERE agent_id = ?", key)),
         staged=tuple(_STAGED.select(db, "WHERE agent_id = ?", key)),
         evidence=tuple(_EVIDENCE.select(db, "WHERE agent_id = ?", key)),
@@ -701,9 +769,7 @@ def read_snapshot(db: sqlite3.Connection, agent_id: str) -> records.AgentSnapsho
         max_bind_seq=_max(
             db, "SELECT MAX(bind_seq) FROM post_intents WHERE agent_id = ?", agent_id
         ),
-        max_commit_seq=_max(
-            db, "SELECT MAX(commit_seq) FROM certified_records WHERE agent_id = ?", agent_id
-        ),
+        max_commit_seq=_max_commit_seq(db, agent_id),
         max_inbox_seq=_max(db, "SELECT MAX(seq) FROM inbox WHERE agent_id = ?", agent_id),
         max_outbox_row=_max(db, "SELECT MAX(row_id) FROM outbox WHERE agent_id = ?", agent_id),
         unread=_max(
@@ -730,7 +796,7 @@ def read_inbox_by_token(
     return _INBOX.select_one(db, "WHERE agent_id = ? AND token = ?", (agent_id, token))
 
 
-_TOKENS_PER_QUERY: Final = 500
+TOKENS_PER_QUERY: Final = 500
 """Tokens per `IN (...)` query, below SQLite's host-parameter limit."""
 
 
@@ -739,8 +805,8 @@ def read_inbox_by_tokens(
 ) -> dict[str, records.InboxRow]:
     """This agent's inbox items among `tokens`, by token."""
     found: dict[str, records.InboxRow] = {}
-    for start in range(0, len(tokens), _TOKENS_PER_QUERY):
-        chunk = list(tokens[start : start + _TOKENS_PER_QUERY])
+    for start in range(0, len(tokens), TOKENS_PER_QUERY):
+        chunk = list(tokens[start : start + TOKENS_PER_QUERY])
         marks = ",".join("?" * len(chunk))
         for item in _INBOX.select(
             db, f"WHERE agent_id = ? AND token IN ({marks})", (agent_id, *chunk)
@@ -820,12 +886,16 @@ def read_send(db: sqlite3.Connection, agent_id: str, key: str) -> records.SendRo
     return None if row is None else dataclasses.replace(row, resumable=bool(row.resumable))
 
 
+_UNREAD_SUMMARY: Final = """SELECT agent_id, count, oldest FROM (
+    SELECT i.agent_id,
+        (SELECT COUNT(*) FROM inbox WHERE agent_id = i.agent_id AND state = 'unread') AS count,
+        (SELECT MIN(created_at) FROM inbox WHERE agent_id = i.agent_id AND state = 'unread')
+            AS oldest
+    FROM identities i) WHERE count > 0"""
+"""Per hosted agent, through `inbox_unread`: a `GROUP BY agent_id` over `state = 'unread'`
+scans that whole index, acknowledged items included, at every gauge reading (issue 26)."""
+
+
 def read_unread_summary(db: sqlite3.Connection) -> dict[str, tuple[int, float]]:
     """Per agent with unread items: (count, oldest creation time)."""
-    return {
-        row[0]: (int(row[1]), float(row[2]))
-        for row in db.execute(
-            "SELECT agent_id, COUNT(*), MIN(created_at) FROM inbox WHERE state = 'unread' "
-            "GROUP BY agent_id"
-        )
-    }
+    return {row[0]: (int(row[1]), float(row[2])) for row in db.execute(_UNREAD_SUMMARY)}

@@ -4,6 +4,10 @@ Every number in the core is an IEEE 754 binary64 `float`: `normalize_json` turns
 floats (so `rfc8785` never raises `IntegerDomainError` for 2**53 and above) and `-0` into `0`.
 Strings and keys must be well-formed Unicode: a lone surrogate, which `json.loads` happily
 makes from `"\\ud800"`, is refused. Nothing here raises anything but `JsonValueError`.
+
+Hashing, signing and storing call `canonical_json` about twenty times a direct post and
+`parse_canonical_json` three times, so both take `orjson` first, where its bytes provably
+are the JCS bytes, and fall back to the exact paths otherwise (engine.md §0).
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, TypeAlias
 
+import orjson
 import rfc8785
 
 JsonValue: TypeAlias = bool | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"] | None
@@ -92,11 +97,31 @@ def _at(path: str) -> str:
 
 
 def depth(value: JsonValue) -> int:
-    """JSON nesting depth: 0 for a scalar, 1 + the deepest child for an array or object."""
-    if isinstance(value, str) or not isinstance(value, Sequence | Mapping):
+    """JSON nesting depth: 0 for a scalar, 1 + the deepest child for an array or object.
+
+    Every data part is measured on every send, so concrete types are tested first and
+    text is skipped without a call (a quarter of the time of ABC checks and `max`)."""
+    kind = type(value)
+    if kind is dict:
+        children: Iterable[JsonValue] = value.values()  # type: ignore[union-attr]
+    elif kind is tuple or kind is list:
+        children = value  # type: ignore[assignment]
+    elif (
+        kind is float
+        or value is None
+        or isinstance(value, str | bool)
+        or not isinstance(value, Sequence | Mapping)
+    ):
         return 0
-    children = value.values() if isinstance(value, Mapping) else value
-    return 1 + max((depth(child) for child in children), default=0)
+    else:
+        children = value.values() if isinstance(value, Mapping) else value
+    deepest = 0
+    for child in children:
+        if type(child) is not str:
+            below = depth(child)
+            if below > deepest:
+                deepest = below
+    return 1 + deepest
 
 
 _EXACT_INTEGER: Final = 2.0**53
@@ -107,39 +132,65 @@ class _NeedsReference(Exception):
     """The fast encoder met a value whose JCS form it does not reproduce."""
 
 
-def _fast_form(value: JsonValue) -> object:
-    """The value prepared for `json.dumps`, or `_NeedsReference` (hot-path shortcut).
+_ORJSON_OPTIONS: Final = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
+"""Keys sorted by code point; a dataclass or datetime is refused (a `TypeError`), never
+written as orjson would."""
 
-    Concrete types are tested first (`type(...) is`): ABC checks cost more than the
-    encoding itself on this path."""
+
+def _fast_form(value: JsonValue) -> object:
+    """The value as orjson should see it, or `_NeedsReference` (the value takes `rfc8785`).
+
+    Containers come back as they are unless something inside changes (an integral float
+    becomes its int, a str subclass its text): orjson writes tuples itself, and not copying
+    the common case is a third of the encoding's time. Concrete types are tested first
+    (`type(...) is`): ABC checks cost more than the encoding itself on this path."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value
-    if kind is dict or isinstance(value, Mapping):
-        # json.dumps sorts keys by code point, JCS by UTF-16 code unit: the two agree on
-        # ASCII keys, which is every key of the protocol; others take the reference path.
-        form = {}
-        for key, item in value.items():  # type: ignore[union-attr]
+    if kind is dict:
+        mapping: dict[str, JsonValue] = value  # type: ignore[assignment]
+        copy: dict[str, object] | None = None
+        for key, item in mapping.items():
+            # orjson sorts keys by code point, JCS by UTF-16 code unit: the two agree on
+            # ASCII keys, which is every key of the protocol; others take the reference path.
             if type(key) is not str or not key.isascii():
                 raise _NeedsReference
-            form[key] = _fast_form(item)
-        return form
+            if type(item) is not str:
+                form = _fast_form(item)
+                if form is not item:
+                    if copy is None:
+                        copy = dict(mapping)
+                    copy[key] = form
+        return mapping if copy is None else copy
+    if kind is tuple or kind is list:
+        items: Sequence[JsonValue] = value  # type: ignore[assignment]
+        changed: list[object] | None = None
+        for index, item in enumerate(items):
+            if type(item) is not str:
+                form = _fast_form(item)
+                if form is not item:
+                    if changed is None:
+                        changed = list(items)
+                    changed[index] = form
+        return items if changed is None else changed
     if kind is float or kind is int:
         number = float(value) + 0.0  # type: ignore[arg-type]
         # JCS writes numbers as ECMAScript does; for integral values below 2**53 that is
-        # the plain integer, which json.dumps writes the same way. Anything else (fractions,
+        # the plain integer, which orjson writes the same way. Anything else (fractions,
         # exponents, larger integers) takes the reference encoder.
         if number.is_integer() and abs(number) < _EXACT_INTEGER:
             return int(number)
         raise _NeedsReference
-    if kind is tuple or kind is list:
-        return [_fast_form(item) for item in value]  # type: ignore[union-attr]
     if isinstance(value, str):
         # A str subclass (a StrEnum member such as a failure's reason) is its text, never
         # the sequence of its characters.
         return str.__str__(value)
+    if isinstance(value, Mapping):
+        return _fast_form(dict(value))
     if isinstance(value, Sequence):
-        return [_fast_form(item) for item in value]
+        return _fast_form(list(value))
     raise _NeedsReference
 
 
@@ -149,10 +200,11 @@ def canonical_json(value: JsonValue) -> bytes:
     The value should come from `normalize_json`; ints are still accepted and written as
     their float. Raises `JsonValueError` for anything JCS cannot encode.
 
-    Hashing and signing call this a hundred times a post, so values of the common shape
-    (ASCII keys, integral numbers) go through the C `json` encoder, whose output is
-    byte-identical there (a property test pins it against `rfc8785`); everything else takes
-    `rfc8785`, the reference.
+    Hashing, signing and storing call this about twenty times a direct post, so values of
+    the common shape (ASCII keys, integral numbers) go through orjson, whose output is
+    byte-identical there: it escapes every code point as JCS does and sorts keys by code
+    point, which is JCS's UTF-16 order for ASCII keys (engine.md §0; a property test pins it
+    against `rfc8785`). Everything else takes `rfc8785`, the reference.
     """
     try:
         form = _fast_form(value)
@@ -162,11 +214,9 @@ def canonical_json(value: JsonValue) -> bytes:
         raise JsonValueError("nesting is too deep") from None
     else:
         try:
-            return json.dumps(
-                form, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
-            ).encode("utf-8")
-        except (UnicodeEncodeError, ValueError, RecursionError):
-            pass  # lone surrogates and the like: the reference encoder reports them
+            return orjson.dumps(form, option=_ORJSON_OPTIONS)
+        except TypeError:  # orjson.JSONEncodeError: lone surrogates, deep nesting
+            pass  # the reference encoder reports them
     try:
         return bytes(rfc8785.dumps(_for_jcs(value)))  # type: ignore[arg-type]
     except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError, TypeError) as error:
@@ -278,8 +328,59 @@ def parse_canonical_json(data: bytes, *, max_depth: int = PARSE_MAX_DEPTH) -> Js
 
     This rejects whitespace, key disorder, BOMs and every other non-canonical spelling
     (engine.md §0), so one object has one byte form everywhere.
+
+    orjson parses first, and its value is accepted only when encoding it gives `data` back
+    byte for byte, which is the definition of canonical: with orjson itself when the value
+    has no number and only ASCII keys (where orjson's bytes are JCS, as in `canonical_json`),
+    else with `canonical_json`. Anything else (text orjson refuses, nesting past `max_depth`,
+    a number past binary64, bytes that differ) takes the exact path below, so a refusal
+    always says what `parse_json` says.
     """
+    plain = [True]
+    try:
+        value = _from_parsed(orjson.loads(data), max_depth, plain)
+        # With no number and ASCII keys, orjson's own bytes are the JCS bytes.
+        encoded = orjson.dumps(value, option=_ORJSON_OPTIONS) if plain[0] else canonical_json(value)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError, _NeedsReference, JsonValueError):
+        pass
+    else:
+        if encoded == data:
+            return value
     value = parse_json(data, max_depth=max_depth)
     if canonical_json(value) != data:
         raise JsonValueError("JSON bytes are not canonical (RFC 8785)")
     return value
+
+
+def _from_parsed(value: object, budget: int, plain: list[bool]) -> JsonValue:
+    """What orjson parsed, as `normalize_json` would return it: arrays as tuples, numbers as
+    floats. `_NeedsReference` when nesting passes `budget` or a number is not finite;
+    `plain[0]` becomes False at a number or a non-ASCII key.
+
+    orjson's dicts are fresh and reused in place; its strings are well-formed (it refuses a
+    lone surrogate)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value  # type: ignore[return-value]
+    if kind is dict:
+        if budget <= 0:
+            raise _NeedsReference
+        mapping: dict[str, object] = value  # type: ignore[assignment]
+        if plain[0] and not "".join(mapping).isascii():
+            plain[0] = False
+        for key, item in mapping.items():
+            if type(item) is not str:
+                mapping[key] = _from_parsed(item, budget - 1, plain)
+        return mapping  # type: ignore[return-value]
+    if kind is list:
+        if budget <= 0:
+            raise _NeedsReference
+        items: list[object] = value  # type: ignore[assignment]
+        return tuple([_from_parsed(item, budget - 1, plain) for item in items])
+    if kind is float or (kind is int and abs(value) < 2**1023):  # type: ignore[arg-type]
+        plain[0] = False
+        number = float(value)  # type: ignore[arg-type]
+        if not math.isfinite(number):
+            raise _NeedsReference
+        return number + 0.0
+    raise _NeedsReference  # past binary64, or a type orjson never returns

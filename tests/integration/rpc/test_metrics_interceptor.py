@@ -1,4 +1,5 @@
-"""The grpc_server_* metrics interceptor on a real grpc.aio server, and the /metrics server."""
+"""The grpc_server_* metrics of the one call wrapper (`gateway/rpc/calls.py`) on a real grpc.aio
+server, interceptors around it counted once, and the /metrics server."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from harness_contract._gen.harness.v1 import endpoint_pb2, endpoint_pb2_grpc
 from gateway.observability.metrics import Metrics, Mode
 from gateway.observability.metrics_server import MetricsServer, MetricsServerState
 from gateway.rpc import build_server
-from gateway.rpc.metrics_interceptor import MetricsInterceptor
+from gateway.rpc.calls import RpcCalls, calls_server
 from gateway.settings import Settings
 from tests.integration.rpc.conftest import until
 from tests.integration.rpc.fake_core import FakeCore
@@ -68,7 +69,7 @@ class Scripted:
 
 @dataclass
 class Server:
-    """A started server with the interceptor, its metrics and a channel to it."""
+    """A started server whose handlers are wrapped, its metrics and a channel to it."""
 
     metrics: Metrics
     channel: grpc.aio.Channel
@@ -92,8 +93,9 @@ class Server:
 async def server() -> AsyncIterator[Server]:
     metrics = Metrics("1.2.3", Mode.EMBEDDED)
     scripted = Scripted()
-    aio_server = grpc.aio.server(interceptors=[MetricsInterceptor(metrics)])
-    aio_server.add_generic_rpc_handlers(
+    aio_server = grpc.aio.server()
+    calls = RpcCalls(metrics)
+    calls_server(aio_server, calls).add_generic_rpc_handlers(
         (
             grpc.method_handlers_generic_handler(
                 ENDPOINT,
@@ -107,6 +109,7 @@ async def server() -> AsyncIterator[Server]:
             ),
         )
     )
+    aio_server.add_generic_rpc_handlers([calls.unimplemented_handler()])
     port = aio_server.add_insecure_port("127.0.0.1:0")
     await aio_server.start()
     try:
@@ -230,7 +233,7 @@ async def test_every_call_of_a_method_is_counted_in_the_same_row(server: Server)
 
 @dataclass
 class Real:
-    """The real server over a FakeCore, with the interceptor."""
+    """The real server over a FakeCore, counting into its metrics."""
 
     metrics: Metrics
     address: str
@@ -244,7 +247,7 @@ async def real(tmp_path: Path) -> AsyncIterator[Real]:
     settings = Settings(
         listen="127.0.0.1:0", metrics_listen=None, data_dir=tmp_path, reflection=True
     )
-    rpc_server = await build_server(core.core, settings, interceptors=[MetricsInterceptor(metrics)])
+    rpc_server = await build_server(core.core, settings, metrics=metrics)
     try:
         await rpc_server.start()
         await rpc_server.set_serving()
@@ -436,3 +439,52 @@ def test_a_metrics_server_on_a_taken_port_fails_to_start_with_oserror():
             second.start()
     finally:
         first.stop()
+
+
+class Relay(grpc.aio.ServerInterceptor):
+    """Answers `Acknowledge` from a handler of its own that calls the server's, as a cluster's
+    forwarder does when the agent's partition came here meanwhile."""
+
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        local = await continuation(handler_call_details)
+        if local is None or not handler_call_details.method.endswith("/Acknowledge"):
+            return local
+
+        async def relay(request: bytes, context: Any) -> bytes:
+            answer = await local.unary_unary(local.request_deserializer(request), context)
+            return bytes(local.response_serializer(answer))
+
+        return grpc.unary_unary_rpc_method_handler(relay)
+
+
+async def test_a_call_an_interceptor_answers_through_the_servers_handler_is_counted_once(
+    tmp_path: Path,
+):
+    metrics = Metrics("1.2.3", Mode.EMBEDDED)
+    settings = Settings(listen="127.0.0.1:0", metrics_listen=None, data_dir=tmp_path)
+    rpc_server = await build_server(
+        FakeCore().core, settings, metrics=metrics, interceptors=[Relay()]
+    )
+    await rpc_server.start()
+    await rpc_server.set_serving()
+    try:
+        async with grpc.aio.insecure_channel(rpc_server.address) as channel:
+            stub = endpoint_pb2_grpc.HarnessEndpointServiceStub(channel)
+            for method in (stub.Acknowledge, stub.ReadSend):
+                request: Any = (
+                    endpoint_pb2.AcknowledgeRequest(delivery_tokens=["t"])
+                    if method is stub.Acknowledge
+                    else endpoint_pb2.ReadSendRequest(idempotency_key="k")
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as raised:
+                    await method(request)
+                assert raised.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        await rpc_server.stop(None)
+    for name in ("Acknowledge", "ReadSend"):
+        labels = ("unary", ENDPOINT, name)
+        assert value(metrics, "grpc_server_started_total", *labels) == 1
+        assert (
+            value(metrics, "grpc_server_handled_total", *labels, grpc_code="UNAUTHENTICATED") == 1
+        )
+        assert value(metrics, "grpc_server_msg_received_total", *labels) == 1

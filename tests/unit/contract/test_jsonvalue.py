@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import math
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import NamedTuple
 
 import pytest
 from harness_contract.jsonvalue import (
@@ -130,9 +134,111 @@ def test_the_fast_encoder_agrees_on_the_pitfalls_it_handles_itself():
         {"b": 1, "a": [True, None, 'x\u2028\x7f/"\\\x01']},
         {"n": 2**53 - 1, "m": -(2**53 - 1), "z": -0.0},
         [1.0, 0.0, 100.0],
+        # Containers come back uncopied unless something inside changes: at every depth.
+        (("a", ("b", {"c": (None, 2.0)})), {"d": {"e": ["f", -0.0]}}),
+        # Not the concrete types: a mapping view, a str subclass, a tuple subclass.
+        MappingProxyType({"b": _Reason.LATE, "a": _Pair("x", 1.0)}),
     ]
     for value in values:
         assert canonical_json(value) == reference_canonical_json(value)
+    assert canonical_json(_Reason.LATE) == b'"late"'
+
+
+class _Reason(enum.StrEnum):
+    LATE = "late"
+
+
+class _Pair(NamedTuple):
+    name: str
+    score: float
+
+
+def test_the_fast_encoder_escapes_every_code_point_as_the_reference_does():
+    # orjson writes strings; JCS escapes per character, so chunks cover every code point.
+    code_points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for start in range(0, len(code_points), 4096):
+        text = "".join(map(chr, code_points[start : start + 4096]))
+        assert canonical_json(text) == reference_canonical_json(text)
+    keys = {chr(c): None for c in range(0x80)} | {"\ufb33": True, "\U0001f600": False}
+    assert canonical_json(keys) == reference_canonical_json(keys)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"z": "\ue000", "a": "\U0001f600"},  # high characters in values: order is by key
+        {"\ue000": 1, "\U00010000": 2, "a": 3},  # the one place code point order differs
+        [2**53 - 1, -(2**53 - 1), 2**53, 2.0**53 + 2, 0.5, 1e21, 1e-7],  # the integer edge
+    ],
+)
+def test_the_fast_encoder_agrees_with_the_reference_at_its_boundaries(value: JsonValue):
+    assert canonical_json(value) == reference_canonical_json(value)
+
+
+def _reference_parse_canonical_json(data: bytes) -> JsonValue:
+    # parse_canonical_json as it was before orjson: the exact parser, then the reference.
+    value = parse_json(data)
+    if reference_canonical_json(value) != data:
+        raise JsonValueError("JSON bytes are not canonical (RFC 8785)")
+    return value
+
+
+def _outcome(parse: Callable[[bytes], JsonValue], data: bytes) -> object:
+    try:
+        return ("value", parse(data))
+    except JsonValueError as error:
+        return ("refused", error.detail)
+
+
+@st.composite
+def _spellings(draw: st.DrawFn) -> bytes:
+    """Canonical bytes, other spellings of the same value, and canonical bytes with one
+    byte changed, inserted or deleted."""
+    value = draw(json_values)
+    data = reference_canonical_json(normalize_json(value))
+    how = draw(st.sampled_from(["canonical", "spaced", "ascii", "unsorted", "mutated"]))
+    if how == "spaced":
+        return json.dumps(value, sort_keys=True, ensure_ascii=False).encode()
+    if how == "ascii":
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    if how == "unsorted":
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    if how == "mutated":
+        at = draw(st.integers(0, len(data)))
+        byte = bytes([draw(st.sampled_from(b' "\\,:[]{}01-.e\x00\x7f\xc3\xef\xff'))])
+        edit = draw(st.sampled_from(["replace", "insert", "delete"]))
+        if edit == "insert":
+            return data[:at] + byte + data[at:]
+        return data[:at] + (byte if edit == "replace" else b"") + data[at + 1 :]
+    return data
+
+
+@settings(max_examples=1500)
+@given(data=_spellings())
+def test_parse_canonical_json_accepts_and_refuses_exactly_as_the_reference(data: bytes):
+    # The orjson path may only ever say what the exact path says, refusals word for word.
+    assert _outcome(parse_canonical_json, data) == _outcome(_reference_parse_canonical_json, data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a":"x","a":"x"}',  # a duplicate orjson keeps silently
+        b'{"a":"\\ud800"}',  # a lone surrogate escaped
+        b'"\\u0041"',  # an escape JCS never writes
+        b"[-0]",
+        b"[1.0]",
+        b"[1e400]",
+        b"[" * 65 + b"]" * 65,  # past PARSE_MAX_DEPTH
+        b"[" * 64 + b"]" * 64,
+        b'{"\xef\xac\xb3":true,"\xf0\x9f\x98\x80":false}',  # code point order, not JCS
+        b'{"\xf0\x9f\x98\x80":false,"\xef\xac\xb3":true}',
+        b"[9007199254740993]",
+        b"123456789012345678901234567890",
+    ],
+)
+def test_parse_canonical_json_matches_the_reference_at_the_fast_paths_edges(data: bytes):
+    assert _outcome(parse_canonical_json, data) == _outcome(_reference_parse_canonical_json, data)
 
 
 # --- Nesting counts structure, never characters inside strings (issue: a text of 60 `[`
@@ -158,6 +264,13 @@ def _reference_depth(value: object) -> int:
     if isinstance(value, dict):
         return 1 + max((_reference_depth(item) for item in value.values()), default=0)
     return 0
+
+
+@settings(max_examples=300)
+@given(value=json_values)
+def test_depth_agrees_with_the_depth_of_what_a_reference_parser_builds(value: JsonValue):
+    expected = _reference_depth(json.loads(json.dumps(value)))
+    assert depth(value) == depth(normalize_json(value)) == expected
 
 
 @settings(max_examples=1000)

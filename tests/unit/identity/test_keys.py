@@ -1,9 +1,15 @@
 from __future__ import annotations
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness_contract.ids import b64, domain_bytes, unb64
 from harness_contract.jsonvalue import JsonValue
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.identity.keys import (
     SigningKey,
@@ -60,6 +66,31 @@ def test_signatures_are_deterministic_86_characters_over_the_domain_bytes():
     Ed25519PublicKey.from_public_bytes(raw_public).verify(
         unb64(signature) or b"", domain_bytes("statement", VALUE)
     )
+
+
+def test_a_fixed_seed_and_value_give_the_published_key_and_signature():
+    # Pinned bytes: a change of Ed25519 library or of canonical JSON must not move them.
+    key = SigningKey(SEED)
+    assert key.public_key_b64 == "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"
+    assert key.sign("statement", VALUE) == (
+        "mj1awN9xezmTw0EEN7OcNFmjI98e7y4Hpt4t4mpP_mYYn9gKMDj6AJ_KFSUC8WqOHJNIcRYM4KyB2nrg6vvaCw"
+    )
+
+
+@settings(max_examples=300)
+@given(
+    seed=st.binary(min_size=32, max_size=32),
+    artifact=st.sampled_from(["statement", "envelope", "card"]),
+    text=st.text(max_size=300),
+)
+def test_libsodium_signs_exactly_the_bytes_openssl_signs(seed: bytes, artifact: str, text: str):
+    # Signing uses libsodium, verifying OpenSSL: RFC 8032 makes both sign identically.
+    value: JsonValue = {"kind": "example", "text": text}
+    reference = Ed25519PrivateKey.from_private_bytes(seed)
+    public = reference.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    key = SigningKey(seed)
+    assert key.public_key_b64 == b64(public)
+    assert key.sign(artifact, value) == b64(reference.sign(domain_bytes(artifact, value)))
 
 
 def test_a_signature_verifies_and_a_flipped_byte_fails():

@@ -1,4 +1,5 @@
-"""The request guard: every handler shape refuses an undecodable request the same way."""
+"""The request check of the one call wrapper (`gateway/rpc/calls.py`): every handler shape
+refuses an undecodable request the same way."""
 
 from __future__ import annotations
 
@@ -17,13 +18,8 @@ from harness_contract.errors import InvalidIdempotencyKeyError
 
 from gateway.observability.metrics import RejectedRequestReason
 from gateway.rpc import errors
-from gateway.rpc.decoding import (
-    UNDECODABLE,
-    RejectionLog,
-    RequestGuard,
-    Undecodable,
-    guard_requests,
-)
+from gateway.rpc.calls import RpcCalls, calls_server
+from gateway.rpc.decoding import UNDECODABLE, RejectionLog, Undecodable
 from gateway.rpc.health import GatewayHealthServicer
 from tests.unit.rpc.support import as_rpc_error
 
@@ -44,6 +40,12 @@ class _Context:
 
     async def read(self) -> Any:
         return self._reads.pop(0) if self._reads else grpc.aio.EOF
+
+    def code(self) -> grpc.StatusCode | None:
+        return None if self.status is None else self.status.code
+
+    def time_remaining(self) -> float | None:
+        return None
 
 
 def _rich(status: grpc.Status | None) -> tuple[int, str, str, str]:
@@ -66,8 +68,9 @@ EXPECTED = (
 
 
 def _guard() -> Any:
-    """A guard, typed loosely: the handlers it answers are called with test doubles."""
-    return RequestGuard(RejectionLog())
+    """The call wrapper without metrics, typed loosely: the handlers it answers are called
+    with test doubles."""
+    return RpcCalls(log=RejectionLog())
 
 
 async def _echo(request: Any, context: Any) -> Any:
@@ -116,7 +119,7 @@ def _handler(factory: Any, behavior: Any) -> Any:
     )
 
 
-def test_a_guarded_deserializer_answers_undecodable_for_bytes_that_do_not_decode():
+def test_a_wrapped_deserializer_answers_undecodable_for_bytes_that_do_not_decode():
     guarded = _guard().handler(METHOD, _handler(grpc.unary_unary_rpc_method_handler, _echo))
     assert guarded.request_deserializer(NOT_PROTOBUF) is UNDECODABLE
     assert guarded.request_deserializer(b"\x0a\x02\xc3\x28") is UNDECODABLE
@@ -173,7 +176,7 @@ async def test_a_request_stream_ends_the_call_at_its_first_undecodable_message()
     assert await bidi.stream_stream(_requests(request), _Context()).__anext__() == request
 
 
-async def test_a_handler_reading_through_the_context_is_guarded_too():
+async def test_a_handler_reading_through_the_context_is_checked_too():
     request = endpoint_pb2.SendRequest(idempotency_key="k")
     guarded = _guard().handler(METHOD, _handler(grpc.stream_unary_rpc_method_handler, _read_twice))
     context = _Context(reads=[request, UNDECODABLE])
@@ -182,7 +185,7 @@ async def test_a_handler_reading_through_the_context_is_guarded_too():
     assert _rich(context.status) == EXPECTED
 
 
-def test_a_synchronous_handler_or_one_without_a_deserializer_is_left_as_it_is():
+def test_a_synchronous_handler_is_left_as_it_is_and_one_without_a_deserializer_gets_bytes():
     def sync(request: Any, context: Any) -> Any:
         return request
 
@@ -190,10 +193,10 @@ def test_a_synchronous_handler_or_one_without_a_deserializer_is_left_as_it_is():
     sync_handler = _handler(grpc.unary_unary_rpc_method_handler, sync)
     assert guard.handler(METHOD, sync_handler) is sync_handler
     raw: Any = grpc.unary_unary_rpc_method_handler(_echo)
-    assert guard.handler("/x.Y/Raw", raw) is raw
+    assert guard.handler("/x.Y/Raw", raw).request_deserializer is None
 
 
-def test_a_guarded_handler_is_built_once_per_method_and_handler():
+def test_a_wrapped_handler_is_built_once_per_method_and_handler():
     guard = _guard()
     handler = _handler(grpc.unary_unary_rpc_method_handler, _echo)
     assert guard.handler(METHOD, handler) is guard.handler(METHOD, handler)
@@ -244,25 +247,25 @@ def _details(method: str) -> Any:
     return types.SimpleNamespace(method=method, invocation_metadata=())
 
 
-def test_the_server_view_guards_generic_and_registered_handlers_of_every_servicer():
+def test_the_server_view_wraps_generic_and_registered_handlers_of_every_servicer():
     from harness_contract._gen.harness.v1 import endpoint_pb2_grpc
 
     server = _Server()
-    view = guard_requests(server)
+    view = calls_server(server, RpcCalls())
     assert isinstance(view, grpc.aio.Server)  # grpcio-reflection checks this
     base: Any = endpoint_pb2_grpc.HarnessEndpointServiceServicer
     endpoint_pb2_grpc.add_HarnessEndpointServiceServicer_to_server(base(), view)
     registered = server.registered["harness.v1.HarnessEndpointService"]
     assert set(registered) == {"Send", "Messages", "Acknowledge", "ParseMessageText", "ReadSend"}
     # The generated base servicer's methods are synchronous: left as they are, but the
-    # guarded async servicers below are what the gateway registers.
+    # async servicers below are what the gateway registers.
     (generic,) = server.generic
     assert generic.service(_details("/harness.v1.HarnessEndpointService/Send")) is not None
     assert generic.service(_details("/no.Such/Method")) is None
     assert view.add_insecure_port("x") == 1
 
 
-def test_a_gateway_servicer_added_through_the_view_is_guarded():
+def test_a_gateway_servicer_added_through_the_view_is_checked():
     from harness_contract._gen.harness.v1 import endpoint_pb2_grpc
 
     class Servicer:
@@ -273,7 +276,9 @@ def test_a_gateway_servicer_added_through_the_view_is_guarded():
 
     server = _Server()
     servicer: Any = Servicer()
-    endpoint_pb2_grpc.add_HarnessEndpointServiceServicer_to_server(servicer, guard_requests(server))
+    endpoint_pb2_grpc.add_HarnessEndpointServiceServicer_to_server(
+        servicer, calls_server(server, RpcCalls())
+    )
     send = server.registered["harness.v1.HarnessEndpointService"]["Send"]
     assert send.request_deserializer(NOT_PROTOBUF) is UNDECODABLE
     (generic,) = server.generic

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Any, cast
 
@@ -35,6 +36,7 @@ from gateway.endpoint.api import (
 from gateway.endpoint.inbox import StreamEnded, StreamEndReason
 from gateway.rpc import errors
 from gateway.rpc.auth import AuthRefused
+from gateway.rpc.calls import RpcCalls
 from gateway.store.errors import PartitionNotHeld
 from tests.unit.rpc.samples import CLOSED_ERRORS
 from tests.unit.rpc.support import as_rpc_error
@@ -333,6 +335,12 @@ class _Context:
         self.status = status
         raise grpc.aio.AbortError()
 
+    def code(self) -> grpc.StatusCode | None:
+        return None if self.status is None else self.status.code
+
+    def time_remaining(self) -> float | None:
+        return None
+
 
 class _Service:
     @errors.unary_rpc
@@ -348,6 +356,20 @@ class _Service:
         yield 1
         raise NotServing(GatewayState.STOPPING)
 
+    async def Unmarked(self, request: object, context: Any) -> object:
+        raise RuntimeError("not ours to translate")
+
+
+def _wrapped(behavior: Any) -> Any:
+    """`behavior` as the server calls it: through its one call wrapper (no metrics)."""
+    factory = (
+        grpc.unary_stream_rpc_method_handler
+        if inspect.isasyncgenfunction(behavior)
+        else grpc.unary_unary_rpc_method_handler
+    )
+    handler: Any = RpcCalls().handler("/x.Y/Z", factory(behavior))
+    return handler.unary_stream or handler.unary_unary
+
 
 async def test_the_wrapper_turns_a_defect_into_internal_and_logs_its_traceback(caplog):
     context: Any = _Context()
@@ -355,21 +377,22 @@ async def test_the_wrapper_turns_a_defect_into_internal_and_logs_its_traceback(c
         caplog.at_level(logging.ERROR, logger="gateway.rpc.errors"),
         pytest.raises(grpc.aio.AbortError),
     ):
-        await _Service().Fails(object(), context)
+        await _wrapped(_Service().Fails)(object(), context)
     assert context.status is not None
     assert context.status.code is grpc.StatusCode.INTERNAL
     assert "a defect" not in context.status.details
-    assert any(record.exc_info for record in caplog.records)
+    assert [record.levelno for record in caplog.records if record.exc_info] == [logging.ERROR]
 
 
-async def test_the_wrapper_turns_a_contract_failure_into_its_status():
+async def test_the_wrapper_turns_a_contract_failure_into_its_status_without_an_error_line(caplog):
     context: Any = _Context()
-    with pytest.raises(grpc.aio.AbortError):
-        await _Service().Refuses(object(), context)
+    with caplog.at_level(logging.DEBUG), pytest.raises(grpc.aio.AbortError):
+        await _wrapped(_Service().Refuses)(object(), context)
     assert context.status.code is grpc.StatusCode.FAILED_PRECONDITION
     assert (
         context.status.details == "send failed: this agent is not registered with the gateway yet"
     )
+    assert all(record.levelno < logging.WARNING for record in caplog.records)
 
 
 async def test_the_stream_wrapper_yields_then_ends_with_the_status_of_the_failure():
@@ -377,7 +400,7 @@ async def test_the_stream_wrapper_yields_then_ends_with_the_status_of_the_failur
     received: list[object] = []
 
     async def consume() -> None:
-        async for item in _Service().Streams(object(), context):
+        async for item in _wrapped(_Service().Streams)(object(), context):
             received.append(item)  # noqa: PERF401 - the list must hold what came before the failure
 
     with pytest.raises(grpc.aio.AbortError):
@@ -393,4 +416,20 @@ async def test_the_wrapper_lets_cancellation_through():
             raise asyncio.CancelledError
 
     with pytest.raises(asyncio.CancelledError):
-        await Cancelled().Call(object(), cast(Any, _Context()))
+        await _wrapped(Cancelled().Call)(object(), cast(Any, _Context()))
+
+
+async def test_an_unmarked_method_raises_through_the_wrapper_for_grpc_to_answer_unknown():
+    context: Any = _Context()
+    with pytest.raises(RuntimeError):
+        await _wrapped(_Service().Unmarked)(object(), context)
+    assert context.status is None
+
+
+async def test_the_marks_wrap_nothing_and_refuse_a_method_of_the_other_shape():
+    with pytest.raises(SendError):
+        await _Service().Refuses(object(), cast(Any, _Context()))
+    assert errors.is_translated(_Service().Refuses)
+    assert not errors.is_translated(_Service().Unmarked)
+    with pytest.raises(TypeError):
+        errors.stream_rpc(_Service.Unmarked)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from gateway.store import (
     StoreCorrupt,
     open_database,
 )
-from gateway.store.sqlite import BUSY_TIMEOUT, READER_THREAD_NAME
+from gateway.store.sqlite import BUSY_TIMEOUT, READER_THREAD_NAME, damaged_marker, read_meta
 from tests.unit.store.support import (
     NOTES_DDL,
     NOTES_SCHEMA,
@@ -253,3 +253,152 @@ async def test_a_database_needs_at_least_one_reader(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one reader"):
         await SqliteDatabase.open(tmp_path / "store.db", schema=NOTES_SCHEMA, readers=0)
     assert not (tmp_path / "store.db").exists()
+
+
+# --- the integrity check of a large file (engine.md §8.5) ----------------------------------
+
+NOTES_CHECKED = Schema(version=1, statements=(NOTES_DDL,), checked_at_open=("notes",))
+LARGE = 0
+"""A `full_check_limit` below every file: each one counts as large, so its full check waits."""
+
+
+def damage_middle_page(path: Path) -> None:
+    """Overwrite one page in the middle of the file (a data page of `notes`)."""
+    page_size = 4096
+    data = bytearray(path.read_bytes())
+    pages = len(data) // page_size
+    assert pages > 20
+    middle = (pages // 2) * page_size
+    data[middle : middle + page_size] = b"\xab" * page_size
+    path.write_bytes(bytes(data))
+
+
+async def test_a_large_file_serves_before_its_full_check_and_a_damaged_page_found_then_is_fatal(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    damage_middle_page(path)
+    fatal: list[BaseException] = []
+
+    database = await SqliteDatabase.open(
+        path, schema=NOTES_SCHEMA, full_check_limit=LARGE, on_fatal=fatal.append
+    )
+    try:
+        # Header, schema and meta are sound: the file opens and answers.
+        assert await database.read(lambda c: read_meta(c, "schema_version")) == 1
+        database.start_integrity_check()
+        check = database.integrity_check
+        assert check is not None
+        await check
+    finally:
+        await database.close()
+
+    [error] = fatal
+    assert isinstance(error, StoreCorrupt)
+    assert error.path == path
+    assert damaged_marker(path).read_text(encoding="utf-8").strip() == error.detail
+
+
+async def test_a_file_a_deferred_check_found_damaged_is_checked_whole_and_refused_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    damage_middle_page(path)
+    damaged_marker(path).write_text("found after ready\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+
+    with pytest.raises(StoreCorrupt, match="integrity check"):
+        await SqliteDatabase.open(path, schema=NOTES_SCHEMA, full_check_limit=LARGE)
+
+    assert snapshot(tmp_path) == before
+
+
+async def test_a_sound_file_with_a_damage_marker_passes_its_full_check_and_loses_the_marker(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=10)
+    damaged_marker(path).write_text("restored from a backup since\n", encoding="utf-8")
+
+    async with await SqliteDatabase.open(
+        path, schema=NOTES_SCHEMA, full_check_limit=LARGE
+    ) as database:
+        assert await database.read(notes_of) != []
+        database.start_integrity_check()  # the full check ran at open: nothing deferred
+        assert database.integrity_check is None
+
+    assert not damaged_marker(path).exists()
+
+
+async def test_a_sound_large_file_passes_its_deferred_check_without_a_fatal_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=200)
+    fatal: list[BaseException] = []
+
+    async with await SqliteDatabase.open(
+        path, schema=NOTES_SCHEMA, full_check_limit=LARGE, on_fatal=fatal.append
+    ) as database:
+        database.start_integrity_check()
+        assert database.integrity_check is not None
+        await database.integrity_check
+        await database.write(add_note("b", 1, "after the check"))
+
+    assert fatal == []
+    assert not damaged_marker(path).exists()
+
+
+async def test_damage_in_a_table_checked_at_open_refuses_a_large_file(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, schema=NOTES_CHECKED, notes=2000)
+    damage_middle_page(path)
+    before = snapshot(tmp_path)
+
+    with pytest.raises(StoreCorrupt, match="integrity check"):
+        await SqliteDatabase.open(path, schema=NOTES_CHECKED, full_check_limit=LARGE)
+
+    assert snapshot(tmp_path) == before
+
+
+async def test_a_large_file_with_a_damaged_header_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    data = bytearray(path.read_bytes())
+    data[0:16] = b"SQLite format 2\x00"
+    path.write_bytes(bytes(data))
+    before = snapshot(tmp_path)
+
+    with pytest.raises(StoreCorrupt, match="not a database"):
+        await SqliteDatabase.open(path, schema=NOTES_SCHEMA, full_check_limit=LARGE)
+
+    assert snapshot(tmp_path) == before
+
+
+async def test_a_truncated_large_file_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    before = snapshot(tmp_path)
+
+    with pytest.raises(StoreCorrupt, match="its header counts"):
+        await SqliteDatabase.open(path, schema=NOTES_SCHEMA, full_check_limit=LARGE)
+
+    assert snapshot(tmp_path) == before
+
+
+async def test_a_read_without_a_snapshot_runs_outside_a_transaction(tmp_path: Path) -> None:
+    async with await SqliteDatabase.open(tmp_path / "store.db", schema=NOTES_SCHEMA) as database:
+        await database.write(add_note("a", 1, "committed"))
+
+        def rows_and_transaction(c: sqlite3.Connection) -> tuple[list[tuple[str, int, str]], bool]:
+            return notes_of(c), c.in_transaction
+
+        assert await database.read(rows_and_transaction, snapshot=False) == (
+            [("a", 1, "committed")],
+            False,
+        )
+        assert await database.read(rows_and_transaction) == ([("a", 1, "committed")], True)
