@@ -14,8 +14,14 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final
 
+from harness_contract.values import InboundMessage
+
 from gateway.store.port import Store
 from gateway.store.records import DeliveryRow
+
+Pending = tuple[DeliveryRow, InboundMessage | None]
+"""A pending delivery, with the message its projection encodes when it was handed over in
+memory (the classifier then decodes nothing); None for a row read from the store."""
 
 MEMORY_ROWS: Final = 4096
 """Most committed deliveries waiting in memory for one agent; beyond it the store is read."""
@@ -28,7 +34,7 @@ class PendingDeliveries:
         self._agent_id = agent_id
         self._store = store
         self._page = page
-        self._memory: deque[DeliveryRow] | None = None
+        self._memory: deque[Pending] | None = None
         """The committed pending deliveries in commit order; None while the store must be read."""
         self._rereads = 0
         """Bumped at every `reread`: a store read that saw it move may have missed rows."""
@@ -40,7 +46,7 @@ class PendingDeliveries:
         """Whether the next page comes from memory."""
         return self._memory is not None
 
-    def committed(self, rows: Iterable[DeliveryRow]) -> None:
+    def committed(self, rows: Iterable[tuple[DeliveryRow, InboundMessage]]) -> None:
         """Deliveries of this agent whose commit returned."""
         if self._memory is None:
             return  # the store read that comes next finds them
@@ -54,18 +60,18 @@ class PendingDeliveries:
         self._rereads += 1
         self.more = True
 
-    async def page(self) -> list[DeliveryRow]:
+    async def page(self) -> list[Pending]:
         """The next page to classify, in commit order; `more` says whether more may wait."""
         if self._memory is not None:
             rows = [self._memory.popleft() for _ in range(min(self._page, len(self._memory)))]
             self.more = bool(self._memory)
             return rows
         seen = self._rereads
-        rows = await self._store.pending_deliveries(self._agent_id, self._page)
-        drained = len(rows) < self._page and self._rereads == seen
+        stored = await self._store.pending_deliveries(self._agent_id, self._page)
+        drained = len(stored) < self._page and self._rereads == seen
         if drained:
             # Every row committed before this read began is in it, and every later one was
             # handed to `committed` while nothing asked for a reread: memory holds them all.
             self._memory = deque()
         self.more = not drained
-        return rows
+        return [(row, None) for row in stored]

@@ -479,7 +479,7 @@ class AgentRuntime:
         self._pending.reread()
         self._classify_wanted.set()
 
-    def deliveries_committed(self, rows: Iterable[DeliveryRow]) -> None:
+    def deliveries_committed(self, rows: Iterable[tuple[DeliveryRow, InboundMessage]]) -> None:
         """These pending deliveries' commit returned: classify them (engine.md §7.2)."""
         self._pending.committed(rows)
         self._classify_wanted.set()
@@ -768,15 +768,16 @@ class AgentRuntime:
 
         Raises `StoreUnavailable` only when nothing in memory changed (the page can simply be
         classified again); `FatalStoreError` when the collectives' memory already moved."""
-        rows = await self._pending.page()
-        if not rows:
+        pending = await self._pending.page()
+        if not pending:
             return self._pending.more
+        rows = [row for row, _ in pending]
         writes: list[Write] = []
         outcomes: list[DeliveryItem | ConsumedKind] = []
         emitted: list[DeliveryItem] = []
         collective_writes = False
-        for row in rows:
-            item_writes, outcome, published, collective = self._classify(row)
+        for row, message in pending:
+            item_writes, outcome, published, collective = self._classify(row, message)
             writes.extend(item_writes)
             outcomes.append(outcome)
             emitted.extend(published)
@@ -804,7 +805,7 @@ class AgentRuntime:
         return self._pending.more
 
     def _classify(
-        self, row: DeliveryRow
+        self, row: DeliveryRow, message: InboundMessage | None = None
     ) -> tuple[list[Write], DeliveryItem | ConsumedKind, tuple[DeliveryItem, ...], bool]:
         """The writes that classify one delivery, its outcome (`multicast`,
         `collectiveRequest` or the consumed kind), items emitted under fresh tokens, and
@@ -814,11 +815,12 @@ class AgentRuntime:
         agent_id = self.identity.agent_id
         token = row.token
         consumed = SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CONSUMED)
-        try:
-            message = message_from_json(parse_canonical_json(row.projection))
-        except (CodecError, JsonValueError):
-            logger.exception("a delivery projection does not decode; consumed")
-            return [consumed], ConsumedKind.OTHER, (), False
+        if message is None:  # read from the store; one handed over in memory comes decoded
+            try:
+                message = message_from_json(parse_canonical_json(row.projection))
+            except (CodecError, JsonValueError):
+                logger.exception("a delivery projection does not decode; consumed")
+                return [consumed], ConsumedKind.OTHER, (), False
         read = read_collective(message.content)
         sender = name_of(message.sender) or ""
         is_group = isinstance(message, GroupMessage)

@@ -43,12 +43,12 @@ from harness_contract.codec import message_to_json
 from harness_contract.ids import RandomId, agent_id_order_key
 from harness_contract.jsonvalue import canonical_json
 from harness_contract.kinds import PostKind
-from harness_contract.values import Content
+from harness_contract.values import Content, InboundMessage
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
-from gateway.engine.effects import Effects
+from gateway.engine.effects import Delivered, Effects
 from gateway.engine.state import (
     BindRefused,
     BoundIntent,
@@ -541,7 +541,7 @@ class LocalOrder:
             taken.append(post)
             depth += 1
             head = record_hash
-            projection: bytes | None = None
+            projected: tuple[InboundMessage, bytes] | None = None
             for member in members:
                 commit_seq = self._commit_seq(certifiers, member)
                 records.append(
@@ -565,21 +565,20 @@ class LocalOrder:
                     completions.append(completion)
                     effects.certified.append(post.certified(member, record_hash, conversation.kind))
                 else:
-                    if projection is None:
-                        projection = canonical_json(
-                            message_to_json(project(conversation.descriptor, post.intent))
-                        )
+                    if projected is None:
+                        message = project(conversation.descriptor, post.intent)
+                        projected = (message, canonical_json(message_to_json(message)))
                     delivery = PutDelivery(
                         agent_id=member,
                         token=RandomId.DELIVERY.mint(),
                         conversation_id=conversation.id,
                         record_hash=record_hash,
                         commit_seq=commit_seq,
-                        projection=projection,
+                        projection=projected[1],
                         state=DeliveryState.PENDING,
                     )
                     deliveries.append(delivery)
-                    effects.delivered.append(delivery)
+                    effects.delivered.append(Delivered(delivery, projected[0]))
                     effects.deliveries.add(member)
         assert head is not None
         moved_from = conversation.depth if conditional else None

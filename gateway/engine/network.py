@@ -36,7 +36,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
 from gateway.engine.cluster_order import ClusterOrder
-from gateway.engine.effects import Certified, Effects, OutboundEnvelope
+from gateway.engine.effects import Certified, Delivered, Effects, OutboundEnvelope
 from gateway.engine.local import LocalObserver, LocalOrder, fold_unit_into_bind
 from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
@@ -62,7 +62,6 @@ from gateway.store.port import Store
 from gateway.store.records import (
     OutboxState,
     PutCursor,
-    PutDelivery,
     PutOutbox,
     SetOutboxState,
     Write,
@@ -147,7 +146,7 @@ class NetworkObserver:
 
     on_certified: Callable[[Certified], None] = lambda certified: None
     on_deliveries: Callable[[set[str]], None] = lambda agents: None
-    on_delivered: Callable[[Sequence[PutDelivery]], None] = lambda deliveries: None
+    on_delivered: Callable[[Sequence[Delivered]], None] = lambda deliveries: None
     """The committed pending deliveries themselves (`Effects.delivered`), for the hosted
     classifiers (engine.md §7.2); `on_deliveries` names their agents."""
     on_attachment: Callable[[RouterAttachment], None] = lambda state: None

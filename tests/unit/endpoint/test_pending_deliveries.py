@@ -6,8 +6,28 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from harness_contract.content import multicast_content
+from harness_contract.values import DirectMessage, InboundMessage
+
 from gateway.endpoint.pending import MEMORY_ROWS, PendingDeliveries
 from gateway.store.records import DeliveryRow, DeliveryState
+
+MESSAGE = DirectMessage(
+    post_id="pst_" + "A" * 43,
+    address="agent:bob",
+    sender="agent:bob",
+    content=multicast_content("hi")[:1],
+)
+
+
+def handed(seq: int) -> tuple[DeliveryRow, InboundMessage]:
+    """A delivery handed over in memory, with its message."""
+    return row(seq), MESSAGE
+
+
+def stored(seq: int) -> tuple[DeliveryRow, None]:
+    """A delivery read from the store: its message is decoded by the classifier."""
+    return row(seq), None
 
 
 def row(seq: int) -> DeliveryRow:
@@ -52,14 +72,14 @@ async def test_the_first_pages_come_from_the_store_then_committed_rows_from_memo
     store = StoredRows([row(1), row(2)])
     pending = pending_over(store)
 
-    assert await pending.page() == [row(1), row(2)]
+    assert await pending.page() == [stored(1), stored(2)]
     assert where(pending) == ("memory", "drained")
     store.rows = []
-    pending.committed([row(3), row(4), row(5), row(6), row(7)])
+    pending.committed([handed(3), handed(4), handed(5), handed(6), handed(7)])
 
-    assert await pending.page() == [row(3), row(4), row(5), row(6)]
+    assert await pending.page() == [handed(3), handed(4), handed(5), handed(6)]
     assert where(pending) == ("memory", "more")
-    assert await pending.page() == [row(7)]
+    assert await pending.page() == [handed(7)]
     assert where(pending) == ("memory", "drained")
     assert store.reads == 1
 
@@ -79,10 +99,10 @@ async def test_a_reread_signalled_while_the_store_is_read_keeps_the_store_as_the
     # read may have missed them, so it does not switch to memory.
     store.during_read.append(pending.reread)
 
-    assert await pending.page() == [row(1)]
+    assert await pending.page() == [stored(1)]
     assert where(pending) == ("store", "more")
     store.rows = [row(2)]
-    assert await pending.page() == [row(2)]
+    assert await pending.page() == [stored(2)]
     assert pending.from_memory
 
 
@@ -90,10 +110,10 @@ async def test_rows_committed_while_the_store_is_the_source_are_left_to_the_stor
     store = StoredRows([row(i) for i in range(1, 5)])
     pending = pending_over(store)
     await pending.page()
-    pending.committed([row(9)])  # ignored: the next store read finds it
+    pending.committed([handed(9)])  # ignored: the next store read finds it
 
     store.rows = [row(9)]
-    assert await pending.page() == [row(9)]
+    assert await pending.page() == [stored(9)]
 
 
 async def test_too_many_rows_in_memory_send_the_classifier_back_to_the_store() -> None:
@@ -102,8 +122,8 @@ async def test_too_many_rows_in_memory_send_the_classifier_back_to_the_store() -
     await pending.page()
     assert pending.from_memory
 
-    pending.committed(row(i) for i in range(MEMORY_ROWS + 1))
+    pending.committed(handed(i) for i in range(MEMORY_ROWS + 1))
 
     assert where(pending) == ("store", "more")
     store.rows = [row(1)]
-    assert await pending.page() == [row(1)]
+    assert await pending.page() == [stored(1)]
