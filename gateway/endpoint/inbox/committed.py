@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from harness_contract.values import Delivery
+
 from gateway.store.records import InboxRow
 
 MEMORY_ITEMS: Final = 4096
@@ -33,6 +35,7 @@ class CommittedItems:
         self._low = next_seq
         self._next = next_seq
         self._unsettled: set[int] = set()
+        self._deliveries: dict[int, Delivery] = {}
 
     @property
     def low(self) -> int:
@@ -50,13 +53,19 @@ class CommittedItems:
             self._unsettled.add(seq)
             self._next = max(self._next, seq + 1)
 
-    def committed(self, rows: Sequence[InboxRow]) -> None:
-        """A commit of these items returned."""
-        for row in rows:
+    def committed(
+        self, rows: Sequence[InboxRow], deliveries: Sequence[Delivery | None] = ()
+    ) -> None:
+        """A commit of these items returned; `deliveries`, where given, are what each row
+        holds, as made (a stream then decodes nothing)."""
+        for index, row in enumerate(rows):
             self._unsettled.discard(row.seq)
             if row.seq >= self._low:
                 self._rows[row.seq] = row
                 self._seq_of[row.token] = row.seq
+                delivery = deliveries[index] if index < len(deliveries) else None
+                if delivery is not None:
+                    self._deliveries[row.seq] = delivery
         if len(self._rows) > MEMORY_ITEMS:
             for seq in sorted(self._rows)[: len(self._rows) - MEMORY_ITEMS]:
                 self._forget(seq)
@@ -70,6 +79,7 @@ class CommittedItems:
         if written:
             self._rows.clear()
             self._seq_of.clear()
+            self._deliveries.clear()
             self._low = self._next
 
     def acknowledged(self, tokens: Iterable[str]) -> None:
@@ -103,7 +113,12 @@ class CommittedItems:
                 break
         return found
 
+    def delivery(self, seq: int) -> Delivery | None:
+        """The delivery of an item as it was made, while memory holds it."""
+        return self._deliveries.get(seq)
+
     def _forget(self, seq: int) -> None:
+        self._deliveries.pop(seq, None)
         row = self._rows.pop(seq, None)
         if row is not None:
             self._seq_of.pop(row.token, None)

@@ -57,8 +57,12 @@ def store_source(store: Store, agent_id: str) -> UnreadSource:
 class InboxReader:
     """Reads one agent's unread rows in inbox order, a page at a time."""
 
-    def __init__(self, source: UnreadSource) -> None:
+    def __init__(
+        self, source: UnreadSource, *, decode: Callable[[InboxRow], Delivery | None] | None = None
+    ) -> None:
+        """`decode` turns a row into its delivery (None: skipped); `decode_row` by default."""
         self._source = source
+        self._decode = decode or decode_row
         self._last_seq = 0
         self._page: deque[InboxRow] = deque()
 
@@ -72,7 +76,7 @@ class InboxReader:
         while self._page:
             row = self._page.popleft()
             self._last_seq = row.seq
-            delivery = _decode(row)
+            delivery = self._decode(row)
             if delivery is not None:
                 return DeliverRequest(seq=row.seq, delivery=delivery)
         return None
@@ -88,7 +92,8 @@ class InboxReader:
         return bool(rows)
 
 
-def _decode(row: InboxRow) -> Delivery | None:
+def decode_row(row: InboxRow) -> Delivery | None:
+    """The delivery a stored row holds; None (logged) for a row this version cannot read."""
     try:
         item = item_from_json(parse_canonical_json(row.item))
         # The guidance is this gateway's own writing, read on every delivery: its shape is

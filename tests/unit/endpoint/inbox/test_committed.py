@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from gateway.endpoint.inbox import AgentInbox
+from gateway.endpoint.inbox import AgentInbox, coordinator
 from gateway.endpoint.inbox.committed import MEMORY_ITEMS, CommittedItems
+from gateway.endpoint.inbox.reader import decode_row
 from gateway.store.errors import CommitAmbiguous, StoreUnavailable
 from gateway.store.memory import MemoryStore
 from gateway.store.records import InboxRow, InboxState, Write
@@ -168,3 +169,29 @@ async def test_an_item_whose_commit_failed_is_streamed_exactly_when_the_store_ho
     await asyncio.sleep(0)
     assert not waiter.done()
     waiter.cancel()
+
+
+async def test_an_item_this_inbox_committed_is_streamed_as_made_and_a_restart_decodes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = MemoryStore()
+    inbox = AgentInbox(agent_id=AGENT, store=store, next_seq=1, window=8)
+    token = await inbox.publish(item("made"))
+    decoded: list[int] = []
+    real = decode_row
+
+    def counting(row: InboxRow) -> object:
+        decoded.append(row.seq)
+        return real(row)
+
+    monkeypatch.setattr(coordinator, "decode_row", counting)
+    stream = await inbox.open_stream(takeover=False)
+    first = await within_bound(anext(stream))
+    stream.close()
+
+    restarted = AgentInbox(agent_id=AGENT, store=store, next_seq=2, window=8)
+    again = await within_bound(anext(await restarted.open_stream(takeover=False)))
+
+    assert (first.token, first.item) == (token, item("made"))
+    assert again == first
+    assert decoded == [1]  # only after the restart
