@@ -11,9 +11,10 @@ Two commands (issue 26, engine.md §8 "Rehydration"):
   inbox (`AgentInbox.acknowledge`). Nothing is written around the gateway's code: every row
   and signature is the one a daemon serving `Send` calls writes. `N` counts
   `certified_records` rows: a post in a pair is one row at each member, so N / 2 posts.
-  A last post per conversation is left bound but not certified when `--open` is given
-  (`--open K`: K intents per conversation left open, certified at the next start).
-- `measure --data-dir DIR` starts `harness-gateway serve` on a copy-free DIR `--rounds` times,
+  `--open K` (K >= 2) leaves K intents per conversation bound and not certified (the next
+  start certifies them); `open --data-dir DIR --intents K` adds them to a directory `build`
+  wrote.
+- `measure --data-dir DIR` starts `harness-gateway serve` on DIR itself `--rounds` times,
   warm (the file in the page cache) and cold (every file of DIR evicted first with
   `os.posix_fadvise(..., POSIX_FADV_DONTNEED)`), and prints the seconds from the process's
   start to its `ready` log line, with the medians, as one JSON line.
@@ -33,12 +34,18 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from harness_contract.content import check_content
 from harness_contract.values import TextPart
 
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.app import Components
+    from gateway.endpoint.runtime import AgentRuntime
+
+    Pair: TypeAlias = tuple[AgentRuntime, AgentRuntime]
 
 DEFAULT_CONVERSATIONS: Final = 20
 """Pairs, as the issue's 195 MB store had (20,000 items in 20 conversations)."""
@@ -137,15 +144,7 @@ async def build(
                         raise RuntimeError(f"acknowledgment failed for {agent_id}")
                     after = rows[-1].seq
         if open_intents:
-            for a, b in pairs:
-                descriptor = a.posting.membership_with([b.identity.card])
-                # Bound but stopped before its unit: the local order closes first below.
-                await components.network.local.close()
-                posts = [
-                    (descriptor, check_content((TextPart(text=f"open {i}"),)))
-                    for i in range(open_intents)
-                ]
-                await a.posting.bind_posts(posts, within=60.0)
+            await _leave_open(components, pairs, open_intents)
     elapsed = time.monotonic() - started
     return {
         "records": float(per_conversation * conversations * 2),
@@ -153,6 +152,38 @@ async def build(
         "seconds": round(elapsed, 1),
         "cpu_seconds": round(time.process_time() - cpu_started, 1),
     }
+
+
+async def _leave_open(components: Components, pairs: Sequence[Pair], intents: int) -> None:
+    """Bind `intents` posts in each pair's conversation and certify none of them: the
+    sequencer is stopped first, and binding several in one transaction keeps them out of
+    the bind's own unit (engine.md §5.10, rule 2, takes a lone post only). The next start
+    queues and certifies them."""
+    if intents < 2:
+        raise ValueError(f"open intents are bound two or more at a time, not {intents}")
+    await components.network.local.close()
+    for a, b in pairs:
+        descriptor = a.posting.membership_with([b.identity.card])
+        posts = [
+            (descriptor, check_content((TextPart(text=f"left open {i}"),))) for i in range(intents)
+        ]
+        await a.posting.bind_posts(posts, within=60.0)
+
+
+async def leave_open(data_dir: Path, *, intents: int) -> dict[str, float]:
+    """Add `intents` open intents to each conversation of a directory `build` wrote."""
+    from gateway.testing import run_gateway
+
+    async with run_gateway(Settings(), data_dir=data_dir) as gw:
+        components = gw.gateway.components
+        by_name = {runtime.agent_name: runtime for runtime in components.hosted.runtimes()}
+        pairs = [
+            (by_name[name], by_name["history-b" + name.removeprefix("history-a")])
+            for name in sorted(by_name)
+            if name.startswith("history-a")
+        ]
+        await _leave_open(components, pairs, intents)
+    return {"conversations": float(len(pairs)), "open_intents": float(len(pairs) * intents)}
 
 
 def evict(data_dir: Path) -> None:
@@ -243,7 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--conversations", type=int, default=DEFAULT_CONVERSATIONS)
     b.add_argument("--batch", type=int, default=DEFAULT_BATCH)
     b.add_argument("--unread", type=int, default=DEFAULT_UNREAD, help="unread items per agent")
-    b.add_argument("--open", type=int, default=0, help="open intents per conversation")
+    b.add_argument(
+        "--open", type=int, default=0, help="open intents per conversation (0, or 2 or more)"
+    )
+    o = commands.add_parser("open", help="add open intents to a directory `build` wrote")
+    o.add_argument("--data-dir", type=Path, required=True)
+    o.add_argument("--intents", type=int, default=2, help="per conversation, 2 or more")
     m = commands.add_parser("measure", help="time the daemon's start to ready")
     m.add_argument("--data-dir", type=Path, required=True)
     m.add_argument("--rounds", type=int, default=3)
@@ -267,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         files = [f for f in args.data_dir.rglob("*") if f.is_file()]
         result["store_mb"] = round(sum(f.stat().st_size for f in files) / 1e6)
+    elif args.command == "open":
+        result = dict(asyncio.run(leave_open(args.data_dir, intents=args.intents)))
     else:
         result = asyncio.run(
             measure(args.data_dir, rounds=args.rounds, gateway_bin=args.gateway_bin)
@@ -279,4 +317,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["build", "evict", "main", "measure", "time_to_ready"]
+__all__ = ["build", "evict", "leave_open", "main", "measure", "time_to_ready"]

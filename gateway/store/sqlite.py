@@ -4,8 +4,9 @@
 SqliteDatabase.open(path, schema=...)` is how the store opens its file; callers may rely on:
 
 - An existing file is checked before anything is written to it (engine.md §8.5): a file
-  of at most `FULL_CHECK_LIMIT` bytes, or one a check found damaged before (its
-  `damaged_marker` exists), by `PRAGMA quick_check` of every page; a larger one by its
+  of at most `FULL_CHECK_LIMIT` bytes, one a check found damaged before (its
+  `damaged_marker` exists), or one due for a migration, by `PRAGMA quick_check` of every
+  page; a larger one by its
   header, the schema, `meta` and the `Schema`'s `checked_at_open` tables (the ones read
   whole at start, which do not grow with history), its full `quick_check` left to
   `start_integrity_check` once the daemon serves (problems, or a file that is not a
@@ -286,9 +287,9 @@ class SqliteDatabase(AsyncClosing):
             raise ValueError(f"a database needs at least one reader, got {readers}")
         file = Path(path)
         limit = FULL_CHECK_LIMIT if full_check_limit is None else full_check_limit
-        full = _full_check_due(file, limit)
+        opening = _Opening(full=_full_check_due(file, limit))
         writer = await CommitWriter.start(
-            functools.partial(_open_and_prepare, file, schema, full=full),
+            functools.partial(_open_and_prepare, file, schema, opening),
             settings=writer_settings,
             observer=observer,
             on_fatal=on_fatal,
@@ -306,9 +307,9 @@ class SqliteDatabase(AsyncClosing):
             "store opened path=%s schema_version=%d full_check=%s",
             file,
             schema.version,
-            "done" if full else "deferred",
+            "done" if opening.full else "deferred",
         )
-        return cls(file, writer, opened, check_due=not full, on_fatal=on_fatal)
+        return cls(file, writer, opened, check_due=not opening.full, on_fatal=on_fatal)
 
     @property
     def path(self) -> Path:
@@ -345,17 +346,28 @@ class SqliteDatabase(AsyncClosing):
         visible share of the reader threads' CPU). A `fn` of several statements that must
         agree (a snapshot of an agent) keeps the transaction. Waits for a free reader. The
         connection is `query_only`: a write raises `sqlite3.OperationalError`. Whatever
-        `fn` raises reaches the caller as it is.
+        `fn` raises reaches the caller as it is, but for a damaged page it met.
 
         Raises:
             StoreClosed: the database is CLOSING or CLOSED.
+            StoreCorrupt: the read met a damaged page (SQLite's `SQLITE_CORRUPT`): since a
+                large file's pages are checked only after the daemon serves (engine.md
+                §8.5), a start can meet one; `damaged_marker` is written, so the next
+                start checks every page first.
         """
         self._check_open()
         reader = await self._idle_readers.get()
         try:
             # Re-checked: close() may have started while this call waited for a reader.
             self._check_open()
-            return await reader.run(fn, snapshot=snapshot)
+            try:
+                return await reader.run(fn, snapshot=snapshot)
+            except sqlite3.DatabaseError as error:
+                if _code(error) not in _CORRUPT_ERRORS:
+                    raise
+                damage = StoreCorrupt(self._path, str(error))
+                self._mark_damaged(damage)
+                raise damage from error
         finally:
             self._idle_readers.put_nowait(reader)
 
@@ -378,16 +390,20 @@ class SqliteDatabase(AsyncClosing):
         return None if self._check is None else self._check.task
 
     def _damaged(self, error: StoreCorrupt) -> None:
+        """The deferred check found damage: mark the file and stop the daemon."""
         if self._state is not DatabaseState.OPEN:
             return
+        self._mark_damaged(error)
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
+    def _mark_damaged(self, error: StoreCorrupt) -> None:
         logger.critical("store file damaged path=%s: %s", self._path, error.detail)
         try:
             damaged_marker(self._path).write_text(error.detail + "\n", encoding="utf-8")
         except OSError as failed:
-            # The daemon still stops; the next start then checks only what it can cheaply.
+            # The next start then checks only what it can cheaply, and meets the damage again.
             logger.error("damaged-store marker not written path=%s: %s", self._path, failed)
-        if self._on_fatal is not None:
-            self._on_fatal(error)
 
     async def close(self) -> None:
         """Stop the deferred check, close the readers, then flush and close the writer;
@@ -467,10 +483,18 @@ def _full_check_due(path: Path, limit: int) -> bool:
     return size <= limit
 
 
-def _open_and_prepare(path: Path, schema: Schema, *, full: bool) -> sqlite3.Connection:
+@dataclass(slots=True)
+class _Opening:
+    """How `open` checks the file; the writer thread's check may widen it."""
+
+    full: bool
+    """Every page is checked before anything is served (else after, in the background)."""
+
+
+def _open_and_prepare(path: Path, schema: Schema, opening: _Opening) -> sqlite3.Connection:
     """Check an existing file without writing to it, then open it for writing (writer thread)."""
     if path.exists():
-        _inspect(path, schema, full=full)
+        _inspect(path, schema, opening)
     connection = open_database(path)
     try:
         _install_schema(connection, path, schema)
@@ -480,14 +504,15 @@ def _open_and_prepare(path: Path, schema: Schema, *, full: bool) -> sqlite3.Conn
     return connection
 
 
-def _inspect(path: Path, schema: Schema, *, full: bool) -> None:
+def _inspect(path: Path, schema: Schema, opening: _Opening) -> None:
     """quick_check (every page, or the cheap part of it) and version check on a plain
-    connection: no pragma that writes."""
+    connection: no pragma that writes. A file that is about to be migrated gets every page
+    checked first, however large: a migration writes to it."""
     _check_header(path)
     connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
     try:
         try:
-            if full:
+            if opening.full:
                 _quick_check(connection, path)
             else:
                 _quick_check(connection, path, "sqlite_schema")
@@ -495,14 +520,19 @@ def _inspect(path: Path, schema: Schema, *, full: bool) -> None:
                 for table in ("meta", *schema.checked_at_open):
                     if table in tables:
                         _quick_check(connection, path, table)
+            new = _check_versions(connection, path, schema)
+            if not (new or opening.full) and (
+                read_meta(connection, SCHEMA_VERSION_KEY) != schema.version
+            ):
+                _quick_check(connection, path)
+                opening.full = True
         except sqlite3.DatabaseError as error:
             _raise_if_corrupt(path, error)
             raise
-        _check_versions(connection, path, schema)
     finally:
         connection.close()
     marker = damaged_marker(path)
-    if full and marker.exists():
+    if opening.full and marker.exists():
         # Repaired or restored by the operator: the file passed the check of every page.
         marker.unlink()
         logger.warning("store file passed its full check; damage marker removed path=%s", path)
@@ -551,6 +581,10 @@ def _table_names(connection: sqlite3.Connection) -> set[str]:
         str(name)
         for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
     }
+
+
+_INTERRUPT_EVERY: Final = 0.05
+"""Seconds between interrupts of a deferred check that `close` is stopping."""
 
 
 class _IntegrityCheck:
@@ -605,9 +639,12 @@ class _IntegrityCheck:
     async def stop(self) -> None:
         """Interrupt the check and wait for its connection to close."""
         self._stopping = True
-        if self._connection is not None:
-            # Thread-safe: the running statement ends with SQLITE_INTERRUPT.
-            self._connection.interrupt()
+        while not self.task.done():
+            if self._connection is not None:
+                # Thread-safe: the running statement ends with SQLITE_INTERRUPT. Repeated,
+                # because an interrupt before the statement started is lost.
+                self._connection.interrupt()
+            await asyncio.wait({self.task}, timeout=_INTERRUPT_EVERY)
         await asyncio.gather(self.task, return_exceptions=True)
 
 

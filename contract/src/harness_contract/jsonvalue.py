@@ -45,6 +45,8 @@ class JsonValueError(ValueError):
 
 def is_well_formed_text(text: str) -> bool:
     """True when `text` has no lone surrogate (it encodes as UTF-8)."""
+    if text.isascii():
+        return True  # a flag on the string, no scan: ASCII holds no surrogate
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -62,6 +64,13 @@ def normalize_json(value: object, *, max_depth: int = PARSE_MAX_DEPTH) -> JsonVa
 
 
 def _normalize(value: object, budget: int, path: str) -> JsonValue:
+    kind = type(value)
+    # Every send's data parts come through here: the concrete types are tested first, and
+    # ASCII text (`isascii` reads a flag, no scan) cannot hold a lone surrogate.
+    if kind is str and value.isascii():  # type: ignore[attr-defined]
+        return value  # type: ignore[return-value]
+    if kind is dict and budget > 0:
+        return _normalize_object(value, budget, path)  # type: ignore[arg-type]
     # bool before numbers: `True` is an `int` in Python, never a number in JSON.
     if value is None or isinstance(value, bool):
         return value
@@ -81,15 +90,23 @@ def _normalize(value: object, budget: int, path: str) -> JsonValue:
             _normalize(item, budget - 1, f"{path}[{index}]") for index, item in enumerate(value)
         )
     if isinstance(value, Mapping):
-        result: dict[str, JsonValue] = {}
-        for key, item in value.items():
+        return _normalize_object(value, budget, path)
+    raise JsonValueError(f"{_at(path)}{type(value).__name__} is not a JSON value")
+
+
+def _normalize_object(value: Mapping[object, object], budget: int, path: str) -> JsonValue:
+    result: dict[str, JsonValue] = {}
+    for key, item in value.items():
+        if type(key) is not str or not key.isascii():
             if not isinstance(key, str):
                 raise JsonValueError(f"{_at(path)}object keys must be strings")
             if not is_well_formed_text(key):
                 raise JsonValueError(f"{_at(path)}object keys must be well-formed Unicode")
+        if type(item) is str and item.isascii():
+            result[key] = item  # what `_normalize` returns for it, without the call
+        else:
             result[key] = _normalize(item, budget - 1, f"{path}.{key}" if path else key)
-        return result
-    raise JsonValueError(f"{_at(path)}{type(value).__name__} is not a JSON value")
+    return result
 
 
 def _at(path: str) -> str:

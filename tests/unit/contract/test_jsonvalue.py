@@ -4,7 +4,7 @@ import contextlib
 import enum
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -15,6 +15,7 @@ from harness_contract.jsonvalue import (
     JsonValueError,
     canonical_json,
     depth,
+    is_well_formed_text,
     load_untrusted_json,
     nests_deeper_than,
     normalize_json,
@@ -24,6 +25,15 @@ from harness_contract.jsonvalue import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+
+class _Reason(enum.StrEnum):
+    LATE = "late"
+
+
+class _Pair(NamedTuple):
+    name: str
+    score: float
 
 
 @pytest.mark.parametrize(
@@ -77,6 +87,76 @@ def test_other_python_types_and_non_string_keys_are_refused():
     for value in [object(), {1: "a"}, b"bytes", {1.5}]:
         with pytest.raises(JsonValueError):
             normalize_json(value)
+
+
+def _reference_normalize(value: object, budget: int = PARSE_MAX_DEPTH, path: str = "") -> object:
+    # normalize_json as it was before its concrete-type shortcuts, for the property below.
+    at = f"{path}: " if path else ""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        number = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
+        if not math.isfinite(number):
+            raise JsonValueError(f"{at}numbers must be finite")
+        return number + 0.0
+    if isinstance(value, str):
+        if not is_well_formed_text(value):
+            raise JsonValueError(f"{at}text must be well-formed Unicode")
+        return value
+    if budget <= 0:
+        raise JsonValueError(f"{at}nesting is too deep")
+    if isinstance(value, list | tuple):
+        return tuple(
+            _reference_normalize(item, budget - 1, f"{path}[{index}]")
+            for index, item in enumerate(value)
+        )
+    if isinstance(value, Mapping):
+        result = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JsonValueError(f"{at}object keys must be strings")
+            if not is_well_formed_text(key):
+                raise JsonValueError(f"{at}object keys must be well-formed Unicode")
+            result[key] = _reference_normalize(item, budget - 1, f"{path}.{key}" if path else key)
+        return result
+    raise JsonValueError(f"{at}{type(value).__name__} is not a JSON value")
+
+
+_any_text = st.text(st.characters(codec="utf-8"), max_size=6) | st.sampled_from(
+    ["\ud800", "a\udfffb", "\u00e9\ud83d", "\U0001f600"]  # lone surrogates, and a pair
+)
+_anything = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | _any_text
+    | st.sampled_from([b"bytes", _Reason.LATE, object]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(
+            _any_text | st.integers(0, 2) | st.just(_Reason.LATE), children, max_size=3
+        )
+        | st.dictionaries(_any_text, children, max_size=3).map(MappingProxyType)
+    ),
+    max_leaves=20,
+)
+
+
+def _normalized(normalize: Callable[[object, int], object], value: object, limit: int) -> object:
+    try:
+        return ("value", normalize(value, limit))
+    except JsonValueError as error:
+        return ("refused", error.detail)
+
+
+@settings(max_examples=1000)
+@given(value=_anything, limit=st.integers(0, 4))
+def test_normalize_json_returns_and_refuses_exactly_as_the_reference(value: object, limit: int):
+    expected = _normalized(_reference_normalize, value, limit)
+    actual = _normalized(lambda v, d: normalize_json(v, max_depth=d), value, limit)
+    assert actual == expected
 
 
 def test_depth_counts_scalars_as_zero_and_empty_containers_as_one():
@@ -142,15 +222,6 @@ def test_the_fast_encoder_agrees_on_the_pitfalls_it_handles_itself():
     for value in values:
         assert canonical_json(value) == reference_canonical_json(value)
     assert canonical_json(_Reason.LATE) == b'"late"'
-
-
-class _Reason(enum.StrEnum):
-    LATE = "late"
-
-
-class _Pair(NamedTuple):
-    name: str
-    score: float
 
 
 def test_the_fast_encoder_escapes_every_code_point_as_the_reference_does():

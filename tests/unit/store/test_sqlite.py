@@ -20,7 +20,13 @@ from gateway.store import (
     StoreCorrupt,
     open_database,
 )
-from gateway.store.sqlite import BUSY_TIMEOUT, READER_THREAD_NAME, damaged_marker, read_meta
+from gateway.store.sqlite import (
+    BUSY_TIMEOUT,
+    READER_THREAD_NAME,
+    Migration,
+    damaged_marker,
+    read_meta,
+)
 from tests.unit.store.support import (
     NOTES_DDL,
     NOTES_SCHEMA,
@@ -402,3 +408,65 @@ async def test_a_read_without_a_snapshot_runs_outside_a_transaction(tmp_path: Pa
             False,
         )
         assert await database.read(rows_and_transaction) == ([("a", 1, "committed")], True)
+
+
+NOTES_V2_MIGRATED = Schema(
+    version=2,
+    statements=(NOTES_DDL, "CREATE INDEX notes_by_body ON notes (body)"),
+    migrations=(
+        Migration(
+            from_version=1,
+            apply=lambda db: db.execute("CREATE INDEX notes_by_body ON notes (body)").close(),
+        ),
+    ),
+)
+
+
+async def test_a_large_file_due_for_a_migration_has_every_page_checked_before_it_is_written(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    damage_middle_page(path)
+    before = snapshot(tmp_path)
+
+    with pytest.raises(StoreCorrupt, match="integrity check"):
+        await SqliteDatabase.open(path, schema=NOTES_V2_MIGRATED, full_check_limit=LARGE)
+
+    assert snapshot(tmp_path) == before
+
+
+async def test_a_sound_large_file_migrated_at_open_needs_no_check_after_it_serves(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=200)
+
+    async with await SqliteDatabase.open(
+        path, schema=NOTES_V2_MIGRATED, full_check_limit=LARGE
+    ) as database:
+        assert await database.read(lambda c: read_meta(c, "schema_version")) == 2
+        database.start_integrity_check()
+        assert database.integrity_check is None
+
+
+async def test_a_read_that_meets_a_damaged_page_raises_store_corrupt_and_marks_the_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store.db"
+    await create_notes_file(path, notes=2000)
+    damage_middle_page(path)
+    fatal: list[BaseException] = []
+
+    async with await SqliteDatabase.open(
+        path, schema=NOTES_SCHEMA, full_check_limit=LARGE, on_fatal=fatal.append
+    ) as database:
+        with pytest.raises(StoreCorrupt, match="malformed"):
+            await database.read(notes_of)
+        # One read is one caller's failure, not the daemon's: it keeps serving.
+        assert fatal == []
+        assert await database.read(lambda c: read_meta(c, "schema_version")) == 1
+
+    assert damaged_marker(path).exists()
+    with pytest.raises(StoreCorrupt, match="integrity check"):
+        await SqliteDatabase.open(path, schema=NOTES_SCHEMA, full_check_limit=LARGE)
