@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness_contract.addresses import agent_address, is_agent_name
 from harness_contract.ids import RandomId, token_digest
+from harness_contract.values import InboundMessage
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.collectives.port import MAX_OPEN_OPERATIONS
@@ -35,6 +36,7 @@ from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
 from gateway.endpoint.runtime import AgentParts, AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
+from gateway.engine.effects import Delivered
 from gateway.engine.network import Network
 from gateway.firewall import Firewall
 from gateway.identity.keys import SigningKey, VerifyCache
@@ -42,7 +44,13 @@ from gateway.identity.objects import format_timestamp
 from gateway.registry import KeyAlreadyRegistered, NameTaken, Registered, RegistryClient
 from gateway.registry.client import Found
 from gateway.store.port import Store
-from gateway.store.records import IdentityRow, PutIdentity, PutToken, RevokeTokens
+from gateway.store.records import (
+    DeliveryRow,
+    IdentityRow,
+    PutIdentity,
+    PutToken,
+    RevokeTokens,
+)
 
 audit = logging.getLogger("harness.audit")
 
@@ -143,6 +151,19 @@ class HostedAgents:
             runtime = self._by_id.get(agent_id)
             if runtime is not None:
                 runtime.deliveries_ready()
+
+    def deliveries_committed(self, deliveries: Iterable[Delivered]) -> None:
+        """Hand committed pending deliveries to their hosted agents' classifiers (engine.md
+        §7.2; others are ignored): the network's `on_delivered` outside a cluster."""
+        by_agent: dict[str, list[tuple[DeliveryRow, InboundMessage]]] = {}
+        for delivery in deliveries:
+            by_agent.setdefault(delivery.write.agent_id, []).append(
+                (delivery.write.row(), delivery.message)
+            )
+        for agent_id, rows in by_agent.items():
+            runtime = self._by_id.get(agent_id)
+            if runtime is not None:
+                runtime.deliveries_committed(rows)
 
     def end_streams(self, reason: StreamEndReason) -> None:
         """End every open `Messages` stream for `reason`."""

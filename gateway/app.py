@@ -393,21 +393,19 @@ class Gateway(AsyncClosing):
             )
         opened.push_async_callback(router.close)
 
-        # The directory's table exists before the network, so the engine's deliveries-ready
-        # signal is handed to it directly, once, here.
+        # The directory's table exists before the network, so the engine's delivery signals
+        # are handed to it directly, once, here (`_delivery_observers`).
         hosted = HostedAgents()
-        on_certified: Callable[[Certified], None] = self._certified
-        on_deliveries: Callable[[set[str]], None] = hosted.deliveries_ready
-        if cluster is not None:
-            on_certified, on_deliveries = self._cluster_observers(cluster, hosted)
+        signals = self._delivery_observers(cluster, hosted)
         network = Network(
             router=router,
             store=store,
             local_instance_id=store.local_instance_id,
             clock=self._clock,
             observer=NetworkObserver(
-                on_certified=on_certified,
-                on_deliveries=on_deliveries,
+                on_certified=signals.on_certified,
+                on_deliveries=signals.on_deliveries,
+                on_delivered=signals.on_delivered,
                 on_attachment=self._attachment,
                 on_event=self.metrics.count_router_event,
                 on_fatal=self._on_fatal,
@@ -481,11 +479,16 @@ class Gateway(AsyncClosing):
             cluster=cluster,
         )
 
-    def _cluster_observers(
-        self, cluster: ClusterBase, hosted: HostedAgents
-    ) -> tuple[Callable[[Certified], None], Callable[[set[str]], None]]:
-        """The network's observers in a cluster: as elsewhere, plus hints to the homes of
-        authors and recipients on other replicas (cluster.md §5.2)."""
+    def _delivery_observers(
+        self, cluster: ClusterBase | None, hosted: HostedAgents
+    ) -> NetworkObserver:
+        """Outside a cluster, a hosted agent's pending deliveries are all committed here, so
+        the rows themselves reach its classifier (engine.md §7.2); in one, the agents read the
+        store, and the homes on other replicas are hinted (cluster.md §5.2)."""
+        if cluster is None:
+            return NetworkObserver(
+                on_certified=self._certified, on_delivered=hosted.deliveries_committed
+            )
 
         def certified(notice: Certified) -> None:
             self._certified(notice)
@@ -497,7 +500,7 @@ class Gateway(AsyncClosing):
             if cluster.replica is not None:
                 cluster.replica.deliveries(agent_ids)
 
-        return certified, deliveries
+        return NetworkObserver(on_certified=certified, on_deliveries=deliveries)
 
     def _hosting(
         self, registry_public_key: str, cache: VerifyCache, firewall: Firewall | None

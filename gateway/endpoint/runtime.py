@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -79,6 +79,7 @@ from gateway.endpoint.api import SendState
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.idempotency import KeyResolution, Resumption, SendLedger, bound_bytes
 from gateway.endpoint.inbox import AcknowledgeResult, AgentInbox, InboxScreen, MessageStream
+from gateway.endpoint.pending import PendingDeliveries
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
 from gateway.engine.network import FatalStoreError, Network, PostHandle
@@ -407,6 +408,9 @@ class AgentRuntime:
         self._observer = observer or SendObserver()
         self._classify_wanted = asyncio.Event()
         self._classifier: asyncio.Task[None] | None = None
+        self._pending = PendingDeliveries(
+            agent_id=parts.identity.agent_id, store=parts.store, page=CLASSIFY_PAGE
+        )
         self.export = export
         if export is not None:
             parts.inbox.on_offer = export.offered
@@ -471,7 +475,13 @@ class AgentRuntime:
             self._classifier = None
 
     def deliveries_ready(self) -> None:
-        """New pending deliveries are durable: classify them."""
+        """New pending deliveries are durable, committed elsewhere: read and classify them."""
+        self._pending.reread()
+        self._classify_wanted.set()
+
+    def deliveries_committed(self, rows: Iterable[tuple[DeliveryRow, InboundMessage]]) -> None:
+        """These pending deliveries' commit returned: classify them (engine.md §7.2)."""
+        self._pending.committed(rows)
         self._classify_wanted.set()
 
     # --- Endpoint ----------------------------------------------------------------------------
@@ -736,6 +746,7 @@ class AgentRuntime:
                 while await self._classify_page():
                     pass
             except StoreUnavailable:
+                self._pending.reread()  # the page's rows are still pending in the store
                 delay = min(CLASSIFY_RETRY[1], max(CLASSIFY_RETRY[0], delay * 2))
                 logger.warning(
                     "classification page not written, the store is unavailable; retrying in %.2f s",
@@ -757,15 +768,16 @@ class AgentRuntime:
 
         Raises `StoreUnavailable` only when nothing in memory changed (the page can simply be
         classified again); `FatalStoreError` when the collectives' memory already moved."""
-        rows = await self._store.pending_deliveries(self.identity.agent_id, CLASSIFY_PAGE)
-        if not rows:
-            return False
+        pending = await self._pending.page()
+        if not pending:
+            return self._pending.more
+        rows = [row for row, _ in pending]
         writes: list[Write] = []
         outcomes: list[DeliveryItem | ConsumedKind] = []
         emitted: list[DeliveryItem] = []
         collective_writes = False
-        for row in rows:
-            item_writes, outcome, published, collective = self._classify(row)
+        for row, message in pending:
+            item_writes, outcome, published, collective = self._classify(row, message)
             writes.extend(item_writes)
             outcomes.append(outcome)
             emitted.extend(published)
@@ -790,10 +802,10 @@ class AgentRuntime:
                 self._observer.on_record_consumed(outcome)
         for kind in emitted:
             self._observer.on_delivery_published(kind)
-        return len(rows) == CLASSIFY_PAGE
+        return self._pending.more
 
     def _classify(
-        self, row: DeliveryRow
+        self, row: DeliveryRow, message: InboundMessage | None = None
     ) -> tuple[list[Write], DeliveryItem | ConsumedKind, tuple[DeliveryItem, ...], bool]:
         """The writes that classify one delivery, its outcome (`multicast`,
         `collectiveRequest` or the consumed kind), items emitted under fresh tokens, and
@@ -803,11 +815,12 @@ class AgentRuntime:
         agent_id = self.identity.agent_id
         token = row.token
         consumed = SetDeliveryState(agent_id=agent_id, token=token, state=DeliveryState.CONSUMED)
-        try:
-            message = message_from_json(parse_canonical_json(row.projection))
-        except (CodecError, JsonValueError):
-            logger.exception("a delivery projection does not decode; consumed")
-            return [consumed], ConsumedKind.OTHER, (), False
+        if message is None:  # read from the store; one handed over in memory comes decoded
+            try:
+                message = message_from_json(parse_canonical_json(row.projection))
+            except (CodecError, JsonValueError):
+                logger.exception("a delivery projection does not decode; consumed")
+                return [consumed], ConsumedKind.OTHER, (), False
         read = read_collective(message.content)
         sender = name_of(message.sender) or ""
         is_group = isinstance(message, GroupMessage)

@@ -42,7 +42,13 @@ from harness_contract.kinds import PostKind
 from harness_contract.values import Content
 
 from gateway.engine import protocol as p
-from gateway.engine.effects import CatchUpQuery, Certified, Effects, OutboundEnvelope
+from gateway.engine.effects import (
+    CatchUpQuery,
+    Certified,
+    Delivered,
+    Effects,
+    OutboundEnvelope,
+)
 from gateway.engine.state import (
     BindRefused,
     BoundIntent,
@@ -906,19 +912,18 @@ class Certifier:
                     )
                 )
         else:
-            effects.writes.append(
-                PutDelivery(
-                    agent_id=self.agent_id,
-                    token=RandomId.DELIVERY.mint(),
-                    conversation_id=conversation.id,
-                    record_hash=record_hash,
-                    commit_seq=commit_seq,
-                    projection=canonical_json(
-                        message_to_json(project(conversation.descriptor, intent))
-                    ),
-                    state=DeliveryState.PENDING,
-                )
+            message = project(conversation.descriptor, intent)
+            delivery = PutDelivery(
+                agent_id=self.agent_id,
+                token=RandomId.DELIVERY.mint(),
+                conversation_id=conversation.id,
+                record_hash=record_hash,
+                commit_seq=commit_seq,
+                projection=canonical_json(message_to_json(message)),
+                state=DeliveryState.PENDING,
             )
+            effects.writes.append(delivery)
+            effects.delivered.append(Delivered(delivery, message))
             effects.deliveries.add(self.agent_id)
         # Everything about older heads is settled now.
         conversation.staged.clear()

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness_contract.kinds import PostKind, PostOp
+from harness_contract.values import InboundMessage
 
 from gateway.engine import protocol as p
-from gateway.store.records import Write
+from gateway.store.records import PutDelivery, Write
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +56,15 @@ class CatchUpQuery:
     request: p.CatchUpRequest
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A pending delivery's write and the message its projection encodes, made together: its
+    classifier need not decode what the engine just encoded (engine.md §7.2)."""
+
+    write: PutDelivery
+    message: InboundMessage
+
+
 @dataclass
 class Effects:
     """What one or more core calls produced, in order."""
@@ -64,6 +74,9 @@ class Effects:
     certified: list[Certified] = field(default_factory=list)
     deliveries: set[str] = field(default_factory=set)
     """Agents with new pending deliveries to classify."""
+    delivered: list[Delivered] = field(default_factory=list)
+    """Those pending deliveries themselves, handed to their classifiers once committed
+    (engine.md §7.2): no read of what the process just wrote."""
     catch_up_queries: list[CatchUpQuery] = field(default_factory=list)
 
     def __bool__(self) -> bool:

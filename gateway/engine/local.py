@@ -35,7 +35,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -43,12 +43,12 @@ from harness_contract.codec import message_to_json
 from harness_contract.ids import RandomId, agent_id_order_key
 from harness_contract.jsonvalue import canonical_json
 from harness_contract.kinds import PostKind
-from harness_contract.values import Content
+from harness_contract.values import Content, InboundMessage
 
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
-from gateway.engine.effects import Effects
+from gateway.engine.effects import Delivered, Effects
 from gateway.engine.state import (
     BindRefused,
     BoundIntent,
@@ -485,7 +485,12 @@ class LocalOrder:
         members = conversation.member_ids
         keys = {member: self._key(certifiers, member) for member in members}
         head, depth = conversation.head, conversation.depth
-        writes: list[Write] = []
+        # Rows of a kind go together (records, then completed intents, then deliveries, then
+        # heads): no row of a unit depends on another's order, and a run of one kind is one
+        # `executemany` in the store (`tables.apply_writes`).
+        records: list[Write] = []
+        completions: list[Write] = []
+        deliveries: list[Write] = []
         effects = Effects()
         size = 0
         taken: list[_Intent] = []
@@ -536,10 +541,10 @@ class LocalOrder:
             taken.append(post)
             depth += 1
             head = record_hash
-            projection: bytes | None = None
+            projected: tuple[InboundMessage, bytes] | None = None
             for member in members:
                 commit_seq = self._commit_seq(certifiers, member)
-                writes.append(
+                records.append(
                     PutRecord(
                         agent_id=member,
                         record_hash=record_hash,
@@ -557,35 +562,34 @@ class LocalOrder:
                     if conditional:
                         assert isinstance(completion, PutIntent)
                         completion = dataclasses.replace(completion, from_open=True)
-                    writes.append(completion)
+                    completions.append(completion)
                     effects.certified.append(post.certified(member, record_hash, conversation.kind))
                 else:
-                    if projection is None:
-                        projection = canonical_json(
-                            message_to_json(project(conversation.descriptor, post.intent))
-                        )
-                    writes.append(
-                        PutDelivery(
-                            agent_id=member,
-                            token=RandomId.DELIVERY.mint(),
-                            conversation_id=conversation.id,
-                            record_hash=record_hash,
-                            commit_seq=commit_seq,
-                            projection=projection,
-                            state=DeliveryState.PENDING,
-                        )
+                    if projected is None:
+                        message = project(conversation.descriptor, post.intent)
+                        projected = (message, canonical_json(message_to_json(message)))
+                    delivery = PutDelivery(
+                        agent_id=member,
+                        token=RandomId.DELIVERY.mint(),
+                        conversation_id=conversation.id,
+                        record_hash=record_hash,
+                        commit_seq=commit_seq,
+                        projection=projected[1],
+                        state=DeliveryState.PENDING,
                     )
+                    deliveries.append(delivery)
+                    effects.delivered.append(Delivered(delivery, projected[0]))
                     effects.deliveries.add(member)
         assert head is not None
         moved_from = conversation.depth if conditional else None
-        writes.extend(
+        heads = [
             _conversation_write(conversation, member, head=head, depth=depth, moved_from=moved_from)
             for member in members
-        )
+        ]
         return LocalUnit(
             conversation=conversation,
             posts=tuple(taken),
-            writes=tuple(writes),
+            writes=(*records, *completions, *deliveries, *heads),
             head=head,
             depth=depth,
             effects=effects,
@@ -751,3 +755,39 @@ def _conversation_write(
         depth=depth,
         moved_from=moved_from,
     )
+
+
+def fold_unit_into_bind(bind: Sequence[Write], unit: Sequence[Write]) -> list[Write]:
+    """The writes of a bind and of the unit certifying its post in the same commit, each row
+    written once (engine.md §5.10 Atomic unit, rule 2): the unit's completed intent and moved
+    heads take the places of the bind's open intent and new foundation, keeping the bind's
+    conditions (a cluster's foundation is inserted only where none exists)."""
+    folded: list[Write] = list(bind)
+    at: dict[tuple[type, str, str], int] = {}
+    for position, bound_write in enumerate(folded):
+        if isinstance(bound_write, PutIntent):
+            at[(PutIntent, bound_write.agent_id, bound_write.post_id)] = position
+        elif isinstance(bound_write, PutConversation):
+            at[(PutConversation, bound_write.agent_id, bound_write.conversation_id)] = position
+    for write in unit:
+        index: int | None = None
+        if isinstance(write, PutIntent):
+            index = at.get((PutIntent, write.agent_id, write.post_id))
+            if index is not None:
+                # The row is inserted in this very commit: there is no open row to guard.
+                bound_intent = folded[index]
+                assert isinstance(bound_intent, PutIntent)
+                write = dataclasses.replace(
+                    write, from_open=False, seq_partition=bound_intent.seq_partition
+                )
+        elif isinstance(write, PutConversation):
+            index = at.get((PutConversation, write.agent_id, write.conversation_id))
+            if index is not None:
+                bound = folded[index]
+                assert isinstance(bound, PutConversation)
+                write = dataclasses.replace(write, moved_from=bound.moved_from)
+        if index is None:
+            folded.append(write)
+        else:
+            folded[index] = write
+    return folded

@@ -36,8 +36,8 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
 from gateway.engine.cluster_order import ClusterOrder
-from gateway.engine.effects import Certified, Effects, OutboundEnvelope
-from gateway.engine.local import LocalObserver, LocalOrder
+from gateway.engine.effects import Certified, Delivered, Effects, OutboundEnvelope
+from gateway.engine.local import LocalObserver, LocalOrder, fold_unit_into_bind
 from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
 from gateway.engine.waiters import Waiters
@@ -59,7 +59,13 @@ from gateway.router import (
 )
 from gateway.store.errors import CommitAmbiguous, PartitionNotHeld, StoreError
 from gateway.store.port import Store
-from gateway.store.records import OutboxState, PutCursor, PutOutbox, SetOutboxState, Write
+from gateway.store.records import (
+    OutboxState,
+    PutCursor,
+    PutOutbox,
+    SetOutboxState,
+    Write,
+)
 from gateway.tasks import OwnedTasks
 
 logger = logging.getLogger(__name__)
@@ -140,6 +146,9 @@ class NetworkObserver:
 
     on_certified: Callable[[Certified], None] = lambda certified: None
     on_deliveries: Callable[[set[str]], None] = lambda agents: None
+    on_delivered: Callable[[Sequence[Delivered]], None] = lambda deliveries: None
+    """The committed pending deliveries themselves (`Effects.delivered`), for the hosted
+    classifiers (engine.md §7.2); `on_deliveries` names their agents."""
     on_attachment: Callable[[RouterAttachment], None] = lambda state: None
     on_event: Callable[[RouterEvent], None] = lambda event: None
     on_fatal: Callable[[BaseException], None] = lambda error: None
@@ -380,6 +389,8 @@ class Network:
         for certified in effects.certified:
             self._latches.resolve(certified.post_id, certified.record_hash)
             self._observer.on_certified(certified)
+        if effects.delivered:
+            self._observer.on_delivered(effects.delivered)
         if effects.deliveries:
             self._observer.on_deliveries(effects.deliveries)
         for query in effects.catch_up_queries:
@@ -469,7 +480,9 @@ class Network:
             if not any(isinstance(e, CommitAmbiguous) for e in (error, error and error.__cause__)):
                 self._unbind(certifier, bound)  # a definite failure; ambiguous is fatal
 
-        writes = effects.writes if unit is None else [*effects.writes, *unit.writes]
+        writes = (
+            effects.writes if unit is None else fold_unit_into_bind(effects.writes, unit.writes)
+        )
         job = self._store.apply(writes) if all(routes) else self.commit(effects)
         commit = asyncio.ensure_future(job)
         try:

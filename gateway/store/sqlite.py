@@ -200,7 +200,9 @@ def open_database(path: Path | str, *, read_only: bool = False) -> sqlite3.Conne
         StoreCorrupt: the file is not a database or is damaged.
         StoreError: the file cannot use WAL.
     """
-    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
+    connection = sqlite3.connect(
+        path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=read_only
+    )
     try:
         connection.execute("PRAGMA foreign_keys = ON")
         if read_only:

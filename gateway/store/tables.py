@@ -9,6 +9,10 @@ fields by name, so the row type is the one definition of what the table holds, a
 row a write puts is the write's own `row()`, the same one `MemoryStore` keeps. What these
 tables share with PostgreSQL's beyond the dialect (names, the record-body elision and the
 record join) is in `gateway.store.layout`.
+
+The module is long because it is one mapping: the DDL, and beside it the SQL of every `Write`
+kind and every read against those tables; split, a column's change would be spread over
+modules that must change together.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import operator
 import sqlite3
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, assert_never, cast
 
 from gateway.store import records
 from gateway.store.errors import ConstraintViolation
@@ -262,6 +266,18 @@ def read_local_instance(db: sqlite3.Connection) -> str | None:
 # --- row tables ------------------------------------------------------------------------
 
 
+def _insert_sql(
+    table: str, insert: str, upsert_key: tuple[str, ...], columns: tuple[str, ...]
+) -> str:
+    """The statement that puts one row of `columns`: an upsert on `upsert_key` when every
+    key column is among them, else `insert`."""
+    values = f"({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    if not upsert_key or not set(upsert_key) <= set(columns):
+        return f"{insert} INTO {table} {values}"
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in upsert_key)
+    return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(upsert_key)}) DO UPDATE SET {updates}"
+
+
 def _row_maker(
     row_type: type[RowT], columns: Sequence[str], enums: Mapping[str, type[enum.Enum]]
 ) -> Callable[[Sequence[Any]], RowT]:
@@ -321,8 +337,14 @@ class _Table(Generic[RowT]):
         row_type: type[RowT],
         *,
         insert: Literal["INSERT", "INSERT OR REPLACE", "INSERT OR IGNORE"] = "INSERT OR REPLACE",
+        upsert_key: tuple[str, ...] = (),
     ) -> None:
-        """`insert` is how `put` meets an existing key: fail, replace the row, or keep it."""
+        """`insert` is how `put` meets an existing key: fail, replace the row, or keep it.
+
+        With `upsert_key` (the primary key's columns), a row whose key exists is updated in
+        place (`ON CONFLICT DO UPDATE` of every other column) instead of deleted and inserted
+        again as `INSERT OR REPLACE` does: the same row results, and the key's index is not
+        touched — what a head moving at every post wants."""
         self.name: Final = name
         self._row_type: Final = row_type
         self._columns: Final = tuple(field.name for field in dataclasses.fields(row_type))
@@ -342,10 +364,7 @@ class _Table(Generic[RowT]):
         # and the INSERT is spelled once per key, not per row.
         self._values_of: Final = operator.attrgetter(*self._columns)
         self._sql_by_key: Final = {
-            key: (
-                f"{insert} INTO {name} ({', '.join((*key, *self._columns))}) "
-                f"VALUES ({', '.join('?' * (len(key) + len(self._columns)))})"
-            )
+            key: _insert_sql(name, insert, upsert_key, (*key, *self._columns))
             for key in ((), ("agent_id",))
         }
 
@@ -394,10 +413,38 @@ class _Table(Generic[RowT]):
         else:
             db.execute(self._sql_by_key[("agent_id",)], (agent_id, *values))
 
+    def put_agents_rows(
+        self,
+        db: sqlite3.Connection,
+        rows: Iterable[tuple[str, RowT]],
+        *,
+        overrides: Mapping[str, object] | None = None,
+    ) -> None:
+        """`put` of several (agent_id, row) in one `executemany`."""
+        values_of = self._values_of
+        if self._enums or overrides or len(self._columns) == 1:
+            params = [(agent_id, *self._values(row, overrides)) for agent_id, row in rows]
+        else:
+            params = [(agent_id, *values_of(row)) for agent_id, row in rows]
+        db.executemany(self._sql_by_key[("agent_id",)], params)
+
+    def _values(self, row: RowT, overrides: Mapping[str, object] | None) -> tuple[object, ...]:
+        values = self._values_of(row)
+        if len(self._columns) == 1:
+            values = (values,)
+        named = dict(zip(self._columns, values, strict=True))
+        for column in self._enums:
+            named[column] = named[column].value
+        if overrides:
+            named.update(overrides)
+        return tuple(named.values())
+
 
 _IDENTITIES: Final = _Table("identities", records.IdentityRow, insert="INSERT")
-_CONVERSATIONS: Final = _Table("conversations", records.ConversationRow)
-_INTENTS: Final = _Table("post_intents", records.IntentRow)
+_CONVERSATIONS: Final = _Table(
+    "conversations", records.ConversationRow, upsert_key=("agent_id", "conversation_id")
+)
+_INTENTS: Final = _Table("post_intents", records.IntentRow, upsert_key=("agent_id", "post_id"))
 _LOCKS: Final = _Table("proposal_locks", records.LockRow)
 _STAGED: Final = _Table("staged_records", records.StagedRow)
 _EVIDENCE: Final = _Table("evidence", records.EvidenceRow, insert="INSERT OR IGNORE")
@@ -407,6 +454,24 @@ _OUTBOX: Final = _Table("outbox", records.OutboxRow)
 _DELIVERIES: Final = _Table("pending_deliveries", records.DeliveryRow, insert="INSERT")
 _INBOX: Final = _Table("inbox", records.InboxRow, insert="INSERT")
 _SENDS: Final = _Table("sends", records.SendRow)
+
+_RowWrite = (
+    records.PutRecord
+    | records.PutDelivery
+    | records.PutConversation
+    | records.PutIntent
+    | records.PutInboxItem
+)
+
+_RUN_TABLES: Final[dict[type, _Table[Any]]] = {
+    records.PutRecord: _RECORDS,
+    records.PutDelivery: _DELIVERIES,
+    records.PutConversation: _CONVERSATIONS,
+    records.PutIntent: _INTENTS,
+    records.PutInboxItem: _INBOX,
+}
+"""Write kinds whose runs `apply_writes` puts in one `executemany`: each puts its whole
+`row()` under its agent, as `_apply` does one at a time."""
 
 
 def _delete_conversation(
@@ -423,9 +488,57 @@ def _delete_conversation(
 
 
 def apply_writes(db: sqlite3.Connection, writes: Sequence[records.Write]) -> None:
-    """Apply writes in order on a connection inside the caller's transaction."""
-    for write in writes:
-        _apply(db, write)
+    """Apply writes in order on a connection inside the caller's transaction.
+
+    A run of writes of one kind that only insert or replace whole rows (a local unit's
+    records, deliveries, heads) is one `executemany`: each row is still its own statement
+    execution, in order, without the per-row Python around it."""
+    start = 0
+    while start < len(writes):
+        kind = type(writes[start])
+        table = _RUN_TABLES.get(kind)
+        if table is None:
+            _apply(db, writes[start])
+            start += 1
+            continue
+        end = start + 1
+        while end < len(writes) and type(writes[end]) is kind:
+            end += 1
+        run = cast("Sequence[_RowWrite]", writes[start:end])
+        if kind is records.PutRecord:
+            _put_records(db, cast("Sequence[records.PutRecord]", run))
+        else:
+            table.put_agents_rows(db, ((write.agent_id, write.row()) for write in run))
+        start = end
+
+
+def _put_records(db: sqlite3.Connection, run: Sequence[records.PutRecord]) -> None:
+    _RECORDS.put_agents_rows(
+        db, ((write.agent_id, write.row()) for write in run), overrides=_NO_RECORD
+    )
+    # Every member of a local conversation stores the same record: its body is elided and
+    # inserted once, not once per member.
+    bodies: dict[str, records.PutRecord] = {}
+    for write in run:
+        bodies.setdefault(write.record_hash, write)
+    db.executemany(
+        "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
+        [
+            (record_hash, elide_membership(write.record, write.membership))
+            for record_hash, write in bodies.items()
+        ],
+    )
+
+
+_NO_RECORD: Final = {"record": b""}
+"""A certified record's row keeps no bytes: they are in `record_bodies`, once per store."""
+
+
+def _put_body(db: sqlite3.Connection, write: records.PutRecord) -> None:
+    db.execute(
+        "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
+        (write.record_hash, elide_membership(write.record, write.membership)),
+    )
 
 
 def _apply(db: sqlite3.Connection, write: records.Write) -> None:
@@ -462,11 +575,8 @@ def _apply(db: sqlite3.Connection, write: records.Write) -> None:
             _EVIDENCE.put(db, write.row(), agent_id=write.agent_id)
         case records.PutRecord():
             # The bytes are in record_bodies, once for every member of the conversation.
-            _RECORDS.put(db, write.row(), agent_id=write.agent_id, overrides={"record": b""})
-            db.execute(
-                "INSERT OR IGNORE INTO record_bodies VALUES (?, ?)",
-                (write.record_hash, elide_membership(write.record, write.membership)),
-            )
+            _RECORDS.put(db, write.row(), agent_id=write.agent_id, overrides=_NO_RECORD)
+            _put_body(db, write)
         case records.PutReanchor():
             _REANCHORS.put(db, write.row(), agent_id=write.agent_id)
         case records.ResetConversation():

@@ -9,16 +9,17 @@ results.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
 from harness_contract.errors import DeliveryAcknowledgeErrorReason
-from harness_contract.jsonvalue import JsonValueError, parse_canonical_json
 from harness_contract.kinds import DeliveryItem
 from harness_contract.values import AcknowledgeResult
 
+from gateway.endpoint.inbox.committed import CommittedItems
 from gateway.endpoint.inbox.observer import AckResult, InboxObserver
 from gateway.store.errors import PartitionNotHeld, StoreError
 from gateway.store.port import Store
@@ -39,17 +40,29 @@ ACKNOWLEDGE_MAX_TOKENS: Final = 1_000
 class AckApplier:
     """Applies one agent's acknowledgments to the store."""
 
-    def __init__(self, *, agent_id: str, store: Store, observer: InboxObserver) -> None:
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        store: Store,
+        observer: InboxObserver,
+        committed: CommittedItems | None = None,
+    ) -> None:
         self._agent_id = agent_id
         self._store = store
         self._observer = observer
+        self._committed = committed or CommittedItems(0)
 
     async def apply(self, tokens: Sequence[str]) -> list[AcknowledgeResult]:
         """Retire items by token, one result per token in order."""
         rows: dict[str, InboxRow | None] = {}
         try:
-            # One read for the whole call (the client batches acknowledgments).
-            found = await self._store.inbox_items(self._agent_id, list(dict.fromkeys(tokens)))
+            # Memory knows the items this process committed (engine.md §7.3); otherwise one
+            # read for the whole call (the client batches acknowledgments).
+            unique = list(dict.fromkeys(tokens))
+            found = self._committed.by_tokens(unique)
+            if found is None:
+                found = await self._store.inbox_items(self._agent_id, unique)
             for token in dict.fromkeys(tokens):
                 rows[token] = found.get(token)
         except StoreError:
@@ -60,13 +73,14 @@ class AckApplier:
                 )
                 for token in tokens
             ]
-        writes: list[Write] = [
+        acks = [
             AcknowledgeItem(
                 agent_id=self._agent_id, token=token, tombstone=inbox_tombstone(row.item)
             )
             for token, row in rows.items()
             if row is not None and row.state is InboxState.UNREAD
         ]
+        writes: list[Write] = list(acks)
         failed = False
         if writes:
             try:
@@ -78,6 +92,8 @@ class AckApplier:
             except StoreError:
                 logger.exception("acknowledge write failed")
                 failed = True
+            else:
+                self._committed.acknowledged(ack.token for ack in acks)
         results = []
         for token in tokens:
             row = rows[token]
@@ -114,8 +130,9 @@ _DELIVERY_ITEMS: Final = frozenset(DeliveryItem)
 def _item_kind(item: bytes) -> DeliveryItem:
     """The top-level `kind` of a stored item (for metrics); a message when unreadable."""
     try:
-        value = parse_canonical_json(item)
-    except JsonValueError:
+        # The gateway's own bytes, read for a metric only: no canonical-form proof needed.
+        value = json.loads(item)
+    except ValueError:
         return DeliveryItem.MULTICAST
     kind = value.get("kind") if isinstance(value, dict) else None
     if isinstance(kind, str) and kind in _DELIVERY_ITEMS:

@@ -39,9 +39,10 @@ from harness_contract.codec import item_to_json
 from harness_contract.errors import ListenError, ListenErrorReason
 from harness_contract.ids import RandomId
 from harness_contract.jsonvalue import canonical_json
-from harness_contract.values import AcknowledgeResult, InboundItem
+from harness_contract.values import AcknowledgeResult, Delivery, InboundItem
 
 from gateway.endpoint.inbox.acks import AckApplier
+from gateway.endpoint.inbox.committed import CommittedItems
 from gateway.endpoint.inbox.observer import (
     NULL_INBOX_OBSERVER,
     InboxObserver,
@@ -49,13 +50,14 @@ from gateway.endpoint.inbox.observer import (
     StreamOpen,
 )
 from gateway.endpoint.inbox.offers import OfferTracker
-from gateway.endpoint.inbox.reader import InboxReader
+from gateway.endpoint.inbox.reader import InboxReader, decode_row
 from gateway.endpoint.inbox.screen import InboxScreen
 from gateway.endpoint.inbox.signal import InboxSignal
 from gateway.endpoint.inbox.stream import MessageStream, StreamEnded
 from gateway.endpoint.inbox.window import DeliveryWindow
+from gateway.store.errors import CommitAmbiguous, StoreError
 from gateway.store.port import Store
-from gateway.store.records import PutInboxItem, Write
+from gateway.store.records import InboxRow, PutInboxItem, Write
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +109,17 @@ class AgentInbox:
         self._prepared: collections.OrderedDict[str, InboundItem] = collections.OrderedDict()
         """Items prepared and not yet committed, by token, for the firewall's check (the
         newest `PREPARED_ITEMS`; an item missing here is decoded from its write)."""
+        self._made: collections.OrderedDict[str, tuple[InboundItem, bytes]] = (
+            collections.OrderedDict()
+        )
+        """Items prepared and not yet committed, with their bytes, by token (the newest
+        `PREPARED_ITEMS`): a committed item whose bytes are these is streamed as it is."""
         self.screen: InboxScreen | None = None
         """The firewall's inbound check, set by the agent's runtime when one is configured."""
-        self._acks = AckApplier(agent_id=agent_id, store=store, observer=observer)
+        self._committed = CommittedItems(next_seq)
+        self._acks = AckApplier(
+            agent_id=agent_id, store=store, observer=observer, committed=self._committed
+        )
         self._stream: MessageStream | None = None
 
     @property
@@ -142,6 +152,10 @@ class AgentInbox:
             self._prepared[token] = item
             if len(self._prepared) > PREPARED_ITEMS:
                 self._prepared.popitem(last=False)
+        # So is the stream once the item is committed, unless the check changed its bytes.
+        self._made[token] = (item, write.item)
+        if len(self._made) > PREPARED_ITEMS:
+            self._made.popitem(last=False)
         return token, write
 
     async def commit(self, writes: Sequence[Write]) -> frozenset[str]:
@@ -155,15 +169,53 @@ class AgentInbox:
         # No await from here until the store has queued the transaction: sequences follow
         # commit order.
         sequenced: list[Write] = []
+        items: list[PutInboxItem] = []
         for write in writes:
             if isinstance(write, PutInboxItem):
                 self._prepared.pop(write.token, None)
                 write = dataclasses.replace(write, seq=self._next_seq)
                 self._next_seq += 1
+                items.append(write)
             sequenced.append(write)
-        await self._store.apply(sequenced)
+        seqs = [item.seq for item in items]
+        self._committed.sequenced(seqs)
+        made = [self._made.pop(item.token, None) for item in items]
+        try:
+            await self._store.apply(sequenced)
+        except BaseException as error:
+            # Only a refusal that wrote nothing leaves memory knowing what the store holds.
+            written = not isinstance(error, StoreError) or isinstance(error, CommitAmbiguous)
+            self._committed.failed(seqs, written=written)
+            raise
+        self._committed.committed(
+            [item.row() for item in items],
+            [
+                Delivery(token=item.token, item=kept[0], guidance=None)
+                if kept is not None and kept[1] is item.item and item.guidance is None
+                else None
+                for item, kept in zip(items, made, strict=True)
+            ],
+        )
         self.notify()
         return dropped
+
+    def _delivery_of(self, row: InboxRow) -> Delivery | None:
+        """The delivery of a row: as it was committed when memory still has it, else
+        decoded from the row's bytes."""
+        return self._committed.delivery(row.seq) or decode_row(row)
+
+    async def unread(self, after_seq: int, limit: int) -> tuple[list[InboxRow], int]:
+        """Up to `limit` unread items after `after_seq` in inbox order — from memory when
+        it holds them all (`CommittedItems`), else from the store — and the sequence a
+        reader may count as read past when none is found."""
+        rows = self._committed.after(after_seq, limit)
+        if rows is not None:
+            return rows, after_seq
+        # Every item below both bounds settled before this read began, so the read sees
+        # each one that is still unread.
+        past = min(self._committed.low, self._committed.frontier) - 1
+        rows = await self._store.unread(self.agent_id, after_seq, limit)
+        return rows, max(after_seq, past)
 
     async def publish(self, item: InboundItem, *, token: str | None = None) -> str:
         """Make one item durable under a (fresh) token and offer it."""
@@ -199,7 +251,7 @@ class AgentInbox:
         # No await from the check above to here: the slot is free and this stream takes it.
         stream = MessageStream(
             window=DeliveryWindow(self._window),
-            reader=InboxReader(store=self._store, agent_id=self.agent_id),
+            reader=InboxReader(self.unread, decode=self._delivery_of),
             signal=self._signal,
             offers=self._offers,
             observer=self.observer,

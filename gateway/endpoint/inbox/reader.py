@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -39,12 +40,29 @@ class DeliverRequest:
     delivery: Delivery
 
 
+UnreadSource = Callable[[int, int], Awaitable[tuple[list[InboxRow], int]]]
+"""`(after_seq, limit)` -> up to `limit` unread rows after `after_seq` in inbox order, and
+the sequence the reader may count as read past when there are none (`AgentInbox.unread`)."""
+
+
+def store_source(store: Store, agent_id: str) -> UnreadSource:
+    """An `UnreadSource` that reads the store alone."""
+
+    async def unread(after_seq: int, limit: int) -> tuple[list[InboxRow], int]:
+        return await store.unread(agent_id, after_seq, limit), after_seq
+
+    return unread
+
+
 class InboxReader:
     """Reads one agent's unread rows in inbox order, a page at a time."""
 
-    def __init__(self, *, store: Store, agent_id: str) -> None:
-        self._store = store
-        self._agent_id = agent_id
+    def __init__(
+        self, source: UnreadSource, *, decode: Callable[[InboxRow], Delivery | None] | None = None
+    ) -> None:
+        """`decode` turns a row into its delivery (None: skipped); `decode_row` by default."""
+        self._source = source
+        self._decode = decode or decode_row
         self._last_seq = 0
         self._page: deque[InboxRow] = deque()
 
@@ -58,7 +76,7 @@ class InboxReader:
         while self._page:
             row = self._page.popleft()
             self._last_seq = row.seq
-            delivery = _decode(row)
+            delivery = self._decode(row)
             if delivery is not None:
                 return DeliverRequest(seq=row.seq, delivery=delivery)
         return None
@@ -67,12 +85,15 @@ class InboxReader:
         """Read the next page, at most `free` rows, past the last row taken; False when none.
 
         Call it once `take()` returned None: rows still in the page are replaced."""
-        rows = await self._store.unread(self._agent_id, self._last_seq, min(STREAM_PAGE, free))
+        rows, past = await self._source(self._last_seq, min(STREAM_PAGE, free))
         self._page = deque(rows)
+        if not rows:
+            self._last_seq = max(self._last_seq, past)
         return bool(rows)
 
 
-def _decode(row: InboxRow) -> Delivery | None:
+def decode_row(row: InboxRow) -> Delivery | None:
+    """The delivery a stored row holds; None (logged) for a row this version cannot read."""
     try:
         item = item_from_json(parse_canonical_json(row.item))
         # The guidance is this gateway's own writing, read on every delivery: its shape is

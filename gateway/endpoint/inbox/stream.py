@@ -53,6 +53,8 @@ class MessageStream:
         self._on_end = on_end
         self._ended: StreamEndReason | None = None
         self._end_event = asyncio.Event()
+        self._waiting: asyncio.Future[None] | None = None
+        """The wait in progress (`_until`), which `end` cancels."""
 
     @property
     def ended(self) -> StreamEndReason | None:
@@ -64,6 +66,8 @@ class MessageStream:
         if self._ended is None:
             self._ended = reason
             self._end_event.set()
+            if self._waiting is not None:
+                self._waiting.cancel()
             self._observer.on_stream_end(reason)
         self._on_end(self)
 
@@ -97,14 +101,16 @@ class MessageStream:
 
     async def _read_more(self) -> DeliverRequest | None:
         """Wait for a free slot and read the next page; None after waiting for new items."""
-        await self._until(self.window.wait_for_space())
+        if self.window.full:  # a wait costs a task: only when there is one to wait for
+            await self._until(self.window.wait_for_space())
         self._raise_if_ended()
         # Noted before the read: an item committed while the store reads moves the generation,
         # so the wait below returns instead of missing it.
         generation = self._signal.generation
         if await self._reader.read_page(self.window.free):
             return self._reader.take()
-        await self._until(self._signal.wait_past(generation))
+        if self._signal.generation == generation:
+            await self._until(self._signal.wait_past(generation))
         return None
 
     def _raise_if_ended(self) -> None:
@@ -115,13 +121,18 @@ class MessageStream:
         raise StreamEnded(self._ended)
 
     async def _until(self, awaitable: Awaitable[None]) -> None:
-        """Await `awaitable` unless the stream ends first."""
+        """Await `awaitable` unless the stream ends first (`end` cancels the wait)."""
         waiter = asyncio.ensure_future(awaitable)
-        ender = asyncio.ensure_future(self._end_event.wait())
+        if self._ended is not None:
+            waiter.cancel()
+        self._waiting = waiter
         try:
-            await asyncio.wait({waiter, ender}, return_when=asyncio.FIRST_COMPLETED)
+            await waiter
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._ended is None or (current is not None and current.cancelling()):
+                raise  # the caller itself was cancelled, not the wait by `end`
         finally:
-            for task in (waiter, ender):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(waiter, ender, return_exceptions=True)
+            self._waiting = None
+            if not waiter.done():
+                waiter.cancel()

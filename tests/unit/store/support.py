@@ -92,6 +92,9 @@ async def start_writer(
     on_fatal: Callable[[BaseException], None] | None = None,
     connect: Callable[[], sqlite3.Connection] | None = None,
 ) -> CommitWriter:
+    """A writer for the notes table; by default its units run on the writer thread, where a
+    `Gate` can hold one (`writer_on_loop` starts one as the daemon runs it)."""
+    settings = settings or CommitWriterSettings(units_on_writer_thread=True)
     return await CommitWriter.start(
         connect or connect_notes(path), settings=settings, observer=observer, on_fatal=on_fatal
     )
@@ -122,7 +125,8 @@ class RecordingObserver:
 
 
 class Gate:
-    """Holds a unit on the writer thread until the test opens it."""
+    """Holds a unit on the writer thread until the test opens it (a writer whose units run
+    there: `CommitWriterSettings.units_on_writer_thread`)."""
 
     def __init__(self) -> None:
         self.entered = threading.Event()

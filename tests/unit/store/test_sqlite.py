@@ -10,6 +10,7 @@ import pytest
 
 from gateway.store import (
     PROTOCOL_VERSION,
+    CommitWriterSettings,
     CommitWriterState,
     DatabaseState,
     Schema,
@@ -191,7 +192,11 @@ async def test_a_file_with_a_damaged_page_fails_quick_check_as_corrupt(tmp_path:
 
 
 async def test_reads_run_on_reader_threads_beside_a_busy_writer(tmp_path: Path) -> None:
-    async with await SqliteDatabase.open(tmp_path / "store.db", schema=NOTES_SCHEMA) as database:
+    # The gate holds its unit on the writer thread, so units run there.
+    settings = CommitWriterSettings(units_on_writer_thread=True)
+    async with await SqliteDatabase.open(
+        tmp_path / "store.db", schema=NOTES_SCHEMA, writer_settings=settings
+    ) as database:
         await database.write(add_note("a", 1, "committed"))
         gate = Gate()
         held = asyncio.create_task(database.write(gate.unit))

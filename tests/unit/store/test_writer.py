@@ -17,7 +17,7 @@ from gateway.store import (
     StoreError,
     StoreFailed,
 )
-from gateway.store.writer import WRITER_THREAD_NAME
+from gateway.store.writer import UNITS_PER_SLICE, WRITER_THREAD_NAME
 from tests.unit.store.support import (
     NOTES_DDL,
     Gate,
@@ -30,7 +30,7 @@ from tests.unit.store.support import (
     start_writer,
 )
 
-QUICK = CommitWriterSettings(commit_delay=0.0)
+QUICK = CommitWriterSettings(units_on_writer_thread=True, commit_delay=0.0)
 
 
 class FaultyConnection(sqlite3.Connection):
@@ -48,7 +48,9 @@ class FaultyConnection(sqlite3.Connection):
 
 def faulty_connect(path: Path, made: list[FaultyConnection]) -> Callable[[], sqlite3.Connection]:
     def connect() -> sqlite3.Connection:
-        connection = sqlite3.connect(path, isolation_level=None, factory=FaultyConnection)
+        connection = sqlite3.connect(
+            path, isolation_level=None, factory=FaultyConnection, check_same_thread=False
+        )
         connection.execute("PRAGMA journal_mode = WAL")
         connection.execute(NOTES_DDL)
         made.append(connection)
@@ -175,7 +177,7 @@ async def test_units_run_on_one_writer_thread_while_the_event_loop_keeps_running
 
 async def test_a_full_queue_makes_submitters_wait_instead_of_growing(tmp_path: Path) -> None:
     observer = RecordingObserver()
-    settings = CommitWriterSettings(commit_delay=0.0, max_batch=1, queue_capacity=2)
+    settings = CommitWriterSettings(units_on_writer_thread=True, commit_delay=0.0, max_batch=1, queue_capacity=2)
     writer = await start_writer(tmp_path / "store.db", settings=settings, observer=observer)
     try:
         gate, held = await hold_writer(writer)
@@ -198,7 +200,7 @@ async def test_a_full_queue_makes_submitters_wait_instead_of_growing(tmp_path: P
 
 async def test_max_batch_caps_the_units_in_one_group(tmp_path: Path) -> None:
     observer = RecordingObserver()
-    settings = CommitWriterSettings(commit_delay=0.0, max_batch=4)
+    settings = CommitWriterSettings(units_on_writer_thread=True, commit_delay=0.0, max_batch=4)
     writer = await start_writer(tmp_path / "store.db", settings=settings, observer=observer)
     try:
         gate, held = await hold_writer(writer)
@@ -453,3 +455,121 @@ async def test_the_writer_is_an_async_context_manager_that_closes(tmp_path: Path
         await writer.submit(add_note("a", 1, "x"))
     assert writer.state is CommitWriterState.CLOSED
     assert read_notes_file(tmp_path / "store.db") == [("a", 1, "x")]
+
+
+# --- units on the event loop's thread (the daemon's setting, engine.md §8.4) -------------------
+
+ON_LOOP = CommitWriterSettings(commit_delay=0.0)
+
+
+class ThreadRecordingConnection(sqlite3.Connection):
+    """A connection that notes the thread of every COMMIT."""
+
+    commit_threads: list[str]
+
+    def execute(self, sql: str, parameters: object = (), /) -> sqlite3.Cursor:
+        if sql == "COMMIT":
+            self.commit_threads.append(threading.current_thread().name)
+        return super().execute(sql, parameters)  # type: ignore[arg-type]
+
+
+async def test_units_run_on_the_loop_thread_and_only_the_commit_on_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    made: list[ThreadRecordingConnection] = []
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            tmp_path / "store.db",
+            isolation_level=None,
+            factory=ThreadRecordingConnection,
+            check_same_thread=False,
+        )
+        connection.commit_threads = []
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute(NOTES_DDL)
+        made.append(connection)
+        return connection
+
+    writer = await start_writer(tmp_path / "store.db", settings=ON_LOOP, connect=connect)
+    try:
+        names = await asyncio.gather(
+            *(writer.submit(lambda _c: threading.current_thread().name) for _ in range(3)),
+            writer.submit(add_note("a", 1, "kept")),
+        )
+    finally:
+        await writer.close()
+
+    assert set(names[:3]) == {threading.current_thread().name}
+    assert made[0].commit_threads
+    assert all(name.startswith(WRITER_THREAD_NAME) for name in made[0].commit_threads)
+    assert read_notes_file(tmp_path / "store.db") == [("a", 1, "kept")]
+
+
+async def test_on_the_loop_a_raising_unit_rolls_back_only_its_own_writes(tmp_path: Path) -> None:
+    writer = await start_writer(tmp_path / "store.db", settings=ON_LOOP)
+    try:
+        outcomes = await asyncio.gather(
+            writer.submit(add_note("a", 1, "kept")),
+            writer.submit(add_note_then_raise("a", 2)),
+            writer.submit(add_note("a", 3, "kept too")),
+            return_exceptions=True,
+        )
+    finally:
+        await writer.close()
+
+    assert isinstance(outcomes[1], UnitFailed)
+    assert read_notes_file(tmp_path / "store.db") == [("a", 1, "kept"), ("a", 3, "kept too")]
+
+
+async def test_on_the_loop_a_failed_commit_makes_the_group_ambiguous_and_fails_the_writer(
+    tmp_path: Path,
+) -> None:
+    made: list[FaultyConnection] = []
+    fatal: list[BaseException] = []
+    writer = await start_writer(
+        tmp_path / "store.db",
+        settings=ON_LOOP,
+        on_fatal=fatal.append,
+        connect=faulty_connect(tmp_path / "store.db", made),
+    )
+    made[0].fail_on = "COMMIT"
+    try:
+        with pytest.raises(CommitAmbiguous):
+            await writer.submit(add_note("a", 1, "doubt"))
+    finally:
+        await writer.close()
+
+    assert writer.failure is not None
+    assert len(fatal) == 1
+
+
+async def test_a_group_larger_than_a_slice_lets_other_tasks_run_between_its_slices(
+    tmp_path: Path,
+) -> None:
+    writer = await start_writer(tmp_path / "store.db", settings=ON_LOOP)
+    ran: list[int] = []
+    ticks: list[int] = []
+
+    def unit(seq: int) -> Callable[[sqlite3.Connection], int]:
+        def run(connection: sqlite3.Connection) -> int:
+            ran.append(seq)
+            return add_note("a", seq, "n")(connection)
+
+        return run
+
+    async def ticker() -> None:
+        while len(ran) < 3 * UNITS_PER_SLICE:
+            ticks.append(len(ran))
+            await asyncio.sleep(0)
+
+    try:
+        # Queued before the loop takes them, so they form one group.
+        submits = [asyncio.ensure_future(writer.submit(unit(i))) for i in range(3 * UNITS_PER_SLICE)]
+        await asyncio.gather(ticker(), *submits)
+    finally:
+        await writer.close()
+
+    # The ticker ran while the group was part way through its units.
+    assert any(0 < tick < 3 * UNITS_PER_SLICE for tick in ticks)
+    assert len(read_notes_file(tmp_path / "store.db")) == 3 * UNITS_PER_SLICE

@@ -8,7 +8,7 @@ from harness_contract.errors import ListenError, ListenErrorReason
 from gateway.endpoint.inbox.coordinator import AgentInbox
 from gateway.endpoint.inbox.observer import StreamEndReason
 from gateway.endpoint.inbox.offers import OfferTracker
-from gateway.endpoint.inbox.reader import InboxReader
+from gateway.endpoint.inbox.reader import InboxReader, store_source
 from gateway.endpoint.inbox.signal import InboxSignal
 from gateway.endpoint.inbox.stream import MessageStream, StreamEnded
 from gateway.endpoint.inbox.window import DeliveryWindow
@@ -36,7 +36,7 @@ class Parts:
         self.publisher = AgentInbox(agent_id=AGENT, store=self.store, next_seq=next_seq, window=1)
         self.stream = MessageStream(
             window=self.window,
-            reader=InboxReader(store=self.store, agent_id=AGENT),
+            reader=InboxReader(store_source(self.store, AGENT)),
             signal=self.signal,
             offers=self.offers,
             observer=self.recorded.observer(),
