@@ -177,7 +177,9 @@ async def test_units_run_on_one_writer_thread_while_the_event_loop_keeps_running
 
 async def test_a_full_queue_makes_submitters_wait_instead_of_growing(tmp_path: Path) -> None:
     observer = RecordingObserver()
-    settings = CommitWriterSettings(units_on_writer_thread=True, commit_delay=0.0, max_batch=1, queue_capacity=2)
+    settings = CommitWriterSettings(
+        units_on_writer_thread=True, commit_delay=0.0, max_batch=1, queue_capacity=2
+    )
     writer = await start_writer(tmp_path / "store.db", settings=settings, observer=observer)
     try:
         gate, held = await hold_writer(writer)
@@ -565,7 +567,9 @@ async def test_a_group_larger_than_a_slice_lets_other_tasks_run_between_its_slic
 
     try:
         # Queued before the loop takes them, so they form one group.
-        submits = [asyncio.ensure_future(writer.submit(unit(i))) for i in range(3 * UNITS_PER_SLICE)]
+        submits = [
+            asyncio.ensure_future(writer.submit(unit(i))) for i in range(3 * UNITS_PER_SLICE)
+        ]
         await asyncio.gather(ticker(), *submits)
     finally:
         await writer.close()
