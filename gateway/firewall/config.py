@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import ErrorDetails, PydanticCustomError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MantissaNoDotYAML1_1Warning, MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from gateway.firewall.spec import (
@@ -413,7 +414,11 @@ def _load_yaml(text: str, source: Path) -> Any:
     yaml.version = (1, 2)
     yaml.allow_duplicate_keys = False
     try:
-        return yaml.load(text)
+        with warnings.catch_warnings():
+            # A `%YAML 1.1` directive makes ruamel warn about a float spelled as in JSON
+            # (`1e309`) instead of reading it: the value is read, and checked like any other.
+            warnings.simplefilter("ignore", MantissaNoDotYAML1_1Warning)
+            return yaml.load(text)
     except MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line, col = (mark.line, mark.column) if mark is not None else (0, 0)

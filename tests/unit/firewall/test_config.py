@@ -961,3 +961,24 @@ def test_aliases_that_expand_past_the_bound_are_an_error():
     with pytest.raises(FirewallConfigError) as raised:
         parse_firewall("\n".join(lines) + "\n", Path("laughs.yaml"))
     assert "values once its aliases are expanded" in raised.value.problems[0]
+
+
+def test_a_yaml_1_1_file_with_a_json_spelled_float_is_a_config_error_not_a_warning(
+    tmp_path: Path,
+):
+    # ruamel warns about `1e309` under a `%YAML 1.1` directive; the value is read and refused.
+    with pytest.raises(FirewallConfigError):
+        load(
+            tmp_path,
+            """
+            %YAML 1.1
+            ---
+            version: 1
+            middlewares:
+              - id: flood
+                kind: rate-limit
+                rate_per_minute: 1e309
+                burst: 2
+                action: refuse
+            """,
+        )
