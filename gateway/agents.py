@@ -14,7 +14,7 @@ import asyncio
 import datetime as dt
 import hmac
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from gateway.endpoint.api import (
 )
 from gateway.endpoint.export import HistoryExport
 from gateway.endpoint.inbox import AgentInbox, InboxObserver, StreamEndReason
+from gateway.endpoint.inbox.coordinator import SequencedItems
 from gateway.endpoint.runtime import AgentParts, AgentRuntime, SendObserver, SendTimeouts
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier, Identity
@@ -48,8 +49,10 @@ from gateway.store.records import (
     DeliveryRow,
     IdentityRow,
     PutIdentity,
+    PutInboxItem,
     PutToken,
     RevokeTokens,
+    Write,
 )
 
 audit = logging.getLogger("harness.audit")
@@ -164,6 +167,34 @@ class HostedAgents:
             runtime = self._by_id.get(agent_id)
             if runtime is not None:
                 runtime.deliveries_committed(rows)
+
+    def item_for(self, agent_id: str, token: str, message: InboundMessage) -> PutInboxItem | None:
+        """A hosted member's item for `message` when it needs no classifier (engine.md
+        §5.10, classified at certification; `DirectInboxes`)."""
+        runtime = self._by_id.get(agent_id)
+        return None if runtime is None else runtime.direct_item(token, message)
+
+    def sequence(
+        self, writes: Sequence[Write]
+    ) -> tuple[Sequence[Write], Callable[[BaseException | None], None]]:
+        """`writes` with the hosted members' inbox items sequenced by their inboxes, and
+        the settlement of them all (`DirectInboxes`)."""
+        batches: dict[str, tuple[AgentRuntime, SequencedItems]] = {}
+        sequenced: list[Write] = []
+        for write in writes:
+            if isinstance(write, PutInboxItem) and (runtime := self._by_id.get(write.agent_id)):
+                if (batch := batches.get(write.agent_id)) is None:
+                    batch = batches[write.agent_id] = (runtime, runtime.inbox.sequencing())
+                write = batch[1].add(write)
+            sequenced.append(write)
+
+        def settle(error: BaseException | None) -> None:
+            for runtime, items in batches.values():
+                items.settle(error)
+                if error is None:
+                    runtime.direct_items_published(len(items))
+
+        return sequenced, settle
 
     def end_streams(self, reason: StreamEndReason) -> None:
         """End every open `Messages` stream for `reason`."""

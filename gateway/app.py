@@ -393,8 +393,7 @@ class Gateway(AsyncClosing):
             )
         opened.push_async_callback(router.close)
 
-        # The directory's table exists before the network, so the engine's delivery signals
-        # are handed to it directly, once, here (`_delivery_observers`).
+        # The directory's table exists first: the network's delivery signals go to it directly.
         hosted = HostedAgents()
         signals = self._delivery_observers(cluster, hosted)
         network = Network(
@@ -411,6 +410,7 @@ class Gateway(AsyncClosing):
                 on_fatal=self._on_fatal,
             ),
             sequencing=None if cluster is None else cluster.sequencing(cluster_store),
+            inboxes=hosted if cluster is None else None,
         )
         opened.push_async_callback(network.close)
         agents = AgentDirectory(

@@ -479,6 +479,25 @@ class AgentRuntime:
         self._pending.reread()
         self._classify_wanted.set()
 
+    def direct_item(self, token: str, message: InboundMessage) -> PutInboxItem | None:
+        """This agent's inbox item for a delivery of `message`, unsequenced, when it needs
+        no classification (engine.md §5.10, classified at certification): no inbound
+        firewall check, and content without a collective part but a multicast one — the item
+        `_classify` would write for it. None: the delivery goes to the classifier."""
+        if self.inbox.screen is not None and self.inbox.screen.active:
+            return None
+        read = read_collective(message.content)
+        if not (read.part is None or isinstance(read.part, MulticastPart)) or not read.rest:
+            return None
+        item = MulticastItem(message=_with_content(message, read.rest))
+        _, write = self.inbox.prepare(item, token=token)
+        return write
+
+    def direct_items_published(self, count: int) -> None:
+        """Items written at certification committed (the classifier's own metric)."""
+        for _ in range(count):
+            self._observer.on_delivery_published(DeliveryItem.MULTICAST)
+
     def deliveries_committed(self, rows: Iterable[tuple[DeliveryRow, InboundMessage]]) -> None:
         """These pending deliveries' commit returned: classify them (engine.md §7.2)."""
         self._pending.committed(rows)

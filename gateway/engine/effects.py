@@ -9,13 +9,15 @@ from the store. `gateway.engine.network` commits the writes and only then releas
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from harness_contract.kinds import PostKind, PostOp
 from harness_contract.values import InboundMessage
 
 from gateway.engine import protocol as p
-from gateway.store.records import PutDelivery, Write
+from gateway.store.records import PutDelivery, PutInboxItem, Write
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,3 +83,20 @@ class Effects:
 
     def __bool__(self) -> bool:
         return bool(self.writes or self.envelopes or self.certified or self.catch_up_queries)
+
+
+class DirectInboxes(Protocol):
+    """The hosted members' inboxes, which a local unit may write a delivery's item to
+    directly (engine.md §5.10, classified at certification)."""
+
+    def item_for(self, agent_id: str, token: str, message: InboundMessage) -> PutInboxItem | None:
+        """The member's inbox item for `message` under `token`, unsequenced, when it needs
+        no classifier (a plain multicast, no inbound firewall check); else None."""
+        ...
+
+    def sequence(
+        self, writes: Sequence[Write]
+    ) -> tuple[Sequence[Write], Callable[[BaseException | None], None]]:
+        """`writes` with their inbox items sequenced (call it as the transaction is queued),
+        and what to call once it answered: None when it committed, else its error."""
+        ...

@@ -27,6 +27,10 @@ Callers may rely on:
   backoff (`UNIT_RETRY_FIRST` doubling up to `UNIT_RETRY_MOST`); its sends meanwhile answer
   `delivery-pending` at their bound, as the design says of a store holding a post back.
 - An idle sequencer writes nothing.
+
+The module is long because it is one state machine: a conversation's queue, its unit in flight,
+its foundation and its set-aside state change together, in the binds, the sequencer and the
+commits' answers, and each step reads the others' invariants.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from harness_contract.values import Content, InboundMessage
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
-from gateway.engine.effects import Delivered, Effects
+from gateway.engine.effects import Delivered, DirectInboxes, Effects
 from gateway.engine.state import (
     BindRefused,
     BoundIntent,
@@ -179,9 +183,12 @@ class LocalOrder:
         on_fatal: Callable[[BaseException], None],
         observer: LocalObserver | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        inboxes: DirectInboxes | None = None,
     ) -> None:
+        """`inboxes`, outside a cluster: members' items a unit writes directly (§5.10)."""
         self._store = store
         self._clock = clock
+        self._inboxes = inboxes
         self.instance_id = instance_id
         """The store's durable local instance id: the anchor every local conversation names."""
         self._certifiers = certifiers
@@ -491,6 +498,8 @@ class LocalOrder:
         records: list[Write] = []
         completions: list[Write] = []
         deliveries: list[Write] = []
+        items: list[Write] = []
+        inboxes = self._inboxes
         effects = Effects()
         size = 0
         taken: list[_Intent] = []
@@ -568,9 +577,17 @@ class LocalOrder:
                     if projected is None:
                         message = project(conversation.descriptor, post.intent)
                         projected = (message, canonical_json(message_to_json(message)))
+                    token = RandomId.DELIVERY.mint()
+                    item = (
+                        None if inboxes is None else inboxes.item_for(member, token, projected[0])
+                    )
+                    if item is not None:
+                        # Classified at certification: the member's item in this very unit.
+                        items.append(item)
+                        continue
                     delivery = PutDelivery(
                         agent_id=member,
-                        token=RandomId.DELIVERY.mint(),
+                        token=token,
                         conversation_id=conversation.id,
                         record_hash=record_hash,
                         commit_seq=commit_seq,
@@ -589,15 +606,29 @@ class LocalOrder:
         return LocalUnit(
             conversation=conversation,
             posts=tuple(taken),
-            writes=(*records, *completions, *deliveries, *heads),
+            writes=(*records, *completions, *deliveries, *items, *heads),
             head=head,
             depth=depth,
             effects=effects,
         )
 
+    async def apply(self, writes: Sequence[Write]) -> None:
+        """Commit a unit's (or a bind's) writes, their members' inbox items sequenced as
+        the transaction is queued and settled once it answered (§5.10)."""
+        if self._inboxes is None:
+            await self._store.apply(writes)
+            return
+        writes, settle = self._inboxes.sequence(writes)
+        try:
+            await self._store.apply(writes)
+        except BaseException as error:
+            settle(error)
+            raise
+        settle(None)
+
     async def _commit(self, unit: LocalUnit) -> None:
         try:
-            await self._store.apply(unit.writes)
+            await self.apply(unit.writes)
         except CommitAmbiguous as error:
             logger.error("local unit commit ambiguous: stopping the daemon")
             self._on_fatal(error)

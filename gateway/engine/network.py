@@ -36,7 +36,13 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.engine import protocol as p
 from gateway.engine.certifier import Certifier
 from gateway.engine.cluster_order import ClusterOrder
-from gateway.engine.effects import Certified, Delivered, Effects, OutboundEnvelope
+from gateway.engine.effects import (
+    Certified,
+    Delivered,
+    DirectInboxes,
+    Effects,
+    OutboundEnvelope,
+)
 from gateway.engine.local import LocalObserver, LocalOrder, fold_unit_into_bind
 from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
@@ -167,7 +173,10 @@ class Network:
         local_observer: LocalObserver | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sequencing: Sequencing | None = None,
+        inboxes: DirectInboxes | None = None,
     ) -> None:
+        """`inboxes`: the hosted members' inboxes a local unit writes items to directly
+        (engine.md §5.10); never in a cluster, whose units may be another replica's."""
         self._router = router
         self._store = store
         self._observer = observer or NetworkObserver()
@@ -190,7 +199,7 @@ class Network:
         """The order of conversations whose members are all hosted here (§5.10); in a
         cluster, of every conversation sequenced by this replica (cluster.md §5)."""
         order = functools.partial(
-            LocalOrder
+            functools.partial(LocalOrder, inboxes=inboxes)
             if sequencing is None
             else functools.partial(ClusterOrder, sequencing=sequencing),
             store=store,
@@ -483,7 +492,7 @@ class Network:
         writes = (
             effects.writes if unit is None else fold_unit_into_bind(effects.writes, unit.writes)
         )
-        job = self._store.apply(writes) if all(routes) else self.commit(effects)
+        job = local.apply(writes) if all(routes) else self.commit(effects)
         commit = asyncio.ensure_future(job)
         try:
             await asyncio.shield(commit)

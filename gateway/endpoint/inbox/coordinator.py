@@ -168,36 +168,56 @@ class AgentInbox:
             writes, dropped = screened.writes, screened.dropped
         # No await from here until the store has queued the transaction: sequences follow
         # commit order.
-        sequenced: list[Write] = []
-        items: list[PutInboxItem] = []
-        for write in writes:
-            if isinstance(write, PutInboxItem):
-                self._prepared.pop(write.token, None)
-                write = dataclasses.replace(write, seq=self._next_seq)
-                self._next_seq += 1
-                items.append(write)
-            sequenced.append(write)
-        seqs = [item.seq for item in items]
-        self._committed.sequenced(seqs)
-        made = [self._made.pop(item.token, None) for item in items]
+        batch = self.sequencing()
+        sequenced = [
+            batch.add(write) if isinstance(write, PutInboxItem) else write for write in writes
+        ]
         try:
             await self._store.apply(sequenced)
         except BaseException as error:
+            batch.settle(error)
+            raise
+        batch.settle(None)
+        return dropped
+
+    def sequencing(self) -> SequencedItems:
+        """A batch that gives this inbox's items their sequences as a transaction carrying
+        them is queued, and settles them once it answered: `commit`'s own, or a local unit's
+        that writes items directly (engine.md §5.10, classified at certification)."""
+        return SequencedItems(self)
+
+    def _sequence(
+        self, write: PutInboxItem
+    ) -> tuple[PutInboxItem, tuple[InboundItem, bytes] | None]:
+        """The item with the next sequence, and what `prepare` made of it."""
+        self._prepared.pop(write.token, None)
+        write = dataclasses.replace(write, seq=self._next_seq)
+        self._next_seq += 1
+        self._committed.sequenced((write.seq,))
+        return write, self._made.pop(write.token, None)
+
+    def _settle(
+        self,
+        items: Sequence[tuple[PutInboxItem, tuple[InboundItem, bytes] | None]],
+        error: BaseException | None,
+    ) -> None:
+        """The transaction carrying these sequenced items answered (`error` None: it
+        committed); the stream wakes either way (a page may wait on an unanswered one)."""
+        if error is None:
+            self._committed.committed(
+                [item.row() for item, _ in items],
+                [
+                    Delivery(token=item.token, item=kept[0], guidance=None)
+                    if kept is not None and kept[1] is item.item and item.guidance is None
+                    else None
+                    for item, kept in items
+                ],
+            )
+        else:
             # Only a refusal that wrote nothing leaves memory knowing what the store holds.
             written = not isinstance(error, StoreError) or isinstance(error, CommitAmbiguous)
-            self._committed.failed(seqs, written=written)
-            raise
-        self._committed.committed(
-            [item.row() for item in items],
-            [
-                Delivery(token=item.token, item=kept[0], guidance=None)
-                if kept is not None and kept[1] is item.item and item.guidance is None
-                else None
-                for item, kept in zip(items, made, strict=True)
-            ],
-        )
+            self._committed.failed([item.seq for item, _ in items], written=written)
         self.notify()
-        return dropped
 
     def _delivery_of(self, row: InboxRow) -> Delivery | None:
         """The delivery of a row: as it was committed when memory still has it, else
@@ -309,3 +329,26 @@ class AgentInbox:
                 if result.error is None:
                     self._stream.window.release(result.token)
         return results
+
+
+class SequencedItems:
+    """One transaction's items of one inbox: sequenced as it is queued, settled once it
+    answered (`AgentInbox.sequencing`)."""
+
+    def __init__(self, inbox: AgentInbox) -> None:
+        self._inbox = inbox
+        self._items: list[tuple[PutInboxItem, tuple[InboundItem, bytes] | None]] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, write: PutInboxItem) -> PutInboxItem:
+        """The item with its sequence, to be written in place of `write`."""
+        sequenced = self._inbox._sequence(write)
+        self._items.append(sequenced)
+        return sequenced[0]
+
+    def settle(self, error: BaseException | None) -> None:
+        """The transaction answered: committed (`error` None), or failed with `error`."""
+        if self._items:
+            self._inbox._settle(self._items, error)
