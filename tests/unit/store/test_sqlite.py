@@ -60,6 +60,7 @@ def test_open_database_applies_the_store_settings(tmp_path: Path) -> None:
     try:
         assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert connection.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+        assert connection.execute("PRAGMA wal_autocheckpoint").fetchone() == (WAL_AUTOCHECKPOINT,)
         assert connection.execute("PRAGMA foreign_keys").fetchone() == (1,)
         assert connection.execute("PRAGMA busy_timeout").fetchone() == (int(BUSY_TIMEOUT * 1000),)
         assert connection.isolation_level is None
