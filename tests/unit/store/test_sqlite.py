@@ -23,6 +23,7 @@ from gateway.store import (
 from gateway.store.sqlite import (
     BUSY_TIMEOUT,
     READER_THREAD_NAME,
+    WAL_AUTOCHECKPOINT,
     Migration,
     damaged_marker,
     read_meta,
