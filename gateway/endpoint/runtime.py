@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -136,6 +137,9 @@ DEADLINE_MARGIN: Final = 1.0
 RESOLVE_CONCURRENCY: Final = 8
 """Registry lookups one send runs at once."""
 
+MEMBERSHIPS: Final = 256
+"""Membership descriptors an agent keeps built (`AgentPosting.membership_with`)."""
+
 CLASSIFY_PAGE: Final = 256
 """Pending deliveries classified per store round trip."""
 
@@ -196,6 +200,11 @@ class AgentPosting:
     def __init__(self, parts: AgentParts, *, on_published: Callable[[DeliveryItem], None]) -> None:
         self._parts = parts
         self._on_published = on_published
+        self._memberships: OrderedDict[
+            tuple[int, ...], tuple[tuple[p.SignedAgentCard, ...], p.MembershipDescriptor]
+        ] = OrderedDict()
+        """The last `MEMBERSHIPS` descriptors built, by the identities of their members'
+        cards (the Registry client hands out the same card object while it is valid)."""
 
     async def resolve_cards(self, names: Sequence[str]) -> dict[str, p.SignedAgentCard | SendError]:
         """Registry lookups of members, at most eight at once: each a card or why not."""
@@ -213,17 +222,29 @@ class AgentPosting:
                 return outcome.card
             return unknown_agent_error(name)
 
+        if len(names) == 1:  # a direct send: no task to gather
+            return {names[0]: await lookup(names[0])}
         outcomes = await asyncio.gather(*(lookup(name) for name in names))
         return dict(zip(names, outcomes, strict=True))
 
     def membership_with(self, cards: Sequence[p.SignedAgentCard]) -> p.MembershipDescriptor:
         """The descriptor of this agent and these members (cards verified by the Registry
         client); raises `SendError` `certification-unavailable` if it cannot be built."""
+        key = tuple(map(id, cards))
+        cached = self._memberships.get(key)
+        if cached is not None and all(a is b for a, b in zip(cached[0], cards, strict=True)):
+            self._memberships.move_to_end(key)
+            return cached[1]
         try:
-            return p.build_membership([self._parts.identity.card, *cards])
+            descriptor = p.build_membership([self._parts.identity.card, *cards])
         except p.ProtocolError as error:
             logger.error("membership could not be built: %s", error.detail)
             raise SendError(SendErrorReason.CERTIFICATION_UNAVAILABLE) from None
+        # The cards are kept with it: their ids are not reused while they are alive.
+        self._memberships[key] = (tuple(cards), descriptor)
+        if len(self._memberships) > MEMBERSHIPS:
+            self._memberships.popitem(last=False)
+        return descriptor
 
     async def membership(self, conversation_id: str) -> p.MembershipDescriptor | None:
         """A stored conversation's descriptor (in a cluster, read from the rows when the

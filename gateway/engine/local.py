@@ -286,7 +286,13 @@ class LocalOrder:
             raise BindRefused("the conversation is set aside")
         writes: list[Write] = []
         conversation = self._conversations.get(conversation_id)
-        membership_hash = p.membership_hash(descriptor)
+        # The hosting side hands the same descriptor object for the same members (its
+        # memberships are cached), so the hash of the stored one is this one's.
+        membership_hash = (
+            conversation.membership_hash
+            if conversation is not None and conversation.descriptor is descriptor
+            else p.membership_hash(descriptor)
+        )
         if conversation is None:
             conversation = _Conversation.genesis(descriptor, membership_hash, self.instance_id)
             conversation.founding = asyncio.get_running_loop().create_future()
