@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -618,23 +619,25 @@ class LocalOrder:
             effects=effects,
         )
 
-    async def apply(self, writes: Sequence[Write]) -> None:
+    async def apply(self, writes: Sequence[Write]) -> Callable[[], None]:
         """Commit a unit's (or a bind's) writes, their members' inbox items sequenced as
-        the transaction is queued and settled once it answered (§5.10)."""
+        the transaction is queued (§5.10). Returns what settles the items once committed:
+        the caller calls it after releasing the unit, so the author's send answers before
+        its receivers' streams run. A failure settles them at once."""
         if self._inboxes is None:
             await self._store.apply(writes)
-            return
+            return _nothing
         writes, settle = self._inboxes.sequence(writes)
         try:
             await self._store.apply(writes)
         except BaseException as error:
             settle(error)
             raise
-        settle(None)
+        return functools.partial(settle, None)
 
     async def _commit(self, unit: LocalUnit) -> None:
         try:
-            await self.apply(unit.writes)
+            settle_items = await self.apply(unit.writes)
         except CommitAmbiguous as error:
             logger.error("local unit commit ambiguous: stopping the daemon")
             self._on_fatal(error)
@@ -660,6 +663,7 @@ class LocalOrder:
             )
             return
         self.committed(unit)
+        settle_items()
 
     def _stale(self, unit: LocalUnit, error: Exception) -> bool:
         """Whether a unit that raised was only stale (its conversation is rebuilt from rows
@@ -760,6 +764,10 @@ def _restored_conversation(
     if router_anchor_hash(anchor) != first.anchor_hash:
         raise _Unloadable("stored anchor does not hash to its anchor hash")
     return _Conversation.from_row(first, descriptor, anchor)
+
+
+def _nothing() -> None:
+    """No items to settle."""
 
 
 def _ready_prefix(queue: list[_Intent]) -> list[_Intent]:

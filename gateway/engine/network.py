@@ -477,12 +477,13 @@ class Network:
             else None
         )
 
-        def settle(done: Future[None]) -> None:  # memory follows the bind's commit
+        def settle(done: Future[Callable[[], None]]) -> None:  # memory follows the commit
             error = None if done.cancelled() else done.exception()
             if error is None and not done.cancelled():
                 local.bound((post.conversation_id, post.post_id) for post in bound if post.local)
                 if unit is not None:
                     local.committed(unit)
+                done.result()()  # the members' items, after the author's latches
                 return
             if unit is not None:
                 local.abandon(unit)
@@ -492,7 +493,7 @@ class Network:
         writes = (
             effects.writes if unit is None else fold_unit_into_bind(effects.writes, unit.writes)
         )
-        job = local.apply(writes) if all(routes) else self.commit(effects)
+        job = local.apply(writes) if all(routes) else self._commit_crossing(effects)
         commit = asyncio.ensure_future(job)
         try:
             await asyncio.shield(commit)
@@ -514,6 +515,11 @@ class Network:
             raise SendError(SendErrorReason.PERSISTENCE_FAILED) from None
         settle(commit)
         return handles
+
+    async def _commit_crossing(self, effects: Effects) -> Callable[[], None]:
+        """`commit` for a bind with posts that cross daemons: no member's item to settle."""
+        await self.commit(effects)
+        return _no_items
 
     def _unbind(self, certifier: Certifier, bound: Sequence[_Bound]) -> None:
         """Undo the memory of binds that definitely did not commit."""
@@ -784,3 +790,7 @@ class Network:
             return None, False
         record = p.decode(rows[0].record, p.CertifiedRecord)
         return record, len(rows) > 1
+
+
+def _no_items() -> None:
+    """A commit that wrote no member's inbox item: nothing to settle."""

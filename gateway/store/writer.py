@@ -66,7 +66,9 @@ UnitT = TypeVar("UnitT")
 store's planned statements."""
 
 COMMIT_DELAY: Final = 0.002
-"""Seconds the commit loop waits after taking a unit, gathering more into its group.
+"""Seconds the commit loop waits after taking a unit, gathering more into its group, when
+the last group had more than one unit (a lone writer commits at once: waiting the window
+for nobody cost a lone sender half its send latency under `make bench`).
 
 engine.md §8 and operations.md §7 (`HARNESS_COMMIT_DELAY`): long enough for the writes of
 one burst to share a sync, short next to a sync on most disks."""
@@ -215,6 +217,8 @@ class GroupCommitter(AsyncClosing, Generic[UnitT]):
         self._admitting = 0
         self._group: list[_WriteRequest[UnitT]] = []
         self._group_started = False
+        self._last_group = 1
+        """Units in the last group: the window is waited only after a group of several."""
         self._close_started = False
         self._closed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -338,7 +342,14 @@ class GroupCommitter(AsyncClosing, Generic[UnitT]):
     async def _collect_group(self, first: _WriteRequest[UnitT]) -> None:
         group = self._group = [first]
         limit = self._settings.max_batch
-        if self._state is CommitWriterState.RUNNING and self._queue.qsize() < limit - 1:
+        # The window gathers units only while writers are concurrent: after a group of one,
+        # a lone writer (one agent sending, one acknowledgment) commits at once instead of
+        # waiting the whole window for units that are not coming (engine.md §8.4).
+        if (
+            self._state is CommitWriterState.RUNNING
+            and self._last_group > 1
+            and self._queue.qsize() < limit - 1
+        ):
             await asyncio.sleep(self._settings.commit_delay)
         while len(group) < limit:
             try:
@@ -347,6 +358,7 @@ class GroupCommitter(AsyncClosing, Generic[UnitT]):
                 break
             if request is not None:
                 group.append(request)
+        self._last_group = len(group)
 
     async def _commit_group(self) -> None:
         self._group_started = True

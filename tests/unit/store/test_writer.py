@@ -577,3 +577,25 @@ async def test_a_group_larger_than_a_slice_lets_other_tasks_run_between_its_slic
     # The ticker ran while the group was part way through its units.
     assert any(0 < tick < 3 * UNITS_PER_SLICE for tick in ticks)
     assert len(read_notes_file(tmp_path / "store.db")) == 3 * UNITS_PER_SLICE
+
+
+async def test_a_lone_unit_commits_without_waiting_the_window_and_a_burst_after_it_shares_a_group(
+    tmp_path: Path,
+) -> None:
+    observer = RecordingObserver()
+    # A window far longer than the test's bound: waiting it would fail the test.
+    settings = CommitWriterSettings(commit_delay=60.0)
+    writer = await start_writer(tmp_path / "store.db", settings=settings, observer=observer)
+    try:
+        await asyncio.wait_for(writer.submit(add_note("a", 1, "alone")), 5.0)
+        # Queued before the loop takes the first: one group, committed at once after a
+        # group of one.
+        await asyncio.wait_for(
+            asyncio.gather(*(writer.submit(add_note("a", seq, "burst")) for seq in range(2, 5))),
+            5.0,
+        )
+    finally:
+        await asyncio.wait_for(writer.close(), 5.0)
+
+    assert observer.batch_sizes == [1, 3]
+    assert len(read_notes_file(tmp_path / "store.db")) == 4
