@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
 
+import orjson
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -735,10 +737,24 @@ def _field_names(row_type: type[DataclassInstance]) -> tuple[str, ...]:
 
 def inbox_tombstone(item: bytes) -> bytes:
     """What an acknowledged item keeps: its kind and the ids that name its payload."""
+    return tombstone_of(parsed_item(item))
+
+
+def parsed_item(item: bytes) -> object:
+    """A stored item's JSON value, read without the canonical-form proof (the gateway's own
+    bytes, read for its tombstone and metrics); None when it does not parse."""
     try:
-        value = json.loads(item)
+        return orjson.loads(item)
+    except orjson.JSONDecodeError:
+        pass
+    try:  # what orjson refuses and Python reads (an integer past 64 bits)
+        return json.loads(item)
     except ValueError:
-        return b"{}"
+        return None
+
+
+def tombstone_of(value: object) -> bytes:
+    """`inbox_tombstone` of an item already parsed (`parsed_item`)."""
     if not isinstance(value, dict):
         return b"{}"
     kept: dict[str, object] = {"kind": value.get("kind")}

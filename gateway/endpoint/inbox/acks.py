@@ -9,7 +9,6 @@ results.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,7 +27,8 @@ from gateway.store.records import (
     InboxRow,
     InboxState,
     Write,
-    inbox_tombstone,
+    parsed_item,
+    tombstone_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -73,9 +73,15 @@ class AckApplier:
                 )
                 for token in tokens
             ]
+        # Each item read once, for its tombstone and its kind (a metric).
+        parsed = {
+            token: parsed_item(row.item)
+            for token, row in rows.items()
+            if row is not None and row.state is InboxState.UNREAD
+        }
         acks = [
             AcknowledgeItem(
-                agent_id=self._agent_id, token=token, tombstone=inbox_tombstone(row.item)
+                agent_id=self._agent_id, token=token, tombstone=tombstone_of(parsed[token])
             )
             for token, row in rows.items()
             if row is not None and row.state is InboxState.UNREAD
@@ -116,7 +122,7 @@ class AckApplier:
             else:
                 error, result = None, AckResult.OK
             if error is None and row is not None and row.state is InboxState.UNREAD:
-                self._observer.on_acknowledged(_item_kind(row.item))
+                self._observer.on_acknowledged(_item_kind(parsed.get(token)))
                 # The same token twice in one call is retired (and counted) once.
                 rows[token] = replace(row, state=InboxState.ACKNOWLEDGED)
             self._observer.on_acknowledge_result(result)
@@ -127,13 +133,8 @@ class AckApplier:
 _DELIVERY_ITEMS: Final = frozenset(DeliveryItem)
 
 
-def _item_kind(item: bytes) -> DeliveryItem:
-    """The top-level `kind` of a stored item (for metrics); a message when unreadable."""
-    try:
-        # The gateway's own bytes, read for a metric only: no canonical-form proof needed.
-        value = json.loads(item)
-    except ValueError:
-        return DeliveryItem.MULTICAST
+def _item_kind(value: object) -> DeliveryItem:
+    """The top-level `kind` of a parsed stored item (for metrics); a message when unreadable."""
     kind = value.get("kind") if isinstance(value, dict) else None
     if isinstance(kind, str) and kind in _DELIVERY_ITEMS:
         return DeliveryItem(kind)
