@@ -626,7 +626,7 @@ class LocalOrder:
         its receivers' streams run. A failure settles them at once."""
         if self._inboxes is None:
             await self._store.apply(writes)
-            return _nothing
+            return no_items
         writes, settle = self._inboxes.sequence(writes)
         try:
             await self._store.apply(writes)
@@ -766,8 +766,8 @@ def _restored_conversation(
     return _Conversation.from_row(first, descriptor, anchor)
 
 
-def _nothing() -> None:
-    """No items to settle."""
+def no_items() -> None:
+    """A commit that wrote no member's inbox item: nothing to settle (`LocalOrder.apply`)."""
 
 
 def _ready_prefix(queue: list[_Intent]) -> list[_Intent]:

@@ -43,7 +43,7 @@ from gateway.engine.effects import (
     Effects,
     OutboundEnvelope,
 )
-from gateway.engine.local import LocalObserver, LocalOrder, fold_unit_into_bind
+from gateway.engine.local import LocalObserver, LocalOrder, fold_unit_into_bind, no_items
 from gateway.engine.sequencing import Sequencing
 from gateway.engine.state import BindRefused
 from gateway.engine.waiters import Waiters
@@ -519,7 +519,7 @@ class Network:
     async def _commit_crossing(self, effects: Effects) -> Callable[[], None]:
         """`commit` for a bind with posts that cross daemons: no member's item to settle."""
         await self.commit(effects)
-        return _no_items
+        return no_items
 
     def _unbind(self, certifier: Certifier, bound: Sequence[_Bound]) -> None:
         """Undo the memory of binds that definitely did not commit."""
@@ -790,7 +790,3 @@ class Network:
             return None, False
         record = p.decode(rows[0].record, p.CertifiedRecord)
         return record, len(rows) > 1
-
-
-def _no_items() -> None:
-    """A commit that wrote no member's inbox item: nothing to settle."""

@@ -398,16 +398,7 @@ class _Table(Generic[RowT]):
     ) -> None:
         """Insert `row` (under `agent_id` for a per-agent table), as `insert` says;
         `overrides` stores other values than the row's in the columns it names."""
-        values = self._values_of(row)
-        if len(self._columns) == 1:
-            values = (values,)
-        if self._enums or overrides:
-            named = dict(zip(self._columns, values, strict=True))
-            for column in self._enums:
-                named[column] = named[column].value
-            if overrides:
-                named.update(overrides)
-            values = tuple(named.values())
+        values = self._values(row, overrides)
         if agent_id is None:
             db.execute(self._sql_by_key[()], values)
         else:
@@ -421,17 +412,16 @@ class _Table(Generic[RowT]):
         overrides: Mapping[str, object] | None = None,
     ) -> None:
         """`put` of several (agent_id, row) in one `executemany`."""
-        values_of = self._values_of
-        if self._enums or overrides or len(self._columns) == 1:
-            params = [(agent_id, *self._values(row, overrides)) for agent_id, row in rows]
-        else:
-            params = [(agent_id, *values_of(row)) for agent_id, row in rows]
+        params = [(agent_id, *self._values(row, overrides)) for agent_id, row in rows]
         db.executemany(self._sql_by_key[("agent_id",)], params)
 
     def _values(self, row: RowT, overrides: Mapping[str, object] | None) -> tuple[object, ...]:
+        """The row's column values in order: enums as their values, `overrides` applied."""
         values = self._values_of(row)
         if len(self._columns) == 1:
             values = (values,)
+        if not (self._enums or overrides):
+            return values
         named = dict(zip(self._columns, values, strict=True))
         for column in self._enums:
             named[column] = named[column].value
